@@ -1,0 +1,60 @@
+#include "dataplane/runtime/reactor_pool.h"
+
+#include <pthread.h>
+
+#include <string>
+
+namespace iscsigw::runtime {
+namespace {
+thread_local int current_reactor = -1;
+}
+
+ReactorPool::ReactorPool(unsigned reactors) {
+  if (reactors == 0) reactors = 1;
+  for (unsigned i = 0; i < reactors; ++i) reactors_.push_back(std::make_unique<Reactor>());
+}
+
+ReactorPool::~ReactorPool() { Stop(); }
+
+std::vector<boost::asio::io_context*> ReactorPool::contexts() {
+  std::vector<boost::asio::io_context*> out;
+  for (auto& r : reactors_) out.push_back(&r->io);
+  return out;
+}
+
+void ReactorPool::Start() {
+  for (unsigned i = 0; i < reactors_.size(); ++i) {
+    Reactor* r = reactors_[i].get();
+    r->guard.emplace(r->io.get_executor());
+    r->thread = std::thread([r, i] {
+      current_reactor = static_cast<int>(i);
+      const std::string name = "reactor-" + std::to_string(i);
+      pthread_setname_np(pthread_self(), name.c_str());
+      r->io.run();
+    });
+  }
+}
+
+void ReactorPool::Stop() {
+  for (auto& r : reactors_) r->guard.reset();
+  for (auto& r : reactors_) {
+    if (r->thread.joinable()) r->thread.join();
+  }
+}
+
+unsigned ReactorPool::PickLeastLoaded() const {
+  unsigned best = 0;
+  int best_n = reactors_[0]->connections.load(std::memory_order_relaxed);
+  for (unsigned i = 1; i < reactors_.size(); ++i) {
+    const int n = reactors_[i]->connections.load(std::memory_order_relaxed);
+    if (n < best_n) {
+      best = i;
+      best_n = n;
+    }
+  }
+  return best;
+}
+
+int ReactorPool::CurrentIndex() { return current_reactor; }
+
+}  // namespace iscsigw::runtime

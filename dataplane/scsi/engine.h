@@ -1,0 +1,146 @@
+// The SCSI engine: an SPC-4 / SBC-3 block device over a BackingStore. No iSCSI, no Asio.
+//
+// Objects:
+//   Lun        - one logical unit: a store, a block size, identity (serial, NAA id), and the state that
+//                every I_T nexus shares (unit-attention events). Shared by all reactors; lives as long as
+//                any snapshot or task refers to it (shared_ptr).
+//   Nexus      - one I_T nexus (initiator port x target port): per-LUN pending unit attentions and
+//                the sense data REQUEST SENSE returns. Owned by one iSCSI session; used only on that
+//                session's reactor thread.
+//   TargetInfo - the immutable view of one target the engine needs (name, port ids, LUN list). Part of
+//                the published config snapshot.
+//   Engine     - stateless dispatch: Execute() runs one command through a 256-entry opcode table.
+//
+// Threading: Execute runs on the reactor thread that owns task.nexus. Cross-nexus state in Lun is
+// published through an atomic epoch that the fast path reads once per command (no lock, no write).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dataplane/backing/backing_store.h"
+#include "dataplane/scsi/task.h"
+
+namespace iscsigw::scsi {
+
+inline constexpr uint64_t kMaxLuns = 256;  // LUN ids 0..255 (peripheral device addressing)
+
+struct LunConfig {
+  uint64_t id = 0;
+  uint32_t block_size = 512;   // 512 or 4096
+  bool read_only = false;
+  std::string serial;          // VPD 0x80 unit serial number (ASCII, <= 32 chars)
+  uint64_t naa_id = 0;         // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
+  std::string vendor = "ISCSIGW";   // INQUIRY T10 vendor id (8 chars, space padded on the wire)
+  std::string product = "iscsigw-lun";  // INQUIRY product id (16 chars)
+  std::string revision = "0001";       // INQUIRY product revision (4 chars)
+};
+
+// Additional sense code + qualifier of a unit attention.
+struct UnitAttention {
+  uint8_t asc = 0;
+  uint8_t ascq = 0;
+};
+
+class Nexus;
+
+class Lun {
+ public:
+  Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store);
+  Lun(const Lun&) = delete;
+  Lun& operator=(const Lun&) = delete;
+
+  const LunConfig& config() const { return config_; }
+  uint64_t id() const { return config_.id; }
+  uint32_t block_size() const { return config_.block_size; }
+  uint64_t num_blocks() const;
+  backing::BackingStore& store() { return *store_; }
+
+  // Establishes a unit attention for every I_T nexus, or every nexus but `except` (may be null).
+  // Any thread. Rare (resets, capacity change); takes the small per-LUN lock.
+  void RaiseUnitAttention(UnitAttention ua, const Nexus* except);
+
+  // Implementation detail shared with Nexus: event epoch and log.
+  uint64_t ua_epoch() const { return ua_epoch_.load(std::memory_order_acquire); }
+  // Appends to `out` the events after `seen` that apply to `nexus`; returns the current epoch.
+  uint64_t CollectUnitAttentions(uint64_t seen, const Nexus* nexus,
+                                 std::vector<UnitAttention>* out) const;
+
+ private:
+  // Events kept for nexuses that have not synced yet; older ones are dropped.
+  static constexpr size_t kMaxUaLog = 64;
+  struct UaEvent {
+    uint64_t epoch;
+    UnitAttention ua;
+    const Nexus* except;
+  };
+  const LunConfig config_;
+  const std::shared_ptr<backing::BackingStore> store_;
+  std::atomic<uint64_t> ua_epoch_{0};
+  mutable std::mutex ua_mu_;
+  std::vector<UaEvent> ua_log_;  // guarded by ua_mu_; bounded (oldest dropped)
+};
+
+class Nexus {
+ public:
+  // initiator_port: "<InitiatorName>,i,0x<ISID hex>" (SPC-4 iSCSI initiator port name).
+  // relative_port_id: the target port's relative port identifier (VPD 0x83).
+  Nexus(std::string initiator_port, uint16_t relative_port_id);
+
+  const std::string& initiator_port() const { return initiator_port_; }
+  uint16_t relative_port_id() const { return relative_port_id_; }
+
+  // Pending unit attention for `lun` (oldest first); a new nexus starts with POWER ON, RESET, OR BUS
+  // DEVICE RESET OCCURRED (29h/00h) on every LUN. Returns false when none is pending.
+  bool PeekUnitAttention(Lun& lun, UnitAttention* ua);
+  void PopUnitAttention(Lun& lun);
+  // Establishes a unit attention on this nexus only.
+  void AddUnitAttention(uint64_t lun_id, UnitAttention ua);
+  // Clears every pending unit attention of this nexus for lun_id (e.g. after a reset it issued).
+  void ClearUnitAttentions(uint64_t lun_id);
+
+ private:
+  // Pending unit attentions per LUN; beyond this the oldest is dropped (SAM-5 5.14 lets a logical
+  // unit bound the queue).
+  static constexpr size_t kMaxPendingUnitAttentions = 8;
+  struct PerLun {
+    bool power_on_pending = true;
+    bool synced = false;  // seen_epoch taken from the LUN on first use
+    uint64_t seen_epoch = 0;
+    std::vector<UnitAttention> pending;  // bounded; reserved once
+  };
+  void PushPending(PerLun& s, UnitAttention ua);
+  PerLun& Slot(uint64_t lun_id);
+  void Sync(Lun& lun, PerLun& s);
+
+  std::string initiator_port_;
+  uint16_t relative_port_id_;
+  std::vector<PerLun> luns_;  // index = LUN id, sized kMaxLuns at construction
+};
+
+struct TargetInfo {
+  std::string name;               // target IQN
+  uint16_t tpgt = 1;              // target portal group tag
+  uint16_t relative_port_id = 1;  // SCSI relative target port identifier
+  std::vector<std::shared_ptr<Lun>> luns;  // sorted by id
+
+  Lun* FindLun(uint64_t id) const;
+};
+
+class Engine {
+ public:
+  // Runs task.cdb against target's LUN task.lun for task.nexus; always ends with task.Complete().
+  // A missing LUN answers as SPC-4 requires (INQUIRY peripheral qualifier 011b, REPORT LUNS and
+  // REQUEST SENSE served, everything else LOGICAL UNIT NOT SUPPORTED).
+  static void Execute(const TargetInfo& target, Task& task);
+
+  // LOGICAL UNIT RESET from `issuer`: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED)
+  // for every other nexus (SAM-5 5.8.x); the caller aborts the tasks.
+  static void ResetLun(Lun& lun, const Nexus* issuer);
+};
+
+}  // namespace iscsigw::scsi
