@@ -68,6 +68,10 @@ class Negotiator {
   // Default: {"None"}.
   void SetAuthMethods(std::vector<std::string> methods);
 
+  // Whether this login is for the leading connection of a session (TSIH 0). Keys with Use LO
+  // (RFC 7143 13, e.g. MaxBurstLength) are a protocol error on other connections. Default: true.
+  void SetLeadingConnection(bool leading) { leading_ = leading; }
+
   // Processes the keys of one complete login request received in `stage` (the request's CSG) and
   // appends the target's answers to *out, in order. Returns kSuccess or the login status to reject
   // the login with; error() then says why.
@@ -95,12 +99,14 @@ class Negotiator {
   bool target_name_given() const { return target_name_given_; }
   // The agreed authentication method ("None", "CHAP", ...); empty until AuthMethod was answered.
   const std::string& auth_method() const { return auth_method_; }
+  // Negotiated iSCSIProtocolLevel (RFC 7143 13.24, RFC 7144); 1 unless the initiator offered less.
+  uint32_t protocol_level() const { return protocol_level_; }
   // Human-readable reason of the last non-success status (for logs; names the key).
   const std::string& error() const { return error_; }
 
  private:
-  struct KeyRule;
-  LoginStatus ProcessOne(const pdu::KeyValue& kv, Stage stage, bool full_feature,
+  struct Pending;
+  LoginStatus ProcessOne(const pdu::KeyValue& kv, Stage stage, Pending* pending,
                          std::vector<pdu::KeyValue>* out);
   LoginStatus Fail(LoginStatus status, std::string reason);
   bool Seen(std::string_view key) const;
@@ -113,15 +119,14 @@ class Negotiator {
   std::string error_;
   // Keys received during this login (RFC 7143 6.2: each at most once).
   std::vector<std::string> seen_;
+  uint32_t protocol_level_ = 1;
+  bool leading_ = true;
   bool first_request_done_ = false;
   bool target_name_given_ = false;
   bool declared_mrdsl_ = false;
   bool declared_tpgt_ = false;
   bool declared_alias_ = false;
-  bool any_response_ = false;
-  // Explicitly negotiated values, so Finish() knows what is still a default.
-  bool initial_r2t_set_ = false;
-  bool immediate_data_set_ = false;
+  bool first_burst_negotiated_ = false;
 };
 
 }  // namespace iscsigw::iscsi

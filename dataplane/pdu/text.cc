@@ -7,8 +7,8 @@
 namespace iscsigw::pdu {
 namespace {
 
-// RFC 7143 6.1: key names use letters, digits, '.', '-', '+', '@', '_'; extension keys are
-// "X-<reversed domain>..." (6.1, 13.19) and "X#<IANA-registered string>" (13.20), hence '#'.
+// RFC 7143 6.1: key names use letters, digits, '.', '-', '+', '@', '_'; private extension keys
+// start "X-" (13.22) and public extension keys "X#" (6.1, 13.26 X#NodeArchitecture), hence '#'.
 bool IsKeyChar(uint8_t c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
          c == '-' || c == '+' || c == '@' || c == '_' || c == '#';
