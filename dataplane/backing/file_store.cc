@@ -1,0 +1,242 @@
+#include "dataplane/backing/file_store.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/random_access_file.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace iscsigw::backing {
+namespace {
+
+namespace asio = boost::asio;
+
+std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
+
+Status OpenError(const std::string& path, std::string_view what, int err) {
+  return IoError("file store " + path + ": " + std::string(what) + ": " + ErrnoText(err));
+}
+
+// Maps an Asio error to a positive errno for IoCompletion. Non-system errors (end of file while
+// the range is inside size_bytes, i.e. the file shrank under us) become EIO.
+int ToErrno(const boost::system::error_code& ec) {
+  if (ec.category() == boost::system::system_category() && ec.value() > 0) return ec.value();
+  return EIO;
+}
+
+// fdatasync must not run on a reactor; this pool is shared by every file store of the process.
+asio::thread_pool& SyncPool() {
+  static asio::thread_pool pool(2);
+  return pool;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+struct FileStore::Slot {
+  explicit Slot(asio::io_context& ioc) : ioc(&ioc), file(ioc), dsync_file(ioc) {}
+  asio::io_context* ioc;
+  asio::random_access_file file;        // plain writes and reads
+  asio::random_access_file dsync_file;  // O_DSYNC: FUA writes (closed when read-only)
+};
+
+namespace {
+
+// Reads [offset, offset+len) in as many async_read_some_at calls as it takes. Copied into each
+// Asio operation (Asio recycles the handler memory), so there is no separate allocation.
+struct ReadOp {
+  asio::random_access_file* file;
+  uint64_t offset;
+  uint8_t* data;
+  size_t len;
+  size_t done_bytes;
+  IoCompletion done;
+
+  void Start() {
+    file->async_read_some_at(offset + done_bytes, asio::buffer(data + done_bytes, len - done_bytes),
+                             std::move(*this));
+  }
+  void operator()(const boost::system::error_code& ec, size_t n) {
+    done_bytes += n;
+    if (ec) return done(ToErrno(ec));
+    if (n == 0) return done(EIO);
+    if (done_bytes == len) return done(0);
+    Start();
+  }
+};
+
+struct WriteOp {
+  asio::random_access_file* file;
+  uint64_t offset;
+  const uint8_t* data;
+  size_t len;
+  size_t done_bytes;
+  IoCompletion done;
+
+  void Start() {
+    file->async_write_some_at(offset + done_bytes,
+                              asio::buffer(data + done_bytes, len - done_bytes), std::move(*this));
+  }
+  void operator()(const boost::system::error_code& ec, size_t n) {
+    done_bytes += n;
+    if (ec) return done(ToErrno(ec));
+    if (n == 0) return done(EIO);
+    if (done_bytes == len) return done(0);
+    Start();
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<FileStore>> FileStore::Open(
+    const FileStoreOptions& options, const std::vector<boost::asio::io_context*>& slots) {
+  const std::string& path = options.path;
+  if (path.empty()) return InvalidArgument("file store: path is empty");
+  if (slots.empty()) return InvalidArgument("file store " + path + ": no reactor io_context given");
+  for (auto* ioc : slots) {
+    if (ioc == nullptr) return InvalidArgument("file store " + path + ": null io_context");
+  }
+
+  const int mode = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  bool created = false;
+  int raw = -1;
+  if (!options.read_only && options.size_bytes > 0) {
+    raw = ::open(path.c_str(), mode | O_CREAT | O_EXCL, 0600);
+    if (raw >= 0) {
+      created = true;
+    } else if (errno != EEXIST) {
+      return OpenError(path, "create", errno);
+    }
+  }
+  if (raw < 0) {
+    raw = ::open(path.c_str(), mode);
+    if (raw < 0) return OpenError(path, "open", errno);
+  }
+  Fd fd(raw);
+  auto fail = [&](Status status) {
+    if (created) ::unlink(path.c_str());
+    return status;
+  };
+
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return fail(OpenError(path, "fstat", errno));
+  uint64_t actual = 0;
+  if (S_ISREG(st.st_mode)) {
+    if (created && ::ftruncate(fd.get(), static_cast<off_t>(options.size_bytes)) != 0) {
+      return fail(OpenError(path, "ftruncate", errno));
+    }
+    actual = created ? options.size_bytes : static_cast<uint64_t>(st.st_size);
+  } else if (S_ISBLK(st.st_mode)) {
+    if (::ioctl(fd.get(), BLKGETSIZE64, &actual) != 0) {
+      return fail(OpenError(path, "BLKGETSIZE64", errno));
+    }
+  } else {
+    return fail(InvalidArgument("file store " + path + ": not a regular file or block device"));
+  }
+  uint64_t size = options.size_bytes == 0 ? actual : options.size_bytes;
+  if (size == 0) return fail(InvalidArgument("file store " + path + ": size is 0 bytes"));
+  if (actual < size) {
+    return fail(InvalidArgument("file store " + path + ": is " + std::to_string(actual) +
+                                " bytes, smaller than size_bytes " + std::to_string(size)));
+  }
+
+  // The O_DSYNC descriptor is reopened through /proc so that it names the same inode even if the
+  // path was renamed since the open above.
+  int dsync_raw = -1;
+  if (!options.read_only) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+    dsync_raw = ::open(self.c_str(), O_RDWR | O_DSYNC | O_CLOEXEC);
+    if (dsync_raw < 0) dsync_raw = ::open(path.c_str(), O_RDWR | O_DSYNC | O_CLOEXEC);
+    if (dsync_raw < 0) return fail(OpenError(path, "open O_DSYNC", errno));
+  }
+  Fd dsync(dsync_raw);
+
+  std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
+  for (auto* ioc : slots) {
+    auto slot = std::make_unique<Slot>(*ioc);
+    boost::system::error_code ec;
+    const int d1 = ::dup(store->fd_);
+    if (d1 < 0) return fail(OpenError(path, "dup", errno));
+    slot->file.assign(d1, ec);
+    if (ec) {
+      ::close(d1);
+      return fail(IoError("file store " + path + ": io_uring file: " + ec.message()));
+    }
+    if (dsync.get() >= 0) {
+      const int d2 = ::dup(dsync.get());
+      if (d2 < 0) return fail(OpenError(path, "dup", errno));
+      slot->dsync_file.assign(d2, ec);
+      if (ec) {
+        ::close(d2);
+        return fail(IoError("file store " + path + ": io_uring file: " + ec.message()));
+      }
+    }
+    store->slots_.push_back(std::move(slot));
+  }
+  return store;
+}
+
+FileStore::FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd)
+    : path_(std::move(path)), size_bytes_(size_bytes), read_only_(read_only), fd_(fd) {}
+
+FileStore::~FileStore() {
+  slots_.clear();  // closes the per-slot descriptors
+  ::close(fd_);
+}
+
+void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);  // caller bug: no such reactor
+  Slot& s = *slots_[slot];
+  if (buf.empty()) {
+    asio::post(*s.ioc, [done] { done(0); });
+    return;
+  }
+  ReadOp{&s.file, offset, buf.data(), buf.size(), 0, done}.Start();
+}
+
+void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                      IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  Slot& s = *slots_[slot];
+  if (read_only_ || buf.empty()) {
+    const int err = read_only_ ? EROFS : 0;
+    asio::post(*s.ioc, [done, err] { done(err); });
+    return;
+  }
+  WriteOp{fua ? &s.dsync_file : &s.file, offset, buf.data(), buf.size(), 0, done}.Start();
+}
+
+void FileStore::Flush(unsigned slot, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  asio::io_context* ioc = slots_[slot]->ioc;
+  asio::post(SyncPool(), [fd = fd_, ioc, done] {
+    const int err = ::fdatasync(fd) == 0 ? 0 : errno;
+    asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+}  // namespace iscsigw::backing

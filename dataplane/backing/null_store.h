@@ -1,0 +1,35 @@
+// NullStore: a LUN of a fixed size that reads zeros and drops writes. Used for benchmarks and
+// protocol tests. Every call completes inline on the caller's thread; no allocation, no lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "dataplane/backing/backing_store.h"
+
+namespace iscsigw::backing {
+
+class NullStore final : public BackingStore {
+ public:
+  explicit NullStore(uint64_t size_bytes) : size_bytes_(size_bytes) {}
+
+  std::string_view kind() const override { return "null"; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  bool persistent() const override { return false; }
+
+  // Points every piece (<= kZeroBufferSize bytes each) at the shared zero buffer.
+  size_t MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) override;
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             IoCompletion done) override;
+  void Flush(unsigned slot, IoCompletion done) override;
+
+ private:
+  const uint64_t size_bytes_;
+};
+
+std::unique_ptr<NullStore> NewNullStore(uint64_t size_bytes);
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,120 @@
+#include "dataplane/backing/ram_store.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "dataplane/backing/zero_buffer.h"
+
+namespace iscsigw::backing {
+
+static_assert(RamStore::kChunkSize <= kZeroBufferSize,
+              "an unwritten chunk must map onto one piece of the zero buffer");
+
+RamStore::RamStore(uint64_t size_bytes)
+    : size_bytes_(size_bytes),
+      num_chunks_((size_bytes + kChunkSize - 1) / kChunkSize),
+      chunks_(new std::atomic<uint8_t*>[num_chunks_]) {
+  for (uint64_t i = 0; i < num_chunks_; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+RamStore::~RamStore() {
+  for (uint64_t i = 0; i < num_chunks_; ++i) std::free(chunks_[i].load(std::memory_order_acquire));
+}
+
+uint64_t RamStore::ChunkLen(uint64_t index) const {
+  return std::min(kChunkSize, size_bytes_ - index * kChunkSize);
+}
+
+uint8_t* RamStore::GetOrAllocate(uint64_t index) {
+  uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+  if (chunk != nullptr) return chunk;
+  // calloc: large zeroed allocations come straight from mmap, so untouched pages of a chunk stay
+  // unbacked until written.
+  auto* fresh = static_cast<uint8_t*>(std::calloc(1, ChunkLen(index)));
+  if (fresh == nullptr) return nullptr;
+  uint8_t* expected = nullptr;
+  if (chunks_[index].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel,
+                                             std::memory_order_acquire)) {
+    allocated_bytes_.fetch_add(ChunkLen(index), std::memory_order_relaxed);
+    return fresh;
+  }
+  std::free(fresh);  // another reactor won the race; use its chunk
+  return expected;
+}
+
+size_t RamStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
+  if (len == 0 || offset > size_bytes_ || len > size_bytes_ - offset) return 0;
+  const uint64_t first = offset / kChunkSize;
+  const uint64_t last = (offset + len - 1) / kChunkSize;
+  if (last - first + 1 > segs.size()) return 0;
+  size_t n = 0;
+  uint64_t pos = offset;
+  const uint64_t end = offset + len;
+  while (pos < end) {
+    const uint64_t index = pos / kChunkSize;
+    const uint64_t in_chunk = pos % kChunkSize;
+    const uint64_t piece = std::min(end - pos, kChunkSize - in_chunk);
+    const uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+    const uint8_t* base = chunk != nullptr ? chunk + in_chunk : ZeroBuffer();
+    segs[n++] = Segment{base, static_cast<uint32_t>(piece)};
+    pos += piece;
+  }
+  return n;
+}
+
+void RamStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
+  (void)slot;
+  uint64_t pos = offset;
+  size_t copied = 0;
+  while (copied < buf.size()) {
+    const uint64_t index = pos / kChunkSize;
+    const uint64_t in_chunk = pos % kChunkSize;
+    const size_t piece =
+        static_cast<size_t>(std::min<uint64_t>(buf.size() - copied, kChunkSize - in_chunk));
+    const uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+    if (chunk != nullptr) {
+      std::memcpy(buf.data() + copied, chunk + in_chunk, piece);
+    } else {
+      std::memset(buf.data() + copied, 0, piece);
+    }
+    copied += piece;
+    pos += piece;
+  }
+  done(0);
+}
+
+void RamStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                     IoCompletion done) {
+  (void)slot;
+  (void)fua;  // memory is as stable as this store gets
+  uint64_t pos = offset;
+  size_t copied = 0;
+  while (copied < buf.size()) {
+    const uint64_t index = pos / kChunkSize;
+    const uint64_t in_chunk = pos % kChunkSize;
+    const size_t piece =
+        static_cast<size_t>(std::min<uint64_t>(buf.size() - copied, kChunkSize - in_chunk));
+    uint8_t* chunk = GetOrAllocate(index);
+    if (chunk == nullptr) {
+      done(ENOMEM);
+      return;
+    }
+    std::memcpy(chunk + in_chunk, buf.data() + copied, piece);
+    copied += piece;
+    pos += piece;
+  }
+  done(0);
+}
+
+void RamStore::Flush(unsigned slot, IoCompletion done) {
+  (void)slot;
+  done(0);
+}
+
+std::unique_ptr<RamStore> NewRamStore(uint64_t size_bytes) {
+  return std::make_unique<RamStore>(size_bytes);
+}
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,61 @@
+// RamStore: a sparse, volatile LUN in process memory.
+//
+// Memory is kept in fixed 1 MiB chunks, each allocated on the first write that touches it; a chunk
+// that was never written reads as zeros (MapRead points at the shared zero buffer for it). Chunks
+// are published with a compare-and-swap on a per-chunk atomic pointer, so reactors write
+// concurrently without a lock; the loser of an allocation race frees its chunk. Chunks are freed
+// only by the destructor, which is what makes MapRead's zero-copy segments valid while the store
+// lives.
+//
+// Every call completes inline on the caller's thread. The steady state (chunks already present)
+// allocates nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "dataplane/backing/backing_store.h"
+
+namespace iscsigw::backing {
+
+class RamStore final : public BackingStore {
+ public:
+  static constexpr uint64_t kChunkSize = uint64_t{1} << 20;
+
+  explicit RamStore(uint64_t size_bytes);
+  ~RamStore() override;
+  RamStore(const RamStore&) = delete;
+  RamStore& operator=(const RamStore&) = delete;
+
+  std::string_view kind() const override { return "ram"; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  bool persistent() const override { return false; }
+
+  // One piece per chunk touched (zero buffer for unwritten chunks).
+  size_t MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) override;
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;
+  // Completes with ENOMEM when a chunk cannot be allocated.
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             IoCompletion done) override;
+  void Flush(unsigned slot, IoCompletion done) override;
+
+  // Bytes of chunk memory allocated so far (grows only on writes to untouched chunks).
+  uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  uint64_t ChunkLen(uint64_t index) const;
+  // Returns the chunk, allocating it if needed; nullptr when out of memory.
+  uint8_t* GetOrAllocate(uint64_t index);
+
+  const uint64_t size_bytes_;
+  const uint64_t num_chunks_;
+  const std::unique_ptr<std::atomic<uint8_t*>[]> chunks_;  // written by CAS, any thread
+  std::atomic<uint64_t> allocated_bytes_{0};
+};
+
+std::unique_ptr<RamStore> NewRamStore(uint64_t size_bytes);
+
+}  // namespace iscsigw::backing
