@@ -1,14 +1,14 @@
 // The SCSI engine: an SPC-4 / SBC-3 block device over a BackingStore. No iSCSI, no Asio.
 //
 // Objects:
-//   Lun        - one logical unit: a store, a block size, identity (serial, NAA id), and the state that
-//                every I_T nexus shares (unit-attention events). Shared by all reactors; lives as long as
-//                any snapshot or task refers to it (shared_ptr).
+//   Lun        - one logical unit: a store, a block size, identity (serial, NAA id), and the
+//                state that every I_T nexus shares (unit-attention events). Shared by all
+//                reactors; lives as long as any snapshot or task refers to it (shared_ptr).
 //   Nexus      - one I_T nexus (initiator port x target port): per-LUN pending unit attentions and
-//                the sense data REQUEST SENSE returns. Owned by one iSCSI session; used only on that
-//                session's reactor thread.
-//   TargetInfo - the immutable view of one target the engine needs (name, port ids, LUN list). Part of
-//                the published config snapshot.
+//                the sense data REQUEST SENSE returns. Owned by one iSCSI session; used only on
+//                that session's reactor thread.
+//   TargetInfo - the immutable view of one target the engine needs (name, port ids, LUN list).
+//                Part of the published config snapshot.
 //   Engine     - stateless dispatch: Execute() runs one command through a 256-entry opcode table.
 //
 // Threading: Execute runs on the reactor thread that owns task.nexus. Cross-nexus state in Lun is
@@ -31,13 +31,13 @@ inline constexpr uint64_t kMaxLuns = 256;  // LUN ids 0..255 (peripheral device 
 
 struct LunConfig {
   uint64_t id = 0;
-  uint32_t block_size = 512;   // 512 or 4096
+  uint32_t block_size = 512;  // 512 or 4096
   bool read_only = false;
-  std::string serial;          // VPD 0x80 unit serial number (ASCII, <= 32 chars)
-  uint64_t naa_id = 0;         // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
-  std::string vendor = "ISCSIGW";   // INQUIRY T10 vendor id (8 chars, space padded on the wire)
+  std::string serial;   // VPD 0x80 unit serial number (ASCII, <= 32 chars)
+  uint64_t naa_id = 0;  // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
+  std::string vendor = "ISCSIGW";       // INQUIRY T10 vendor id (8 chars, space padded on the wire)
   std::string product = "iscsigw-lun";  // INQUIRY product id (16 chars)
-  std::string revision = "0001";       // INQUIRY product revision (4 chars)
+  std::string revision = "0001";        // INQUIRY product revision (4 chars)
 };
 
 // Additional sense code + qualifier of a unit attention.
@@ -94,8 +94,8 @@ class Nexus {
   const std::string& initiator_port() const { return initiator_port_; }
   uint16_t relative_port_id() const { return relative_port_id_; }
 
-  // Pending unit attention for `lun` (oldest first); a new nexus starts with POWER ON, RESET, OR BUS
-  // DEVICE RESET OCCURRED (29h/00h) on every LUN. Returns false when none is pending.
+  // Pending unit attention for `lun` (oldest first); a new nexus starts with POWER ON, RESET, OR
+  // BUS DEVICE RESET OCCURRED (29h/00h) on every LUN. Returns false when none is pending.
   bool PeekUnitAttention(Lun& lun, UnitAttention* ua);
   void PopUnitAttention(Lun& lun);
   // Establishes a unit attention on this nexus only.
@@ -123,9 +123,9 @@ class Nexus {
 };
 
 struct TargetInfo {
-  std::string name;               // target IQN
-  uint16_t tpgt = 1;              // target portal group tag
-  uint16_t relative_port_id = 1;  // SCSI relative target port identifier
+  std::string name;                        // target IQN
+  uint16_t tpgt = 1;                       // target portal group tag
+  uint16_t relative_port_id = 1;           // SCSI relative target port identifier
   std::vector<std::shared_ptr<Lun>> luns;  // sorted by id
 
   Lun* FindLun(uint64_t id) const;

@@ -1,0 +1,222 @@
+#include "dataplane/scsi/engine.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "dataplane/scsi/handlers.h"
+#include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sense.h"
+
+namespace iscsigw::scsi {
+
+// ---------------------------------------------------------------------------------------------
+// Lun
+
+Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
+    : config_(std::move(config)), store_(std::move(store)) {}
+
+uint64_t Lun::num_blocks() const {
+  return config_.block_size == 0 ? 0 : store_->size_bytes() / config_.block_size;
+}
+
+void Lun::RaiseUnitAttention(UnitAttention ua, const Nexus* except) {
+  std::lock_guard<std::mutex> lock(ua_mu_);
+  const uint64_t epoch = ua_epoch_.load(std::memory_order_relaxed) + 1;
+  if (ua_log_.size() >= kMaxUaLog) ua_log_.erase(ua_log_.begin());
+  ua_log_.push_back(UaEvent{epoch, ua, except});
+  ua_epoch_.store(epoch, std::memory_order_release);
+}
+
+uint64_t Lun::CollectUnitAttentions(uint64_t seen, const Nexus* nexus,
+                                    std::vector<UnitAttention>* out) const {
+  std::lock_guard<std::mutex> lock(ua_mu_);
+  for (const UaEvent& ev : ua_log_) {
+    if (ev.epoch > seen && ev.except != nexus) out->push_back(ev.ua);
+  }
+  return ua_epoch_.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nexus
+
+Nexus::Nexus(std::string initiator_port, uint16_t relative_port_id)
+    : initiator_port_(std::move(initiator_port)),
+      relative_port_id_(relative_port_id),
+      luns_(kMaxLuns) {}
+
+Nexus::PerLun& Nexus::Slot(uint64_t lun_id) { return luns_[lun_id]; }
+
+void Nexus::PushPending(PerLun& s, UnitAttention ua) {
+  // SAM-5 5.14: a pending POWER ON, RESET, OR BUS DEVICE RESET OCCURRED already tells the initiator
+  // that every other state may have changed; further resets add nothing.
+  if (s.power_on_pending && ua.asc == Asc::kPowerOnReset.asc) return;
+  if (s.pending.capacity() == 0) s.pending.reserve(kMaxPendingUnitAttentions);
+  if (s.pending.size() >= kMaxPendingUnitAttentions) s.pending.erase(s.pending.begin());
+  s.pending.push_back(ua);
+}
+
+void Nexus::Sync(Lun& lun, PerLun& s) {
+  const uint64_t epoch = lun.ua_epoch();
+  if (!s.synced) {
+    // Events raised before this nexus first used the LUN are covered by its POWER ON unit
+    // attention (a new I_T nexus starts from the power-on state, SAM-5 5.14).
+    s.synced = true;
+    s.seen_epoch = epoch;
+    return;
+  }
+  if (epoch == s.seen_epoch) return;  // fast path: one acquire load per command
+  std::vector<UnitAttention> fresh;   // rare path (resets, capacity changes)
+  s.seen_epoch = lun.CollectUnitAttentions(s.seen_epoch, this, &fresh);
+  for (const UnitAttention& ua : fresh) PushPending(s, ua);
+}
+
+bool Nexus::PeekUnitAttention(Lun& lun, UnitAttention* ua) {
+  if (lun.id() >= kMaxLuns) return false;
+  PerLun& s = Slot(lun.id());
+  Sync(lun, s);
+  if (s.power_on_pending) {
+    *ua = UnitAttention{Asc::kPowerOnReset.asc, Asc::kPowerOnReset.ascq};
+    return true;
+  }
+  if (s.pending.empty()) return false;
+  *ua = s.pending.front();
+  return true;
+}
+
+void Nexus::PopUnitAttention(Lun& lun) {
+  if (lun.id() >= kMaxLuns) return;
+  PerLun& s = Slot(lun.id());
+  if (s.power_on_pending) {
+    s.power_on_pending = false;
+  } else if (!s.pending.empty()) {
+    s.pending.erase(s.pending.begin());
+  }
+}
+
+void Nexus::AddUnitAttention(uint64_t lun_id, UnitAttention ua) {
+  if (lun_id >= kMaxLuns) return;
+  PushPending(Slot(lun_id), ua);
+}
+
+void Nexus::ClearUnitAttentions(uint64_t lun_id) {
+  if (lun_id >= kMaxLuns) return;
+  PerLun& s = Slot(lun_id);
+  s.power_on_pending = false;
+  s.pending.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// TargetInfo
+
+Lun* TargetInfo::FindLun(uint64_t id) const {
+  // LUN ids are usually dense from 0, so try the direct index before the binary search.
+  if (id < luns.size() && luns[id] && luns[id]->id() == id) return luns[id].get();
+  auto it = std::lower_bound(luns.begin(), luns.end(), id,
+                             [](const std::shared_ptr<Lun>& l, uint64_t v) { return l->id() < v; });
+  if (it != luns.end() && (*it)->id() == id) return it->get();
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine
+
+namespace {
+
+using internal::Command;
+using internal::Disposition;
+using internal::Handler;
+
+struct OpEntry {
+  Handler handler = nullptr;
+  // SPC-4 5.14 / SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE are processed while a unit
+  // attention is pending and do not report it as CHECK CONDITION.
+  bool ua_exempt = false;
+  // SPC-4 (INQUIRY 6.6, REPORT LUNS 6.33, REQUEST SENSE 6.39): served for an incorrect logical
+  // unit.
+  bool missing_lun_ok = false;
+};
+
+constexpr std::array<OpEntry, 256> MakeOpTable() {
+  std::array<OpEntry, 256> t{};
+  t[kTestUnitReady] = {internal::TestUnitReady};
+  t[kRequestSense] = {internal::RequestSense, true, true};
+  t[kInquiry] = {internal::Inquiry, true, true};
+  t[kReportLuns] = {internal::ReportLuns, true, true};
+  t[kModeSense6] = {internal::ModeSense6};
+  t[kModeSense10] = {internal::ModeSense10};
+  t[kStartStopUnit] = {internal::StartStopUnit};
+  t[kReadCapacity10] = {internal::ReadCapacity10};
+  t[kServiceActionIn16] = {internal::ServiceActionIn16};
+  t[kRead6] = {internal::Read6};
+  t[kRead10] = {internal::Read10};
+  t[kRead12] = {internal::Read12};
+  t[kRead16] = {internal::Read16};
+  t[kWrite6] = {internal::Write6};
+  t[kWrite10] = {internal::Write10};
+  t[kWrite12] = {internal::Write12};
+  t[kWrite16] = {internal::Write16};
+  t[kSynchronizeCache10] = {internal::SynchronizeCache10};
+  t[kSynchronizeCache16] = {internal::SynchronizeCache16};
+  return t;
+}
+
+constexpr std::array<OpEntry, 256> kOpTable = MakeOpTable();
+
+void Finish(Task& task) { task.Complete(); }
+
+}  // namespace
+
+void Engine::Execute(const TargetInfo& target, Task& task) {
+  task.ResetResult();
+  const uint8_t opcode = task.cdb[0];
+  const OpEntry& entry = kOpTable[opcode];
+
+  Lun* lun = target.FindLun(task.lun);
+  if (lun == nullptr && !entry.missing_lun_ok) {
+    // SPC-4 4.5.6 / SAM-5 5.9.x: commands other than INQUIRY, REPORT LUNS and REQUEST SENSE to an
+    // incorrect logical unit end with LOGICAL UNIT NOT SUPPORTED.
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kLogicalUnitNotSupported);
+    return Finish(task);
+  }
+
+  if (lun != nullptr && task.nexus != nullptr && !entry.ua_exempt) {
+    // SAM-5 5.14: any other command (even an unsupported one) reports the oldest pending unit
+    // attention as CHECK CONDITION / UNIT ATTENTION, which clears it.
+    UnitAttention ua;
+    if (task.nexus->PeekUnitAttention(*lun, &ua)) {
+      task.nexus->PopUnitAttention(*lun);
+      SetCheckCondition(task, SenseKey::kUnitAttention, Asc{ua.asc, ua.ascq});
+      return Finish(task);
+    }
+  }
+
+  if (entry.handler == nullptr) {
+    // SPC-4 4.5.6: an operation code the device server does not implement.
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
+    return Finish(task);
+  }
+
+  const uint8_t need = CdbLengthForOpcode(opcode);
+  if (task.cdb_len < need) {
+    // The transport delivered fewer CDB bytes than the operation code defines.
+    SetInvalidFieldInCdb(task, task.cdb_len);
+    return Finish(task);
+  }
+  if (need > 0 && (task.cdb[need - 1] & 0x04) != 0) {
+    // SAM-5 (CONTROL byte): NACA=1 requires ACA support, which we do not report (NormACA=0 in
+    // INQUIRY), so the command is terminated with INVALID FIELD IN CDB.
+    SetInvalidFieldInCdb(task, need - 1, 2);
+    return Finish(task);
+  }
+
+  if (entry.handler(Command{target, lun, task}) == Disposition::kDone) Finish(task);
+}
+
+void Engine::ResetLun(Lun& lun, const Nexus* issuer) {
+  // SAM-5 5.8 (LOGICAL UNIT RESET): every other I_T nexus gets BUS DEVICE RESET FUNCTION OCCURRED.
+  lun.RaiseUnitAttention(UnitAttention{Asc::kBusDeviceReset.asc, Asc::kBusDeviceReset.ascq},
+                         issuer);
+}
+
+}  // namespace iscsigw::scsi

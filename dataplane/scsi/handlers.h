@@ -1,0 +1,60 @@
+// Internal to the SCSI engine: the handler signature the opcode table uses, and the SPC/SBC command
+// handlers (spc.cc, sbc.cc). Not part of the engine's contract; the transport uses engine.h only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dataplane/scsi/engine.h"
+#include "dataplane/scsi/task.h"
+
+namespace iscsigw::scsi::internal {
+
+// Largest READ/WRITE the engine accepts, advertised as MAXIMUM TRANSFER LENGTH in the Block Limits
+// VPD page (SBC-3 6.5.3); matches the transport's largest task buffer.
+inline constexpr uint64_t kMaxTransferBytes = uint64_t{16} << 20;
+// OPTIMAL TRANSFER LENGTH advertised in the Block Limits VPD page.
+inline constexpr uint64_t kOptimalTransferBytes = uint64_t{1} << 20;
+
+// What a handler did with the task.
+enum class Disposition {
+  kDone,     // status/sense/Data-In are final; Execute calls task.Complete()
+  kPending,  // a backing-store completion owns the task and calls task.Complete() (maybe already)
+};
+
+struct Command {
+  const TargetInfo& target;
+  Lun* lun;  // null only for opcodes allowed on a missing LUN (INQUIRY, REPORT LUNS, REQUEST SENSE)
+  Task& task;
+};
+
+using Handler = Disposition (*)(const Command& cmd);
+
+// Copies min(len, alloc_len, task.buf_cap) bytes of parameter data into task.buf as the Data-In
+// (SPC-4 4.2.5.6: the device server truncates to the allocation length without error).
+void ReturnData(Task& task, const uint8_t* data, size_t len, size_t alloc_len);
+
+// SPC-4 commands (spc.cc).
+Disposition TestUnitReady(const Command& cmd);
+Disposition Inquiry(const Command& cmd);
+Disposition ReportLuns(const Command& cmd);
+Disposition RequestSense(const Command& cmd);
+Disposition ModeSense6(const Command& cmd);
+Disposition ModeSense10(const Command& cmd);
+
+// SBC-3 commands (sbc.cc).
+Disposition StartStopUnit(const Command& cmd);
+Disposition ReadCapacity10(const Command& cmd);
+Disposition ServiceActionIn16(const Command& cmd);
+Disposition Read6(const Command& cmd);
+Disposition Read10(const Command& cmd);
+Disposition Read12(const Command& cmd);
+Disposition Read16(const Command& cmd);
+Disposition Write6(const Command& cmd);
+Disposition Write10(const Command& cmd);
+Disposition Write12(const Command& cmd);
+Disposition Write16(const Command& cmd);
+Disposition SynchronizeCache10(const Command& cmd);
+Disposition SynchronizeCache16(const Command& cmd);
+
+}  // namespace iscsigw::scsi::internal

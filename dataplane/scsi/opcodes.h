@@ -1,0 +1,54 @@
+// SCSI operation codes the engine knows by name (SPC-4 annex D, SBC-3 5.1 table 12). An opcode
+// missing here is answered INVALID COMMAND OPERATION CODE by the dispatch table.
+#pragma once
+
+#include <cstdint>
+
+namespace iscsigw::scsi {
+
+enum Opcode : uint8_t {
+  kTestUnitReady = 0x00,
+  kRequestSense = 0x03,
+  kRead6 = 0x08,
+  kWrite6 = 0x0A,
+  kInquiry = 0x12,
+  kModeSelect6 = 0x15,
+  kModeSense6 = 0x1A,
+  kStartStopUnit = 0x1B,
+  kReadCapacity10 = 0x25,
+  kRead10 = 0x28,
+  kWrite10 = 0x2A,
+  kSynchronizeCache10 = 0x35,
+  kModeSelect10 = 0x55,
+  kModeSense10 = 0x5A,
+  kRead16 = 0x88,
+  kWrite16 = 0x8A,
+  kSynchronizeCache16 = 0x91,
+  kServiceActionIn16 = 0x9E,
+  kReportLuns = 0xA0,
+  kRead12 = 0xA8,
+  kWrite12 = 0xAA,
+};
+
+// SERVICE ACTION IN(16) service actions (SBC-3 5.16).
+inline constexpr uint8_t kSaReadCapacity16 = 0x10;
+
+// SPC-4 4.2.5.1: the CDB length follows from the opcode's group code (bits 7..5). 0 for groups
+// whose length the opcode alone does not fix (variable length, reserved, vendor specific).
+constexpr uint8_t CdbLengthForOpcode(uint8_t opcode) {
+  switch (opcode >> 5) {
+    case 0:
+      return 6;
+    case 1:
+    case 2:
+      return 10;
+    case 4:
+      return 16;
+    case 5:
+      return 12;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace iscsigw::scsi

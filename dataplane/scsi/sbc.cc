@@ -1,0 +1,282 @@
+// SBC-3 block commands: READ CAPACITY, READ/WRITE (6/10/12/16), SYNCHRONIZE CACHE, START STOP UNIT.
+//
+// READ/WRITE/SYNCHRONIZE CACHE hand the task to the backing store and return kPending; the store's
+// completion (inline for ram/null, later on the same reactor for file) sets status and completes
+// the task. Nothing on this path allocates.
+#include <algorithm>
+#include <span>
+
+#include "dataplane/base/endian.h"
+#include "dataplane/scsi/handlers.h"
+#include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sense.h"
+
+namespace iscsigw::scsi::internal {
+namespace {
+
+// Decoded READ/WRITE CDB.
+struct RwCdb {
+  uint64_t lba = 0;
+  uint32_t blocks = 0;
+  bool fua = false;
+  uint8_t protect = 0;   // RDPROTECT / WRPROTECT
+  uint16_t length_byte;  // where TRANSFER LENGTH starts, for the sense field pointer
+};
+
+RwCdb Decode6(const uint8_t* cdb) {
+  // SBC-3 5.10 READ(6) / 5.40 WRITE(6): 21-bit LBA; TRANSFER LENGTH 0 means 256 blocks.
+  RwCdb r;
+  r.lba = LoadBe24(cdb + 1) & 0x1FFFFF;
+  r.blocks = cdb[4] == 0 ? 256 : cdb[4];
+  r.length_byte = 4;
+  return r;
+}
+
+RwCdb Decode10(const uint8_t* cdb) {
+  // SBC-3 5.11 READ(10) / 5.41 WRITE(10).
+  RwCdb r;
+  r.protect = cdb[1] >> 5;
+  r.fua = (cdb[1] & 0x08) != 0;  // DPO (bit 4) is a cache hint we may ignore
+  r.lba = LoadBe32(cdb + 2);
+  r.blocks = LoadBe16(cdb + 7);
+  r.length_byte = 7;
+  return r;
+}
+
+RwCdb Decode12(const uint8_t* cdb) {
+  // SBC-3 5.12 READ(12) / 5.42 WRITE(12).
+  RwCdb r;
+  r.protect = cdb[1] >> 5;
+  r.fua = (cdb[1] & 0x08) != 0;
+  r.lba = LoadBe32(cdb + 2);
+  r.blocks = LoadBe32(cdb + 6);
+  r.length_byte = 6;
+  return r;
+}
+
+RwCdb Decode16(const uint8_t* cdb) {
+  // SBC-3 5.13 READ(16) / 5.43 WRITE(16).
+  RwCdb r;
+  r.protect = cdb[1] >> 5;
+  r.fua = (cdb[1] & 0x08) != 0;
+  r.lba = LoadBe64(cdb + 2);
+  r.blocks = LoadBe32(cdb + 10);
+  r.length_byte = 10;
+  return r;
+}
+
+// SBC-3 4.5 and each command's LBA description: LBA + blocks beyond the capacity is LOGICAL BLOCK
+// ADDRESS OUT OF RANGE. Written so that nothing overflows.
+bool InRange(const Lun& lun, uint64_t lba, uint64_t blocks) {
+  const uint64_t capacity = lun.num_blocks();
+  return lba <= capacity && blocks <= capacity - lba;
+}
+
+// Checks shared by READ and WRITE; false when the task already holds CHECK CONDITION.
+bool CheckRw(const Command& cmd, const RwCdb& r) {
+  if (r.protect != 0) {
+    // SBC-3 4.22: the logical unit has no protection information (PROTECT=0 in INQUIRY), so a
+    // non-zero RDPROTECT/WRPROTECT is an invalid field.
+    SetInvalidFieldInCdb(cmd.task, 1, 7);
+    return false;
+  }
+  if (!InRange(*cmd.lun, r.lba, r.blocks)) {
+    SetCheckCondition(cmd.task, SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+    return false;
+  }
+  if (uint64_t{r.blocks} * cmd.lun->block_size() > kMaxTransferBytes) {
+    // SBC-3 6.5.3: a TRANSFER LENGTH above the Block Limits MAXIMUM TRANSFER LENGTH ends with
+    // INVALID FIELD IN CDB.
+    SetInvalidFieldInCdb(cmd.task, r.length_byte);
+    return false;
+  }
+  return true;
+}
+
+void ReadDone(void* ctx, int err) {
+  Task& task = *static_cast<Task*>(ctx);
+  if (err != 0) SetCheckCondition(task, SenseKey::kMediumError, Asc::kUnrecoveredReadError);
+  task.Complete();
+}
+
+void WriteDone(void* ctx, int err) {
+  Task& task = *static_cast<Task*>(ctx);
+  if (err != 0) SetCheckCondition(task, SenseKey::kMediumError, Asc::kWriteError);
+  task.Complete();
+}
+
+void IgnoreDone(void* ctx, int err) {
+  (void)ctx;
+  (void)err;
+}
+
+Disposition DoRead(const Command& cmd, const RwCdb& r) {
+  Task& task = cmd.task;
+  if (!CheckRw(cmd, r)) return Disposition::kDone;
+  // SBC-3 5.11: a TRANSFER LENGTH of zero transfers nothing and is not an error.
+  if (r.blocks == 0) return Disposition::kDone;
+  // FUA on a read asks for data from the medium rather than a cache; our caches are coherent with
+  // the medium (page cache, memory), so the data returned is the same either way.
+  Lun& lun = *cmd.lun;
+  const uint64_t offset = r.lba * lun.block_size();
+  const uint64_t bytes = uint64_t{r.blocks} * lun.block_size();
+  const size_t pieces = lun.store().MapRead(offset, bytes, task.in_segs);
+  if (pieces > 0) {  // zero copy: Data-In straight from store memory
+    task.in_seg_count = static_cast<uint32_t>(pieces);
+    task.in_len = static_cast<uint32_t>(bytes);
+    return Disposition::kDone;
+  }
+  // The transport sizes buf to its expected length (capped); it sends at most expected_length bytes
+  // anyway, so reading more than buf_cap would be wasted.
+  const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(bytes, task.buf_cap));
+  if (n == 0) return Disposition::kDone;
+  task.SetDataInFromBuf(n);
+  lun.store().Read(task.slot, offset, std::span<uint8_t>(task.buf, n),
+                   backing::IoCompletion{ReadDone, &task});
+  return Disposition::kPending;
+}
+
+Disposition DoWrite(const Command& cmd, const RwCdb& r) {
+  Task& task = cmd.task;
+  if (!CheckRw(cmd, r)) return Disposition::kDone;
+  Lun& lun = *cmd.lun;
+  if (lun.config().read_only) {
+    // SBC-3 4.13 (write protection): DATA PROTECT / WRITE PROTECTED.
+    SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);
+    return Disposition::kDone;
+  }
+  if (r.blocks == 0) return Disposition::kDone;  // SBC-3 5.41: not an error, nothing written
+  const uint64_t bytes = uint64_t{r.blocks} * lun.block_size();
+  if (task.data_out_len < bytes || task.buf == nullptr || task.buf_cap < bytes) {
+    // The initiator sent less data than the CDB's TRANSFER LENGTH (its expected data transfer
+    // length was smaller: an iSCSI underflow, RFC 7143 11.4.5.2). Writing a prefix would leave the
+    // tail of the range unwritten while reporting the command's outcome for all of it, so the
+    // command is refused as a whole before anything reaches the medium.
+    SetInvalidFieldInCdb(task, r.length_byte);
+    return Disposition::kDone;
+  }
+  // FUA (SBC-3 5.41): the store makes the data stable before it completes. DPO is ignored.
+  lun.store().Write(task.slot, r.lba * lun.block_size(),
+                    std::span<const uint8_t>(task.buf, static_cast<size_t>(bytes)), r.fua,
+                    backing::IoCompletion{WriteDone, &task});
+  return Disposition::kPending;
+}
+
+// Flushes the store's volatile cache; with immed the command is already complete (GOOD) once the
+// flush has been started.
+Disposition StartFlush(const Command& cmd, bool immed) {
+  Task& task = cmd.task;
+  if (immed) {
+    cmd.lun->store().Flush(task.slot, backing::IoCompletion{IgnoreDone, nullptr});
+    return Disposition::kDone;
+  }
+  cmd.lun->store().Flush(task.slot, backing::IoCompletion{WriteDone, &task});
+  return Disposition::kPending;
+}
+
+Disposition SynchronizeCache(const Command& cmd, uint64_t lba, uint64_t blocks) {
+  // SBC-3 5.22 / 5.23. NUMBER OF LOGICAL BLOCKS 0 means "to the end of the medium"; either way the
+  // range is checked, then the whole store is flushed (a superset of the range).
+  Task& task = cmd.task;
+  if (!InRange(*cmd.lun, lba, blocks)) {
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+    return Disposition::kDone;
+  }
+  // IMMED (byte 1 bit 1): return status once the CDB is validated (SBC-3 5.22).
+  return StartFlush(cmd, (task.cdb[1] & 0x02) != 0);
+}
+
+}  // namespace
+
+Disposition ReadCapacity10(const Command& cmd) {
+  // SBC-3 5.15.
+  Task& task = cmd.task;
+  const uint8_t* cdb = task.cdb.data();
+  const bool pmi = (cdb[8] & 0x01) != 0;
+  if (!pmi && LoadBe32(cdb + 2) != 0) {  // LBA must be zero when PMI is zero
+    SetInvalidFieldInCdb(task, 2);
+    return Disposition::kDone;
+  }
+  const uint64_t blocks = cmd.lun->num_blocks();
+  const uint64_t last = blocks == 0 ? 0 : blocks - 1;
+  uint8_t data[8];
+  // RETURNED LOGICAL BLOCK ADDRESS: FFFFFFFFh tells the initiator to use READ CAPACITY(16).
+  StoreBe32(data, last > 0xFFFFFFFEull ? 0xFFFFFFFFu : static_cast<uint32_t>(last));
+  StoreBe32(data + 4, cmd.lun->block_size());
+  ReturnData(task, data, sizeof(data), sizeof(data));
+  return Disposition::kDone;
+}
+
+Disposition ServiceActionIn16(const Command& cmd) {
+  Task& task = cmd.task;
+  const uint8_t* cdb = task.cdb.data();
+  if ((cdb[1] & 0x1F) != kSaReadCapacity16) {
+    // SPC-4 4.5.6 / 6.x: an unsupported service action of a supported operation code.
+    SetInvalidFieldInCdb(task, 1, 4);
+    return Disposition::kDone;
+  }
+  // SBC-3 5.16 READ CAPACITY(16).
+  const bool pmi = (cdb[14] & 0x01) != 0;
+  if (!pmi && LoadBe64(cdb + 2) != 0) {
+    SetInvalidFieldInCdb(task, 2);
+    return Disposition::kDone;
+  }
+  const uint32_t alloc = LoadBe32(cdb + 10);
+  const uint64_t blocks = cmd.lun->num_blocks();
+  uint8_t data[32] = {};
+  StoreBe64(data, blocks == 0 ? 0 : blocks - 1);
+  StoreBe32(data + 8, cmd.lun->block_size());
+  // data[12]: P_TYPE / PROT_EN = 0 (no protection information).
+  // data[13]: P_I_EXPONENT = 0, LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT = 0.
+  // data[14..15]: LBPME = 0, LBPRZ = 0 (no thin provisioning), LOWEST ALIGNED LBA = 0.
+  ReturnData(task, data, sizeof(data), alloc);
+  return Disposition::kDone;
+}
+
+Disposition Read6(const Command& cmd) { return DoRead(cmd, Decode6(cmd.task.cdb.data())); }
+Disposition Read10(const Command& cmd) { return DoRead(cmd, Decode10(cmd.task.cdb.data())); }
+Disposition Read12(const Command& cmd) { return DoRead(cmd, Decode12(cmd.task.cdb.data())); }
+Disposition Read16(const Command& cmd) { return DoRead(cmd, Decode16(cmd.task.cdb.data())); }
+Disposition Write6(const Command& cmd) { return DoWrite(cmd, Decode6(cmd.task.cdb.data())); }
+Disposition Write10(const Command& cmd) { return DoWrite(cmd, Decode10(cmd.task.cdb.data())); }
+Disposition Write12(const Command& cmd) { return DoWrite(cmd, Decode12(cmd.task.cdb.data())); }
+Disposition Write16(const Command& cmd) { return DoWrite(cmd, Decode16(cmd.task.cdb.data())); }
+
+Disposition SynchronizeCache10(const Command& cmd) {
+  const uint8_t* cdb = cmd.task.cdb.data();
+  return SynchronizeCache(cmd, LoadBe32(cdb + 2), LoadBe16(cdb + 7));
+}
+
+Disposition SynchronizeCache16(const Command& cmd) {
+  const uint8_t* cdb = cmd.task.cdb.data();
+  return SynchronizeCache(cmd, LoadBe64(cdb + 2), LoadBe32(cdb + 10));
+}
+
+Disposition StartStopUnit(const Command& cmd) {
+  // SBC-3 5.25. There is no medium to spin or eject: the unit stays ready in every state, which the
+  // standard permits for a device whose medium is always accessible. Stopping (START=0 with POWER
+  // CONDITION 0h) still honours the part that matters for data: unless NO_FLUSH is set, the cache
+  // is written to the medium before the command completes.
+  Task& task = cmd.task;
+  const uint8_t* cdb = task.cdb.data();
+  const bool immed = (cdb[1] & 0x01) != 0;
+  const uint8_t power_condition = cdb[4] >> 4;
+  const bool no_flush = (cdb[4] & 0x04) != 0;
+  const bool start = (cdb[4] & 0x01) != 0;
+  // LOEJ (bit 1) asks to load/eject removable medium; the medium is not removable (RMB=0 in
+  // INQUIRY) so there is nothing to load or eject.
+  switch (power_condition) {
+    case 0x0:  // START_VALID: process START and LOEJ
+      if (!start && !no_flush) return StartFlush(cmd, immed);
+      return Disposition::kDone;
+    case 0x1:  // ACTIVE: the logical unit is always in the active power condition
+      return Disposition::kDone;
+    default:
+      // IDLE/STANDBY/LU_CONTROL/FORCE_*: power conditions are not supported (no Power Condition
+      // mode page), so the field is invalid.
+      SetInvalidFieldInCdb(task, 4, 7);
+      return Disposition::kDone;
+  }
+}
+
+}  // namespace iscsigw::scsi::internal

@@ -1,0 +1,63 @@
+#include "dataplane/scsi/sense.h"
+
+#include <cstring>
+
+namespace iscsigw::scsi {
+
+size_t BuildFixedSense(uint8_t* out, SenseKey key, Asc asc, const FieldPointer* sks) {
+  // SPC-4 4.5.3, table 48: fixed format sense data.
+  std::memset(out, 0, kFixedSenseLength);
+  out[0] = 0x70;  // VALID=0 (no INFORMATION), response code 70h: current error
+  out[2] = static_cast<uint8_t>(key) & 0x0F;
+  out[7] = kFixedSenseLength - 8;  // ADDITIONAL SENSE LENGTH
+  out[12] = asc.asc;
+  out[13] = asc.ascq;
+  if (sks != nullptr) {
+    // SPC-4 4.5.2.4.2, table 45: SKSV, C/D, BPV, BIT POINTER, FIELD POINTER.
+    uint8_t b = 0x80;
+    if (sks->in_cdb) b |= 0x40;
+    if (sks->bit >= 0) b |= 0x08 | (static_cast<uint8_t>(sks->bit) & 0x07);
+    out[15] = b;
+    out[16] = static_cast<uint8_t>(sks->byte >> 8);
+    out[17] = static_cast<uint8_t>(sks->byte);
+  }
+  return kFixedSenseLength;
+}
+
+size_t BuildDescriptorSense(uint8_t* out, SenseKey key, Asc asc) {
+  // SPC-4 4.5.2, table 27: descriptor format sense data header.
+  std::memset(out, 0, kDescriptorSenseLength);
+  out[0] = 0x72;
+  out[1] = static_cast<uint8_t>(key) & 0x0F;
+  out[2] = asc.asc;
+  out[3] = asc.ascq;
+  out[7] = 0;  // no sense data descriptors
+  return kDescriptorSenseLength;
+}
+
+namespace {
+
+void SetCheckConditionWithSks(Task& task, SenseKey key, Asc asc, const FieldPointer* sks) {
+  task.status = ScsiStatus::kCheckCondition;
+  task.sense_len = static_cast<uint8_t>(BuildFixedSense(task.sense.data(), key, asc, sks));
+  task.in_seg_count = 0;
+  task.in_len = 0;
+}
+
+}  // namespace
+
+void SetCheckCondition(Task& task, SenseKey key, Asc asc) {
+  SetCheckConditionWithSks(task, key, asc, nullptr);
+}
+
+void SetInvalidFieldInCdb(Task& task, uint16_t byte, int8_t bit) {
+  const FieldPointer fp{true, byte, bit};
+  SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb, &fp);
+}
+
+void SetInvalidFieldInParameterList(Task& task, uint16_t byte, int8_t bit) {
+  const FieldPointer fp{false, byte, bit};
+  SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInParameterList, &fp);
+}
+
+}  // namespace iscsigw::scsi
