@@ -1,0 +1,388 @@
+#include "dataplane/api/dataplane.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/null_store.h"
+#include "dataplane/backing/ram_store.h"
+#include "dataplane/base/log.h"
+#include "dataplane/iscsi/connection.h"
+#include "dataplane/iscsi/session.h"
+#include "dataplane/runtime/reactor_pool.h"
+
+namespace iscsigw::api {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Result<tcp::endpoint> ParsePortal(const std::string& portal) {
+  const auto colon = portal.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("portal " + portal + ": expected HOST:PORT");
+  }
+  std::string host = portal.substr(0, colon);
+  const std::string port_str = portal.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty()) host = "0.0.0.0";
+  unsigned long port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoul(port_str, &used);
+    if (used != port_str.size() || port > 65535) throw std::out_of_range("port");
+  } catch (...) {
+    return InvalidArgument("portal " + portal + ": port '" + port_str + "' is not 0..65535");
+  }
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("portal " + portal + ": '" + host + "' is not an IP address");
+  return tcp::endpoint(addr, static_cast<uint16_t>(port));
+}
+
+std::string EndpointString(const tcp::endpoint& ep) {
+  if (ep.address().is_v6()) return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+bool SameBacking(const LunSpec& a, const LunSpec& b) {
+  return a.backing == b.backing && a.path == b.path && a.size_bytes == b.size_bytes &&
+         a.block_size == b.block_size && a.read_only == b.read_only && a.serial == b.serial &&
+         a.device_id == b.device_id;
+}
+
+}  // namespace
+
+Status ValidateIscsiName(const std::string& name) {
+  // RFC 7143 4.2.7.1 / 6.1: at most 223 bytes, no upper case (stringprep folds case), and one of
+  // the iqn., eui. or naa. formats.
+  if (name.empty()) return InvalidArgument("name is empty");
+  if (name.size() > 223) return InvalidArgument("name " + name + " is longer than 223 bytes");
+  for (unsigned char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                    c == ':';
+    if (!ok) {
+      return InvalidArgument("name " + name + ": character '" + std::string(1, static_cast<char>(c)) +
+                             "' is not allowed (lower-case letters, digits, '.', '-', ':')");
+    }
+  }
+  if (name.rfind("iqn.", 0) == 0) {
+    // iqn.YYYY-MM.reversed.domain[:anything]
+    if (name.size() < 12 || name[8] != '-' || name[11] != '.' ||
+        !std::all_of(name.begin() + 4, name.begin() + 8, ::isdigit) ||
+        !std::isdigit(static_cast<unsigned char>(name[9])) ||
+        !std::isdigit(static_cast<unsigned char>(name[10]))) {
+      return InvalidArgument("name " + name + ": an iqn. name is iqn.YYYY-MM.reversed.domain[:id]");
+    }
+    return Status::Ok();
+  }
+  auto hex_tail = [&](size_t prefix, std::initializer_list<size_t> lengths) {
+    const std::string tail = name.substr(prefix);
+    if (std::find(lengths.begin(), lengths.end(), tail.size()) == lengths.end()) return false;
+    return std::all_of(tail.begin(), tail.end(), ::isxdigit);
+  };
+  if (name.rfind("eui.", 0) == 0) {
+    if (hex_tail(4, {16})) return Status::Ok();
+    return InvalidArgument("name " + name + ": an eui. name has 16 hex digits");
+  }
+  if (name.rfind("naa.", 0) == 0) {
+    if (hex_tail(4, {16, 32})) return Status::Ok();
+    return InvalidArgument("name " + name + ": a naa. name has 16 or 32 hex digits");
+  }
+  return InvalidArgument("name " + name + ": must start with iqn., eui. or naa.");
+}
+
+Status ValidateLun(const std::string& target, const LunSpec& lun) {
+  const std::string who = "lun " + std::to_string(lun.id) + " of " + target + ": ";
+  if (lun.id >= scsi::kMaxLuns) {
+    return InvalidArgument(who + "id " + std::to_string(lun.id) + " is out of range 0..255");
+  }
+  if (lun.block_size != 512 && lun.block_size != 4096) {
+    return InvalidArgument(who + "block_size " + std::to_string(lun.block_size) +
+                           " is not 512 or 4096");
+  }
+  if (lun.size_bytes % lun.block_size != 0) {
+    return InvalidArgument(who + "size_bytes " + std::to_string(lun.size_bytes) +
+                           " is not a multiple of block_size " + std::to_string(lun.block_size));
+  }
+  if (lun.backing != BackingKind::kFile && lun.size_bytes == 0) {
+    return InvalidArgument(who + "size_bytes must be set for a ram or null store");
+  }
+  if (lun.backing == BackingKind::kFile && lun.path.empty()) {
+    return InvalidArgument(who + "file.path is empty");
+  }
+  if (lun.serial.size() > 32) return InvalidArgument(who + "serial is longer than 32 characters");
+  return Status::Ok();
+}
+
+struct Dataplane::Impl {
+  explicit Impl(const Options& o)
+      : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
+        gateway(pool, o.gateway) {}
+
+  asio::awaitable<void> AcceptLoop(tcp::acceptor* acc) {
+    asio::steady_timer backoff(acc->get_executor());
+    while (!stopping.load()) {
+      const unsigned r = pool.PickLeastLoaded();
+      auto [ec, sock] =
+          co_await acc->async_accept(pool.context(r), asio::as_tuple(asio::use_awaitable));
+      if (stopping.load() || !acc->is_open()) break;
+      if (ec) {
+        // EMFILE and friends: back off instead of spinning.
+        log::Iscsi().warn("accept on {}: {}", EndpointString(acc->local_endpoint()), ec.message());
+        backoff.expires_after(std::chrono::milliseconds(100));
+        co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
+        continue;
+      }
+      if (!gateway.TryAddConnection()) {
+        log::Iscsi().warn("connection limit {} reached; refusing a connection",
+                          gateway.options().max_connections);
+        boost::system::error_code ignored;
+        sock.close(ignored);
+        continue;
+      }
+      auto conn = std::make_shared<iscsi::Connection>(gateway, r, std::move(sock), ++next_conn_id);
+      {
+        std::lock_guard lock(conns_mu);
+        std::erase_if(conns, [](const auto& w) { return w.second.expired(); });
+        conns.emplace_back(r, conn);
+      }
+      asio::post(pool.context(r), [conn] { conn->Start(); });
+    }
+  }
+
+  runtime::ReactorPool pool;
+  iscsi::Gateway gateway;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> next_conn_id{0};
+  std::mutex conns_mu;
+  std::vector<std::pair<unsigned, std::weak_ptr<iscsi::Connection>>> conns;  // guarded
+
+  std::mutex config_mu;
+  struct LunEntry {
+    LunSpec spec;
+    std::shared_ptr<scsi::Lun> lun;
+  };
+  std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
+  bool stopped = false;
+};
+
+Dataplane::Dataplane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Dataplane::~Dataplane() { Stop(); }
+
+unsigned Dataplane::reactors() const { return impl_->pool.size(); }
+
+Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
+  auto impl = std::make_unique<Impl>(options);
+  std::vector<std::string> bound;
+  for (const auto& portal : options.portals) {
+    auto ep = ParsePortal(portal);
+    if (!ep.ok()) return ep.status();
+    auto acc = std::make_unique<tcp::acceptor>(impl->pool.context(0));
+    boost::system::error_code ec;
+    acc->open(ep->protocol(), ec);
+    if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acc->bind(ep.value(), ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status(StatusCode::kUnavailable, "portal " + portal + ": " + ec.message());
+    bound.push_back(EndpointString(acc->local_endpoint()));
+    impl->acceptors.push_back(std::move(acc));
+  }
+  Impl* raw = impl.get();
+  for (auto& acc : impl->acceptors) {
+    tcp::acceptor* a = acc.get();
+    asio::co_spawn(impl->pool.context(0), [raw, a] { return raw->AcceptLoop(a); },
+                   asio::detached);
+  }
+  impl->pool.Start();
+  std::unique_ptr<Dataplane> dp(new Dataplane(std::move(impl)));
+  dp->bound_ = std::move(bound);
+  return dp;
+}
+
+Status Dataplane::Apply(const Config& config) {
+  std::lock_guard lock(impl_->config_mu);
+  std::set<std::string> names;
+  for (const auto& t : config.targets) {
+    if (Status s = ValidateIscsiName(t.name); !s.ok()) {
+      return InvalidArgument("target " + t.name + ": " + s.message());
+    }
+    if (!names.insert(t.name).second) return AlreadyExists("target " + t.name + " is listed twice");
+    std::set<uint32_t> ids;
+    for (const auto& l : t.luns) {
+      if (Status s = ValidateLun(t.name, l); !s.ok()) return s;
+      if (!ids.insert(l.id).second) {
+        return AlreadyExists("lun " + std::to_string(l.id) + " of " + t.name + " is listed twice");
+      }
+    }
+    for (const auto& i : t.initiators) {
+      if (Status s = ValidateIscsiName(i); !s.ok()) {
+        return InvalidArgument("target " + t.name + ": initiator " + s.message());
+      }
+    }
+  }
+
+  // Build the new LUN set first; only when every store opened is anything published.
+  std::map<std::pair<std::string, uint32_t>, Impl::LunEntry> next;
+  auto snapshot = std::make_shared<iscsi::Snapshot>();
+  uint16_t port_id = 1;
+  for (const auto& t : config.targets) {
+    auto tc = std::make_shared<iscsi::TargetConfig>();
+    tc->info.name = t.name;
+    tc->info.tpgt = 1;
+    tc->info.relative_port_id = port_id;
+    tc->alias = t.alias;
+    tc->allow_any_initiator = t.allow_any_initiator;
+    tc->initiators = t.initiators;
+    std::vector<LunSpec> luns = t.luns;
+    std::sort(luns.begin(), luns.end(), [](auto& a, auto& b) { return a.id < b.id; });
+    for (const auto& l : luns) {
+      const auto key = std::make_pair(t.name, l.id);
+      auto old = impl_->luns.find(key);
+      if (old != impl_->luns.end() && SameBacking(old->second.spec, l)) {
+        next[key] = old->second;
+        tc->info.luns.push_back(old->second.lun);
+        continue;
+      }
+      std::shared_ptr<backing::BackingStore> store;
+      uint64_t size = l.size_bytes;
+      switch (l.backing) {
+        case BackingKind::kRam:
+          store = backing::NewRamStore(l.size_bytes);
+          break;
+        case BackingKind::kNull:
+          store = backing::NewNullStore(l.size_bytes);
+          break;
+        case BackingKind::kFile: {
+          backing::FileStoreOptions fo;
+          fo.path = l.path;
+          fo.size_bytes = l.size_bytes;
+          fo.read_only = l.read_only;
+          auto fs = backing::FileStore::Open(fo, impl_->pool.contexts());
+          if (!fs.ok()) {
+            return Status(fs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
+                                                  ": " + fs.status().message());
+          }
+          size = fs.value()->size_bytes();
+          if (size % l.block_size != 0) {
+            return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name + ": file " +
+                                   l.path + " size " + std::to_string(size) +
+                                   " is not a multiple of block_size " +
+                                   std::to_string(l.block_size));
+          }
+          store = std::move(fs).value();
+          break;
+        }
+      }
+      scsi::LunConfig lc;
+      lc.id = l.id;
+      lc.block_size = l.block_size;
+      lc.read_only = l.read_only;
+      const uint64_t h = Fnv1a(t.name + "/" + std::to_string(l.id));
+      if (l.serial.empty()) {
+        char buf[17];
+        std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+        lc.serial = buf;
+      } else {
+        lc.serial = l.serial;
+      }
+      // NAA 6 (IEEE Registered Extended) with a locally derived, stable identifier.
+      lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
+      auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
+      next[key] = Impl::LunEntry{l, lun};
+      tc->info.luns.push_back(lun);
+      log::Ctl().info("lun {} of {}: {} store, {} bytes, block size {}{}", l.id, t.name,
+                      l.backing == BackingKind::kRam    ? "ram (volatile)"
+                      : l.backing == BackingKind::kNull ? "null"
+                                                        : "file " + l.path,
+                      size, l.block_size, l.read_only ? ", read-only" : "");
+    }
+    snapshot->targets.push_back(std::move(tc));
+    ++port_id;
+  }
+  impl_->luns = std::move(next);
+  impl_->gateway.Publish(std::move(snapshot));
+  return Status::Ok();
+}
+
+std::vector<iscsi::SessionInfo> Dataplane::ListSessions() const {
+  return impl_->gateway.ListSessions();
+}
+
+bool Dataplane::DropSession(uint16_t tsih) { return impl_->gateway.DropSession(tsih); }
+
+void Dataplane::Stop() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->stopping.store(true);
+  // Stop accepting.
+  {
+    std::promise<void> done;
+    asio::post(impl_->pool.context(0), [this, &done] {
+      for (auto& acc : impl_->acceptors) {
+        boost::system::error_code ec;
+        acc->close(ec);
+      }
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  // Close every connection on its own reactor; tasks still waiting for data are failed, tasks in
+  // a store finish before their connection goes.
+  {
+    std::lock_guard lock(impl_->conns_mu);
+    for (auto& [r, weak] : impl_->conns) {
+      if (auto c = weak.lock()) asio::post(impl_->pool.context(r), [c] { c->Close(); });
+    }
+  }
+  // Make every acknowledged write durable.
+  {
+    std::lock_guard lock(impl_->config_mu);
+    for (auto& [key, entry] : impl_->luns) {
+      if (!entry.lun->store().persistent()) continue;
+      std::promise<int> done;
+      auto* lun = entry.lun.get();
+      asio::post(impl_->pool.context(0), [lun, &done] {
+        lun->store().Flush(0, backing::IoCompletion{
+                                  [](void* ctx, int err) {
+                                    static_cast<std::promise<int>*>(ctx)->set_value(err);
+                                  },
+                                  &done});
+      });
+      const int err = done.get_future().get();
+      if (err != 0) {
+        log::Backing().error("flush of lun {} of {} at shutdown failed: {}", key.second, key.first,
+                             std::strerror(err));
+      }
+    }
+  }
+  impl_->pool.Stop();
+}
+
+}  // namespace iscsigw::api

@@ -1,0 +1,86 @@
+// The data plane's face: the only surface the control plane and server/ see. It starts the reactor
+// pool and the portals, takes whole configurations (targets, LUNs, ACLs) and turns them into the
+// immutable snapshot the iSCSI layer reads at login, lists and drops sessions, and shuts down.
+//
+// Threading: every method may be called from any non-reactor thread; Apply and Stop are
+// serialised by the caller (the control plane owns the configuration).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/base/status.h"
+#include "dataplane/iscsi/gateway.h"
+
+namespace iscsigw::api {
+
+enum class BackingKind { kRam, kNull, kFile };
+
+struct LunSpec {
+  uint32_t id = 0;
+  BackingKind backing = BackingKind::kRam;
+  std::string path;      // file backing
+  bool create = false;   // file backing: create if missing
+  uint64_t size_bytes = 0;
+  uint32_t block_size = 512;
+  bool read_only = false;
+  std::string serial;
+  uint64_t device_id = 0;
+};
+
+struct TargetSpec {
+  std::string name;
+  std::string alias;
+  bool allow_any_initiator = false;
+  std::vector<std::string> initiators;
+  std::vector<LunSpec> luns;
+};
+
+struct Config {
+  std::vector<TargetSpec> targets;
+};
+
+struct Options {
+  std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
+  unsigned reactors = 0;                             // 0: one per core
+  iscsi::GatewayOptions gateway;
+};
+
+class Dataplane {
+ public:
+  // Binds every portal and starts the reactors. Errors name the portal that failed.
+  static Result<std::unique_ptr<Dataplane>> Start(const Options& options);
+  ~Dataplane();
+
+  // The bound portals as "host:port" (port 0 resolved).
+  const std::vector<std::string>& portals() const { return bound_; }
+  unsigned reactors() const;
+
+  // Validates and applies a whole configuration. LUNs whose spec is unchanged keep their store
+  // and state; new ones are created (files opened); removed ones go once no session uses them.
+  // On error nothing changes and the Status names the target, LUN and field.
+  Status Apply(const Config& config);
+
+  std::vector<iscsi::SessionInfo> ListSessions() const;
+  bool DropSession(uint16_t tsih);
+
+  // Stops accepting, closes every connection (in-flight commands are failed or finished), flushes
+  // the file stores and joins the reactors. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Dataplane(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::vector<std::string> bound_;
+};
+
+// Checks one LUN spec; the message names target, LUN and field.
+Status ValidateLun(const std::string& target, const LunSpec& lun);
+// RFC 7143 4.2.7: iqn., eui. and naa. names, lower case, at most 223 bytes.
+Status ValidateIscsiName(const std::string& name);
+
+}  // namespace iscsigw::api

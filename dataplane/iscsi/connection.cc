@@ -1,0 +1,1307 @@
+#include "dataplane/iscsi/connection.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/base/log.h"
+#include "dataplane/iscsi/session.h"
+#include "dataplane/pdu/crc32c.h"
+
+namespace iscsigw::iscsi {
+
+namespace asio = boost::asio;
+using pdu::BhsView;
+using pdu::Opcode;
+using pdu::RejectReason;
+
+namespace {
+
+constexpr uint8_t kZeroPad[4] = {0, 0, 0, 0};
+constexpr auto kTimerTick = std::chrono::milliseconds(500);
+
+// AHS type 1: Extended CDB (RFC 7143 11.2.1.3).
+constexpr uint8_t kAhsExtendedCdb = 1;
+
+void SetFixedSense(scsi::Task& t, uint8_t key, uint8_t asc, uint8_t ascq) {
+  t.status = scsi::ScsiStatus::kCheckCondition;
+  t.sense.fill(0);
+  t.sense[0] = 0x70;
+  t.sense[2] = key;
+  t.sense[7] = 10;
+  t.sense[12] = asc;
+  t.sense[13] = ascq;
+  t.sense_len = 18;
+}
+
+std::string EndpointString(const asio::ip::tcp::endpoint& ep) {
+  const auto addr = ep.address();
+  if (addr.is_v6()) return "[" + addr.to_string() + "]:" + std::to_string(ep.port());
+  return addr.to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket socket, uint64_t id)
+    : gw_(gw),
+      reactor_(reactor),
+      socket_(std::move(socket)),
+      id_(id),
+      rx_(new uint8_t[kRxBufferSize]),
+      wake_(socket_.get_executor()),
+      timer_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? std::string("?") : EndpointString(ep);
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  rx_limits_.max_data_segment_length = gw_.options().limits.max_recv_data_segment_length;
+  bufs_.reserve(kMaxBatchBuffers);
+  sent_.reserve(kMaxBatchHeaders + kMaxControlPdus);
+  control_storage_.reserve(kMaxControlPdus);
+  control_free_.reserve(kMaxControlPdus);
+}
+
+Connection::~Connection() { gw_.RemoveConnection(); }
+
+void Connection::Start() {
+  started_ = last_rx_ = std::chrono::steady_clock::now();
+  gw_.pool().AddConnection(reactor_, 1);
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->TimerLoop(); }, asio::detached);
+}
+
+void Connection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  phase_ = Phase::kClosed;
+  gw_.pool().AddConnection(reactor_, -1);
+  boost::system::error_code ec;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  timer_.cancel();
+  wake_.cancel();
+
+  // Drop everything queued or in flight on the wire; tasks go back to the session.
+  tx_head_ = tx_tail_ = nullptr;
+  sent_.clear();
+  if (session_) {
+    for (Task& t : session_->tasks()) {
+      t.tx_queued = false;
+      if (t.state == Task::State::kFree) continue;
+      if (t.state == Task::State::kExecuting && t.async_pending) {
+        t.aborted = true;  // released when the store completes
+      } else {
+        ReleaseTask(&t);
+      }
+    }
+    gw_.Unregister(session_->tsih(), session_.get());
+    session_->set_connection(nullptr);
+    if (session_->tsih() != 0) {
+      log::Iscsi().info("[C{} S{}] session closed: initiator {} target {}", id_, session_->tsih(),
+                        session_->initiator_name(),
+                        session_->target() ? session_->target()->info.name : "(discovery)");
+    }
+  }
+  if (async_pending_ > 0) keepalive_ = shared_from_this();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receive side
+
+asio::awaitable<void> Connection::ReadLoop() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    // Keep room for the largest PDU we accept after the bytes already buffered.
+    const size_t max_pdu = pdu::kBhsLength + 1024 + 8 + rx_limits_.max_data_segment_length + 8;
+    if (kRxBufferSize - rx_end_ < max_pdu && rx_begin_ > 0) {
+      std::memmove(rx_.get(), rx_.get() + rx_begin_, rx_end_ - rx_begin_);
+      rx_end_ -= rx_begin_;
+      rx_begin_ = 0;
+    }
+    if (rx_end_ == kRxBufferSize) break;  // cannot happen within the negotiated limits
+    auto [ec, n] = co_await socket_.async_read_some(
+        asio::buffer(rx_.get() + rx_end_, kRxBufferSize - rx_end_),
+        asio::as_tuple(asio::use_awaitable));
+    if (ec || closed_) break;
+    rx_end_ += n;
+    last_rx_ = std::chrono::steady_clock::now();
+
+    bool ok = ParseBuffered();
+    Flush();
+    // Backpressure: while the send side is full of control PDUs, wait for it to drain before
+    // parsing (and reading) more.
+    while (ok && paused_ && !closed_) {
+      wake_.expires_after(std::chrono::seconds(1));
+      co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      if (control_free_.size() >= 4 || control_storage_.size() < kMaxControlPdus) {
+        paused_ = false;
+        ok = ParseBuffered();
+        Flush();
+      }
+    }
+    if (!ok) break;
+  }
+  Close();
+}
+
+bool Connection::ParseBuffered() {
+  bool ok = true;
+  while (ok && !closed_ && !paused_) {
+    if (phase_ == Phase::kLoggingOut) {
+      rx_begin_ = rx_end_;  // nothing more is processed after a logout or a final reject
+      break;
+    }
+    pdu::Frame f;
+    const auto r = pdu::ParseFrame({rx_.get() + rx_begin_, rx_end_ - rx_begin_}, rx_limits_, &f);
+    if (r.status == pdu::FrameStatus::kNeedMore) break;
+    if (r.status == pdu::FrameStatus::kHeaderDigestError) {
+      // RFC 7143 7.8: with a bad header digest no length can be trusted; ERL 0 closes.
+      log::Pdu().warn("[C{}] header digest error from {}", id_, peer_);
+      return false;
+    }
+    if (r.status == pdu::FrameStatus::kDataSegmentTooLong) {
+      log::Pdu().warn("[C{}] DataSegmentLength {} exceeds MaxRecvDataSegmentLength {}", id_,
+                      BhsView(rx_.get() + rx_begin_).data_segment_length(),
+                      rx_limits_.max_data_segment_length);
+      SendReject(rx_.get() + rx_begin_, RejectReason::kProtocolError);
+      phase_ = Phase::kLoggingOut;
+      close_after_write_ = true;
+      break;
+    }
+    if (r.status == pdu::FrameStatus::kDataDigestError) {
+      // RFC 7143 7.8 / 11.17.1: discard the PDU and reject it with "data digest error".
+      log::Pdu().warn("[C{}] data digest error from {}", id_, peer_);
+      SendReject(f.bhs, RejectReason::kDataDigestError);
+    } else {
+      ok = HandleFrame(f);
+    }
+    rx_begin_ += f.total_length;
+  }
+  if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+  return ok;
+}
+
+bool Connection::HandleFrame(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  const Opcode op = h.opcode();
+  if (phase_ == Phase::kLogin) {
+    if (op != Opcode::kLoginRequest) {
+      // RFC 7143 6.3: only Login Requests before full feature phase; anything else ends the login.
+      log::Iscsi().warn("[C{}] opcode {:#x} during login from {}", id_, h.raw_opcode(), peer_);
+      return false;
+    }
+    return HandleLogin(f);
+  }
+  switch (op) {
+    case Opcode::kScsiCommand:
+      return HandleScsiCommand(f);
+    case Opcode::kDataOut:
+      return HandleDataOut(f);
+    case Opcode::kNopOut:
+      return HandleNopOut(f);
+    case Opcode::kTaskMgmtRequest:
+      return HandleTaskMgmt(f);
+    case Opcode::kTextRequest:
+      return HandleText(f);
+    case Opcode::kLogoutRequest:
+      return HandleLogout(f);
+    case Opcode::kLoginRequest:
+      // RFC 7143 11.12: a Login Request in full feature phase is a protocol error.
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      return true;
+    case Opcode::kSnackRequest:
+      // ErrorRecoveryLevel 0 has no SNACK support (RFC 7143 11.16, 7.1.5).
+      SendReject(f.bhs, RejectReason::kCommandNotSupported);
+      return true;
+    default:
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      return true;
+  }
+}
+
+bool Connection::AcceptCmdSn(const BhsView& h) {
+  if (h.immediate()) return true;  // immediate delivery: CmdSN is not advanced (RFC 7143 4.2.2.1)
+  const uint32_t sn = h.cmd_sn();
+  if (sn == session_->exp_cmd_sn()) {
+    session_->AdvanceCmdSn();
+    return true;
+  }
+  // RFC 7143 4.2.2.1: a non-immediate command outside [ExpCmdSN, MaxCmdSN] is silently ignored.
+  // With one connection per session TCP keeps commands in order, so a CmdSN ahead of ExpCmdSN
+  // can only come from a broken initiator; it is dropped as well rather than held forever.
+  ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_->tsih(),
+                   "dropping CmdSN {} (ExpCmdSN {}, MaxCmdSN {})", sn, session_->exp_cmd_sn(),
+                   session_->max_cmd_sn());
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Login (RFC 7143 6.3, 11.12, 11.13)
+
+bool Connection::SendLoginReject(const BhsView& req, LoginStatus status) {
+  log::Iscsi().info("[C{}] login from {} rejected: status {:#06x}{}{}", id_, peer_,
+                    static_cast<unsigned>(status), negotiator_ && !negotiator_->error().empty() ? ": " : "",
+                    negotiator_ ? negotiator_->error() : "");
+  ControlPdu* c = NewControl();
+  pdu::Bhs& r = c->hdr;
+  r.SetOpcode(Opcode::kLoginResponse);
+  r.SetFlags(0);
+  r.Set8(2, 0);
+  r.Set8(3, 0);
+  std::memcpy(&r.b[8], req.isid(), 6);
+  r.SetItt(req.itt());
+  r.SetSn(stat_sn_++, session_ ? session_->exp_cmd_sn() : req.cmd_sn(),
+          session_ ? session_->max_cmd_sn() : req.cmd_sn());
+  r.Set8(36, static_cast<uint8_t>(static_cast<uint16_t>(status) >> 8));
+  r.Set8(37, static_cast<uint8_t>(static_cast<uint16_t>(status)));
+  c->no_digest = true;
+  c->close_after = true;
+  QueueControl(c);
+  phase_ = Phase::kLoggingOut;
+  return true;
+}
+
+bool Connection::HandleLogin(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (!login_started_) {
+    login_started_ = true;
+    std::memcpy(isid_.data(), h.isid(), 6);
+    login_tsih_ = h.tsih();
+    cid_ = h.cid();
+    stat_sn_ = h.exp_stat_sn();
+    login_stage_ = h.csg();
+    negotiator_ = std::make_unique<Negotiator>(gw_.options().limits, std::string());
+  } else if (std::memcmp(isid_.data(), h.isid(), 6) != 0 || h.tsih() != login_tsih_) {
+    // RFC 7143 11.12.5: ISID and TSIH stay the same throughout a login.
+    return SendLoginReject(h, LoginStatus::kInitiatorError);
+  }
+  login_itt_ = h.itt();
+  // RFC 7143 11.12.4: this target speaks version 0x00 only.
+  if (h.version_min() > 0) return SendLoginReject(h, LoginStatus::kUnsupportedVersion);
+  if (f.data_length > 0 && !login_text_.Append({f.data, f.data_length}).ok()) {
+    return SendLoginReject(h, LoginStatus::kInitiatorError);
+  }
+  const uint8_t csg = h.csg();
+  const uint8_t nsg = h.nsg();
+  const bool transit = h.transit();
+  if (csg == 2 || csg == 3 || csg < login_stage_) {
+    return SendLoginReject(h, LoginStatus::kInitiatorError);
+  }
+  if (h.cont()) {
+    // RFC 7143 11.12.2: C=1 forbids T=1. Acknowledge with an empty response in the same stage.
+    if (transit) return SendLoginReject(h, LoginStatus::kInitiatorError);
+    ControlPdu* c = NewControl();
+    c->hdr.SetOpcode(Opcode::kLoginResponse);
+    c->hdr.SetFlags(static_cast<uint8_t>(csg << 2));
+    std::memcpy(&c->hdr.b[8], h.isid(), 6);
+    c->hdr.SetItt(h.itt());
+    c->hdr.SetSn(stat_sn_++, h.cmd_sn(), h.cmd_sn());
+    c->no_digest = true;
+    QueueControl(c);
+    return true;
+  }
+  if (transit && (nsg <= csg || nsg == 2)) return SendLoginReject(h, LoginStatus::kInitiatorError);
+  auto keys = login_text_.Take();
+  if (!keys.ok()) {
+    log::Iscsi().info("[C{}] login from {}: {}", id_, peer_, keys.status().message());
+    return SendLoginReject(h, LoginStatus::kInitiatorError);
+  }
+  login_stage_ = csg;
+
+  std::vector<pdu::KeyValue> out;
+  LoginStatus st = negotiator_->Process(keys.value(), static_cast<Stage>(csg), &out);
+  if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
+
+  // The first request names the initiator, the session type and the target (RFC 7143 6.3.1).
+  if (session_type_ == SessionType::kUnknown) {
+    const SessionParams& p = negotiator_->params();
+    if (p.initiator_name.empty()) return SendLoginReject(h, LoginStatus::kMissingParameter);
+    session_type_ = p.session_type == SessionType::kDiscovery ? SessionType::kDiscovery
+                                                               : SessionType::kNormal;
+    if (session_type_ == SessionType::kNormal) {
+      if (!negotiator_->target_name_given()) {
+        return SendLoginReject(h, LoginStatus::kMissingParameter);
+      }
+      login_target_ = gw_.snapshot()->Find(p.target_name);
+      if (!login_target_) {
+        log::Iscsi().info("[C{}] login from {} ({}): target {} not found", id_, peer_,
+                          p.initiator_name, p.target_name);
+        return SendLoginReject(h, LoginStatus::kNotFound);
+      }
+      if (!login_target_->Allows(p.initiator_name)) {
+        log::Iscsi().info("[C{}] login from {} ({}) to {}: not in the ACL", id_, peer_,
+                          p.initiator_name, p.target_name);
+        return SendLoginReject(h, LoginStatus::kAuthorizationFailure);
+      }
+    }
+    if (login_tsih_ != 0) {
+      // Adding a connection to an existing session: MaxConnections is 1 (RFC 7143 6.3.3).
+      return SendLoginReject(h, gw_.FindSession(login_tsih_) ? LoginStatus::kTooManyConnections
+                                                             : LoginStatus::kSessionDoesNotExist);
+    }
+  }
+
+  const uint16_t tpgt = login_target_ ? login_target_->info.tpgt : 1;
+  negotiator_->AppendTargetDeclarations(static_cast<Stage>(csg), tpgt, &out);
+
+  const bool to_ffp = transit && nsg == 3;
+  if (to_ffp) {
+    st = negotiator_->Finish();
+    if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
+    params_ = negotiator_->params();
+    params_.session_type = session_type_;
+    session_ = std::make_shared<Session>(gw_, reactor_, params_.initiator_name, isid_,
+                                         login_target_, params_, peer_);
+    session_->set_exp_cmd_sn(h.cmd_sn());
+    std::shared_ptr<Session> replaced;
+    gw_.Register(session_, &replaced);
+    session_->set_connection(this);
+    if (replaced) {
+      // RFC 7143 6.3.5 session reinstatement: the old session's connection is closed.
+      asio::post(gw_.pool().context(replaced->reactor()), [replaced] { replaced->Drop(); });
+    }
+  }
+
+  ControlPdu* c = NewControl();
+  pdu::Bhs& r = c->hdr;
+  r.SetOpcode(Opcode::kLoginResponse);
+  r.SetFlags(transit ? static_cast<uint8_t>(0x80 | (csg << 2) | nsg) : static_cast<uint8_t>(csg << 2));
+  r.Set8(2, 0);  // Version-max
+  r.Set8(3, 0);  // Version-active
+  std::memcpy(&r.b[8], isid_.data(), 6);
+  r.Set16(14, session_ ? session_->tsih() : 0);
+  r.SetItt(h.itt());
+  const uint32_t exp = session_ ? session_->exp_cmd_sn() : h.cmd_sn();
+  const uint32_t max = session_ ? session_->max_cmd_sn() : h.cmd_sn();
+  r.SetSn(stat_sn_++, exp, max);
+  pdu::EncodeText(out, &c->data);
+  c->no_digest = true;
+  QueueControl(c);
+
+  if (to_ffp) {
+    phase_ = Phase::kFullFeature;
+    ApplyNegotiatedLimits();
+    log::Iscsi().info(
+        "[C{} S{}] login: initiator {} isid {} -> {} from {} on reactor {} (digests {}/{}, "
+        "MaxRecvDataSegmentLength {}/{}, MaxBurstLength {}, FirstBurstLength {}, ImmediateData {}, "
+        "InitialR2T {})",
+        id_, session_->tsih(), params_.initiator_name, IsidHex(isid_),
+        login_target_ ? login_target_->info.name : "discovery", peer_, reactor_,
+        params_.header_digest ? "CRC32C" : "None", params_.data_digest ? "CRC32C" : "None",
+        params_.target_max_recv_data_segment_length, params_.initiator_max_recv_data_segment_length,
+        params_.max_burst_length, params_.first_burst_length, params_.immediate_data,
+        params_.initial_r2t);
+  } else if (transit) {
+    login_stage_ = nsg;
+  }
+  return true;
+}
+
+void Connection::ApplyNegotiatedLimits() {
+  rx_limits_.max_data_segment_length = params_.target_max_recv_data_segment_length;
+  rx_limits_.header_digest = params_.header_digest;
+  rx_limits_.data_digest = params_.data_digest;
+  tx_header_digest_ = params_.header_digest;
+  tx_data_digest_ = params_.data_digest;
+  max_send_segment_ = params_.initiator_max_recv_data_segment_length;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SCSI commands and Data-Out (RFC 7143 11.3, 11.7, 11.8)
+
+bool Connection::HandleScsiCommand(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (session_->discovery()) {
+    // RFC 7143 4.3: a discovery session carries only Text, NOP and Logout.
+    SendReject(f.bhs, RejectReason::kProtocolError);
+    return true;
+  }
+  const bool read = h.read_bit();
+  const bool write = h.write_bit();
+  const uint32_t edtl = h.expected_data_transfer_length();
+  // RFC 7143 11.3.1: unsolicited data only with W; bidirectional commands need the
+  // bidirectional AHS and are not supported by a block gateway.
+  if ((read && write) || (!write && f.data_length > 0) || f.data_length > edtl ||
+      (f.data_length > 0 && !params_.immediate_data) ||
+      f.data_length > params_.first_burst_length) {
+    if (AcceptCmdSn(h)) SendReject(f.bhs, RejectReason::kProtocolError);
+    return true;
+  }
+  if (edtl > runtime::BufferPool::kMaxBuffer) {
+    if (AcceptCmdSn(h)) SendReject(f.bhs, RejectReason::kInvalidPduField);
+    return true;
+  }
+  if (!AcceptCmdSn(h)) return true;
+  Task* t = session_->AllocTask(h.immediate());
+  if (t == nullptr) {
+    // Only immediate commands can run out: the window bounds the rest.
+    SendReject(f.bhs, RejectReason::kImmediateCommandReject);
+    return true;
+  }
+  t->ResetForCommand();
+  t->conn = this;
+  t->state = Task::State::kReceivingData;
+  t->itt = h.itt();
+  t->cmd_sn = h.cmd_sn();
+  t->lun_raw = h.lun_raw();
+  t->edtl = edtl;
+  t->read = read;
+  t->write = write;
+
+  scsi::Task& st = t->scsi;
+  std::memcpy(st.cdb.data(), h.cdb(), 16);
+  st.cdb_len = 16;
+  if (f.ahs_length >= 4 && f.ahs[2] == kAhsExtendedCdb) {
+    const uint16_t ahs_len = LoadBe16(f.ahs);  // includes the reserved byte
+    const uint32_t extra = ahs_len > 0 ? ahs_len - 1u : 0u;
+    if (extra + 16 > scsi::kMaxCdbLength || 4u + ahs_len > f.ahs_length) {
+      SendReject(f.bhs, RejectReason::kInvalidPduField);
+      ReleaseTask(t);
+      return true;
+    }
+    std::memcpy(st.cdb.data() + 16, f.ahs + 4, extra);
+    st.cdb_len = static_cast<uint8_t>(16 + extra);
+  }
+  st.lun = pdu::DecodeLun(t->lun_raw);
+  st.dir = write ? scsi::DataDirection::kWrite
+                 : (read ? scsi::DataDirection::kRead : scsi::DataDirection::kNone);
+  st.expected_length = edtl;
+  st.data_out_len = 0;
+  st.slot = reactor_;
+
+  if (edtl > 0) {
+    t->buf = gw_.pool().buffers(reactor_).Get(edtl, &t->buf_cap);
+    if (t->buf == nullptr) {
+      SetFixedSense(st, 0x0b, 0x55, 0x03);  // ABORTED COMMAND, INSUFFICIENT RESOURCES
+      t->state = Task::State::kExecuting;
+      QueueTaskResponse(t);
+      return true;
+    }
+  }
+  st.buf = t->buf;
+  st.buf_cap = t->buf_cap;
+
+  if (!write) {
+    StartExecution(t);
+    return true;
+  }
+  // Immediate data, then the unsolicited burst (InitialR2T=No, F=0), then R2Ts for the rest
+  // (RFC 7143 4.2.5.2).
+  if (f.data_length > 0) std::memcpy(t->buf, f.data, f.data_length);
+  t->received = f.data_length;
+  t->unsolicited_received = f.data_length;
+  t->unsolicited_end = (!h.final_bit() && !params_.initial_r2t)
+                           ? std::min(edtl, params_.first_burst_length)
+                           : f.data_length;
+  if (t->unsolicited_end < f.data_length) t->unsolicited_end = f.data_length;
+  t->unsolicited_done = t->unsolicited_received >= t->unsolicited_end;
+  if (!t->unsolicited_done) {
+    t->unsol_next = unsol_head_;
+    unsol_head_ = t;
+  }
+  t->next_r2t_offset = t->unsolicited_end;
+  if (t->unsolicited_done && t->next_r2t_offset >= edtl) {
+    StartExecution(t);
+  } else {
+    IssueR2Ts(t);
+  }
+  return true;
+}
+
+void Connection::IssueR2Ts(Task* t) {
+  bool added = false;
+  const uint32_t limit = std::min<uint32_t>(params_.max_outstanding_r2t, kMaxOutstandingR2T);
+  while (t->outstanding_r2t < limit && t->next_r2t_offset < t->edtl) {
+    R2tSlot* slot = nullptr;
+    for (auto& s : t->r2t) {
+      if (!s.active) {
+        slot = &s;
+        break;
+      }
+    }
+    if (slot == nullptr) break;
+    uint32_t ttt;
+    do {
+      ttt = ((++ttt_serial_ & 0xffffff) << 8) | t->index;
+    } while (ttt == pdu::kReservedTag);
+    const uint32_t len = std::min(params_.max_burst_length, t->edtl - t->next_r2t_offset);
+    *slot = R2tSlot{true, ttt, t->next_r2t_offset, len, 0, 0, t->next_r2t_sn++, false};
+    t->next_r2t_offset += len;
+    ++t->outstanding_r2t;
+    added = true;
+  }
+  if (added) Queue(t);
+}
+
+Task* Connection::FindTaskByItt(uint32_t itt) {
+  for (Task& t : session_->tasks()) {
+    if (t.state != Task::State::kFree && t.itt == itt) return &t;
+  }
+  return nullptr;
+}
+
+bool Connection::HandleDataOut(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  const uint32_t ttt = h.ttt();
+  const uint32_t off = h.buffer_offset();
+  const uint32_t dsn = h.data_sn();
+  const uint32_t len = f.data_length;
+  Task* t = nullptr;
+  if (ttt == pdu::kReservedTag) {
+    Task** link = &unsol_head_;
+    while (*link != nullptr && (*link)->itt != h.itt()) link = &(*link)->unsol_next;
+    t = *link;
+    if (t == nullptr) {
+      // Data for a task that no longer exists (aborted or failed): discarded (RFC 7143 4.2.3).
+      return true;
+    }
+    // RFC 7143 11.7.5 / 11.7.6: DataSN counts PDUs of the sequence from 0; with
+    // DataPDUInOrder=Yes the offsets are contiguous.
+    if (dsn != t->unsolicited_data_sn || off != t->unsolicited_received ||
+        uint64_t{off} + len > t->unsolicited_end) {
+      log::Iscsi().warn("[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
+                        "(expected DataSN {} offset {} end {}); closing (ErrorRecoveryLevel 0)",
+                        id_, h.itt(), dsn, off, len, t->unsolicited_data_sn,
+                        t->unsolicited_received, t->unsolicited_end);
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      return false;
+    }
+    std::memcpy(t->buf + off, f.data, len);
+    t->unsolicited_received += len;
+    ++t->unsolicited_data_sn;
+    t->received += len;
+    if (h.final_bit() || t->unsolicited_received == t->unsolicited_end) {
+      if (t->unsolicited_received != t->unsolicited_end) {
+        SendReject(f.bhs, RejectReason::kProtocolError);
+        return false;
+      }
+      t->unsolicited_done = true;
+      *link = t->unsol_next;
+      t->unsol_next = nullptr;
+    }
+  } else {
+    t = session_->TaskAt(ttt & 0xff);
+    R2tSlot* slot = nullptr;
+    if (t != nullptr && t->state == Task::State::kReceivingData && t->itt == h.itt()) {
+      for (auto& s : t->r2t) {
+        if (s.active && s.ttt == ttt) slot = &s;
+      }
+    }
+    if (slot == nullptr) return true;  // stale transfer tag: discarded (RFC 7143 4.2.3)
+    if (dsn != slot->next_data_sn || off != slot->offset + slot->received ||
+        slot->received + uint64_t{len} > slot->length) {
+      log::Iscsi().warn("[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
+                        "(expected DataSN {} offset {}); closing (ErrorRecoveryLevel 0)",
+                        id_, h.itt(), ttt, dsn, off, len, slot->next_data_sn,
+                        slot->offset + slot->received);
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      return false;
+    }
+    std::memcpy(t->buf + off, f.data, len);
+    slot->received += len;
+    ++slot->next_data_sn;
+    t->received += len;
+    if (slot->received == slot->length) {
+      slot->active = false;
+      --t->outstanding_r2t;
+      IssueR2Ts(t);
+    } else if (h.final_bit()) {
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      return false;
+    }
+  }
+  if (t->unsolicited_done && t->outstanding_r2t == 0 && t->next_r2t_offset >= t->edtl &&
+      t->state == Task::State::kReceivingData) {
+    StartExecution(t);
+  }
+  return true;
+}
+
+void Connection::StartExecution(Task* t) {
+  t->state = Task::State::kExecuting;
+  scsi::Task& st = t->scsi;
+  st.data_out_len = t->write ? t->received : 0;
+  st.complete = &Connection::OnScsiComplete;
+  st.complete_ctx = t;
+  t->async_pending = false;
+  scsi::Engine::Execute(session_->target()->info, st);
+  if (t->state == Task::State::kExecuting) {
+    t->async_pending = true;
+    ++async_pending_;
+  }
+}
+
+void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
+  Task* t = static_cast<Task*>(ctx);
+  Connection* c = t->conn;
+  const bool was_async = t->async_pending;
+  if (was_async) {
+    t->async_pending = false;
+    --c->async_pending_;
+  }
+  if (t->aborted || c->closed_) {
+    // SAM-5 5.6: an aborted task sends no response.
+    c->ReleaseTask(t);
+    if (c->closed_ && c->async_pending_ == 0) {
+      auto last = std::move(c->keepalive_);  // may destroy the connection when this scope ends
+      return;
+    }
+    return;
+  }
+  c->QueueTaskResponse(t);
+  if (was_async) c->Flush();
+}
+
+void Connection::QueueTaskResponse(Task* t) {
+  t->state = Task::State::kResponding;
+  const scsi::Task& st = t->scsi;
+  // Data-In goes only where the initiator asked for it (R bit), truncated to EDTL.
+  t->tx_len = t->read ? std::min(st.in_len, t->edtl) : 0;
+  t->tx_offset = 0;
+  t->tx_seg = 0;
+  t->tx_seg_off = 0;
+  Queue(t);
+}
+
+void Connection::ReleaseTask(Task* t) {
+  if (t->state == Task::State::kFree) return;
+  if (t->buf != nullptr) {
+    gw_.pool().buffers(reactor_).Put(t->buf, t->buf_cap);
+    t->buf = nullptr;
+    t->buf_cap = 0;
+  }
+  for (Task** link = &unsol_head_; *link != nullptr; link = &(*link)->unsol_next) {
+    if (*link == t) {
+      *link = t->unsol_next;
+      break;
+    }
+  }
+  t->unsol_next = nullptr;
+  session_->FreeTask(t);
+}
+
+void Connection::AbortTasks(uint64_t lun_id) {
+  if (!session_ || closed_) return;
+  for (Task& t : session_->tasks()) {
+    if (t.state == Task::State::kFree) continue;
+    if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
+    switch (t.state) {
+      case Task::State::kReceivingData:
+        ReleaseTask(&t);
+        break;
+      case Task::State::kExecuting:
+        t.aborted = true;
+        break;
+      default:
+        break;  // the response is already on its way
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NOP, task management, text, logout
+
+bool Connection::HandleNopOut(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (h.itt() == pdu::kReservedTag) {
+    // RFC 7143 11.18: an answer to our ping (TTT echoes ours), or a one-way ping with I=1.
+    if (ping_outstanding_ && h.ttt() == ping_ttt_) ping_outstanding_ = false;
+    return true;
+  }
+  if (!AcceptCmdSn(h)) return true;
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kNopIn);
+  c->hdr.SetFlags(0x80);
+  c->hdr.SetLunRaw(h.lun_raw());
+  c->hdr.SetItt(h.itt());
+  c->hdr.Set32(20, pdu::kReservedTag);
+  c->assign_stat_sn = true;
+  // RFC 7143 11.19.3: the ping data comes back, up to the initiator's MaxRecvDataSegmentLength.
+  const uint32_t n = std::min(f.data_length, max_send_segment_);
+  c->data.assign(f.data, f.data + n);
+  QueueControl(c);
+  return true;
+}
+
+bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (session_->discovery()) {
+    SendReject(f.bhs, RejectReason::kProtocolError);
+    return true;
+  }
+  if (!AcceptCmdSn(h)) return true;
+  using pdu::TmfFunction;
+  using pdu::TmfResponse;
+  const auto fn = static_cast<TmfFunction>(h.tmf_function());
+  const uint64_t lun_id = pdu::DecodeLun(h.lun_raw());
+  const TargetConfig& target = *session_->target();
+  scsi::Lun* lun = target.info.FindLun(lun_id);
+  TmfResponse resp = TmfResponse::kFunctionComplete;
+  bool close_after = false;
+  const std::string& target_name = target.info.name;
+
+  auto abort_everywhere = [&](uint64_t which) {
+    AbortTasks(which);
+    Session* self = session_.get();
+    gw_.ForEachSession(target_name, [self, which](Session& s) {
+      if (&s != self && s.connection() != nullptr) s.connection()->AbortTasks(which);
+    });
+  };
+
+  switch (fn) {
+    case TmfFunction::kAbortTask: {
+      // RFC 7143 11.5.1: find the task by its ITT; if it is gone, "Function complete" only when
+      // RefCmdSN is inside the window and older than this request, else "Task does not exist".
+      Task* t = FindTaskByItt(h.referenced_task_tag());
+      if (t != nullptr && t->lun_raw == h.lun_raw() && t->state != Task::State::kResponding) {
+        if (t->state == Task::State::kReceivingData) {
+          ReleaseTask(t);
+        } else {
+          t->aborted = true;
+        }
+      } else if (t != nullptr && t->state == Task::State::kResponding) {
+        resp = TmfResponse::kFunctionComplete;  // completed; its response is already queued
+      } else {
+        const uint32_t ref = h.ref_cmd_sn();
+        const bool in_window = pdu::SnLessEq(session_->exp_cmd_sn(), ref) &&
+                               pdu::SnLessEq(ref, session_->max_cmd_sn());
+        resp = (in_window && pdu::SnLess(ref, h.cmd_sn())) ? TmfResponse::kFunctionComplete
+                                                            : TmfResponse::kTaskDoesNotExist;
+      }
+      break;
+    }
+    case TmfFunction::kAbortTaskSet:
+      if (lun == nullptr) {
+        resp = TmfResponse::kLunDoesNotExist;
+      } else {
+        AbortTasks(lun_id);
+      }
+      break;
+    case TmfFunction::kClearTaskSet:
+      if (lun == nullptr) {
+        resp = TmfResponse::kLunDoesNotExist;
+      } else {
+        abort_everywhere(lun_id);
+      }
+      break;
+    case TmfFunction::kClearAca:
+      resp = TmfResponse::kNotSupported;  // NACA is not supported (standard INQUIRY NormACA=0)
+      break;
+    case TmfFunction::kLogicalUnitReset:
+      if (lun == nullptr) {
+        resp = TmfResponse::kLunDoesNotExist;
+      } else {
+        abort_everywhere(lun_id);
+        scsi::Engine::ResetLun(*lun, &session_->nexus());
+        log::Iscsi().info("[C{} S{}] LOGICAL UNIT RESET of LUN {} on {} by {}", id_,
+                          session_->tsih(), lun_id, target_name, session_->initiator_name());
+      }
+      break;
+    case TmfFunction::kTargetWarmReset:
+    case TmfFunction::kTargetColdReset:
+      abort_everywhere(~uint64_t{0});
+      for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, &session_->nexus());
+      log::Iscsi().info("[C{} S{}] TARGET {} RESET of {} by {}", id_, session_->tsih(),
+                        fn == TmfFunction::kTargetColdReset ? "COLD" : "WARM", target_name,
+                        session_->initiator_name());
+      if (fn == TmfFunction::kTargetColdReset) {
+        // RFC 7143 11.5.1: after a cold reset the target drops all its connections.
+        Session* self = session_.get();
+        gw_.ForEachSession(target_name, [self](Session& s) {
+          if (&s != self) s.Drop();
+        });
+        close_after = true;
+      }
+      break;
+    case TmfFunction::kTaskReassign:
+      resp = TmfResponse::kTaskAllegianceReassignmentNotSupported;  // ErrorRecoveryLevel 0
+      break;
+    default:
+      resp = TmfResponse::kNotSupported;
+      break;
+  }
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kTaskMgmtResponse);
+  c->hdr.SetFlags(0x80);
+  c->hdr.Set8(2, static_cast<uint8_t>(resp));
+  c->hdr.SetItt(h.itt());
+  c->assign_stat_sn = true;
+  c->close_after = close_after;
+  if (close_after) phase_ = Phase::kLoggingOut;
+  QueueControl(c);
+  return true;
+}
+
+std::string Connection::PortalAddress() const {
+  boost::system::error_code ec;
+  auto ep = socket_.local_endpoint(ec);
+  return ec ? std::string() : EndpointString(ep);
+}
+
+bool Connection::HandleText(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (!AcceptCmdSn(h)) return true;
+  const uint32_t ttt = h.ttt();
+  if (ttt == pdu::kReservedTag) {
+    text_out_.clear();
+    text_out_offset_ = 0;
+    if (f.data_length > 0 && !text_in_.Append({f.data, f.data_length}).ok()) {
+      SendReject(f.bhs, RejectReason::kProtocolError);
+      text_in_.Clear();
+      return true;
+    }
+    if (h.cont()) {
+      // RFC 7143 11.10.2: more of the request follows; answer with an empty response.
+      text_ttt_ = next_text_ttt_++;
+      if (text_ttt_ == pdu::kReservedTag) text_ttt_ = next_text_ttt_++;
+    } else {
+      auto keys = text_in_.Take();
+      if (!keys.ok()) {
+        SendReject(f.bhs, RejectReason::kProtocolError);
+        return true;
+      }
+      std::vector<pdu::KeyValue> rest;
+      for (const auto& kv : keys.value()) {
+        if (kv.key != "SendTargets") {
+          rest.push_back(kv);
+          continue;
+        }
+        // RFC 7143 13.3 and Appendix C: All (discovery), the session's own target (empty), or one
+        // named target; only targets this initiator may log in to are listed.
+        auto snap = gw_.snapshot();
+        const std::string portal = PortalAddress();
+        for (const auto& tc : snap->targets) {
+          const bool wanted =
+              kv.value == "All" ? true
+              : kv.value.empty()
+                  ? (session_->target() && session_->target()->info.name == tc->info.name)
+                  : kv.value == tc->info.name;
+          if (!wanted || !tc->Allows(session_->initiator_name())) continue;
+          pdu::AppendKey("TargetName", tc->info.name, &text_out_);
+          if (!portal.empty()) {
+            pdu::AppendKey("TargetAddress", portal + "," + std::to_string(tc->info.tpgt),
+                           &text_out_);
+          }
+        }
+      }
+      if (!rest.empty()) {
+        std::vector<pdu::KeyValue> answers;
+        if (negotiator_->ProcessFullFeature(rest, &answers) != LoginStatus::kSuccess) {
+          SendReject(f.bhs, RejectReason::kProtocolError);
+          return true;
+        }
+        pdu::EncodeText(answers, &text_out_);
+      }
+      text_ttt_ = pdu::kReservedTag;
+    }
+  } else if (ttt != text_ttt_) {
+    SendReject(f.bhs, RejectReason::kInvalidPduField);
+    return true;
+  }
+  // Send the next piece of the response; C=1 with a transfer tag while more remains.
+  ControlPdu* c = NewControl();
+  const size_t remain = text_out_.size() - text_out_offset_;
+  const size_t n = std::min<size_t>(remain, max_send_segment_);
+  c->data.assign(text_out_.begin() + text_out_offset_, text_out_.begin() + text_out_offset_ + n);
+  text_out_offset_ += n;
+  const bool more = text_out_offset_ < text_out_.size();
+  const bool request_more = h.cont() && ttt == pdu::kReservedTag;
+  if (more) {
+    text_ttt_ = next_text_ttt_++;
+    if (text_ttt_ == pdu::kReservedTag) text_ttt_ = next_text_ttt_++;
+  }
+  c->hdr.SetOpcode(Opcode::kTextResponse);
+  c->hdr.SetFlags(more ? 0x40 : (request_more ? 0x00 : 0x80));
+  c->hdr.SetLunRaw(h.lun_raw());
+  c->hdr.SetItt(h.itt());
+  c->hdr.Set32(20, (more || request_more) ? text_ttt_ : pdu::kReservedTag);
+  c->assign_stat_sn = true;
+  QueueControl(c);
+  if (!more && !request_more) {
+    text_out_.clear();
+    text_out_offset_ = 0;
+  }
+  return true;
+}
+
+bool Connection::HandleLogout(const pdu::Frame& f) {
+  BhsView h(f.bhs);
+  if (!AcceptCmdSn(h)) return true;
+  const auto reason = static_cast<pdu::LogoutReason>(h.logout_reason());
+  auto resp = pdu::LogoutResponse::kSuccess;
+  if (reason == pdu::LogoutReason::kRemoveConnectionForRecovery) {
+    resp = pdu::LogoutResponse::kRecoveryNotSupported;  // ErrorRecoveryLevel 0
+  } else if (reason == pdu::LogoutReason::kCloseConnection && h.cid() != cid_) {
+    resp = pdu::LogoutResponse::kCidNotFound;
+  } else if (static_cast<uint8_t>(reason) > 2) {
+    SendReject(f.bhs, RejectReason::kInvalidPduField);
+    return true;
+  }
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kLogoutResponse);
+  c->hdr.SetFlags(0x80);
+  c->hdr.Set8(2, static_cast<uint8_t>(resp));
+  c->hdr.SetItt(h.itt());
+  c->hdr.Set16(40, 0);  // Time2Wait
+  c->hdr.Set16(42, 0);  // Time2Retain: no connection recovery at ERL 0
+  c->assign_stat_sn = true;
+  if (resp == pdu::LogoutResponse::kSuccess) {
+    // Tasks still waiting for data cannot finish on a closing connection.
+    AbortTasks(~uint64_t{0});
+    c->close_after = true;
+    phase_ = Phase::kLoggingOut;
+    log::Iscsi().info("[C{} S{}] logout: initiator {} reason {}", id_, session_->tsih(),
+                      session_->initiator_name(), static_cast<unsigned>(reason));
+  }
+  QueueControl(c);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Send side
+
+ControlPdu* Connection::NewControl() {
+  ControlPdu* c;
+  if (!control_free_.empty()) {
+    c = control_free_.back();
+    control_free_.pop_back();
+  } else {
+    control_storage_.push_back(std::make_unique<ControlPdu>());
+    c = control_storage_.back().get();
+  }
+  c->hdr.Clear();
+  c->data.clear();
+  c->no_digest = false;
+  c->close_after = false;
+  c->assign_stat_sn = false;
+  // Backpressure: stop reading while the send side holds too many control PDUs.
+  if (control_free_.size() < 4 && control_storage_.size() >= kMaxControlPdus) paused_ = true;
+  return c;
+}
+
+void Connection::QueueControl(ControlPdu* c) { Queue(c); }
+
+void Connection::Queue(TxItem* item) {
+  if (item->tx_queued || closed_) return;
+  item->tx_queued = true;
+  item->tx_next = nullptr;
+  if (tx_tail_ != nullptr) {
+    tx_tail_->tx_next = item;
+  } else {
+    tx_head_ = item;
+  }
+  tx_tail_ = item;
+}
+
+void Connection::SendReject(const uint8_t* bhs, RejectReason reason) {
+  ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_ ? session_->tsih() : 0,
+                   "reject opcode {:#x} reason {:#x}", bhs[0] & 0x3f, static_cast<unsigned>(reason));
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kReject);
+  c->hdr.SetFlags(0x80);
+  c->hdr.Set8(2, static_cast<uint8_t>(reason));
+  c->hdr.SetItt(pdu::kReservedTag);
+  c->assign_stat_sn = true;
+  // RFC 7143 11.17: the data segment is the rejected PDU's header.
+  c->data.assign(bhs, bhs + pdu::kBhsLength);
+  QueueControl(c);
+}
+
+void Connection::FillSn(pdu::Bhs& h, bool advance_stat_sn) {
+  const uint32_t stat = advance_stat_sn ? stat_sn_++ : stat_sn_;
+  if (session_) {
+    h.SetSn(stat, session_->exp_cmd_sn(), session_->max_cmd_sn());
+  } else {
+    h.Set32(24, stat);
+  }
+}
+
+uint8_t* Connection::AddHeader(bool digest) {
+  uint8_t* slot = hdrs_[n_hdrs_].b.data();
+  ++n_hdrs_;
+  (void)digest;
+  return slot;
+}
+
+void Connection::AddData(const uint8_t* p, uint32_t len) {
+  if (len > 0) bufs_.emplace_back(p, len);
+}
+
+void Connection::FinishData(uint32_t len, uint32_t crc, bool digest) {
+  // Padding and the data digest (which covers the padding too) of the PDU whose header is the
+  // last one added.
+  const uint32_t pad = pdu::PadLength(len);
+  if (pad) {
+    bufs_.emplace_back(kZeroPad, pad);
+    if (digest) crc = pdu::Crc32cUpdate(crc, kZeroPad, pad);
+  }
+  if (digest && len > 0) {
+    uint8_t* d = digest_slots_[n_hdrs_ - 1].data();
+    pdu::StoreDigest(d, pdu::Crc32cFinish(crc));
+    bufs_.emplace_back(d, pdu::kDigestLength);
+  }
+}
+
+namespace {
+// Pushes a finished 48-byte header at slot into the batch, with a header digest when asked.
+void PushHeader(std::vector<asio::const_buffer>& bufs, uint8_t* slot, bool digest) {
+  if (digest) {
+    pdu::StoreDigest(slot + pdu::kBhsLength, pdu::Crc32c(slot, pdu::kBhsLength));
+    bufs.emplace_back(slot, pdu::kBhsLength + pdu::kDigestLength);
+  } else {
+    bufs.emplace_back(slot, pdu::kBhsLength);
+  }
+}
+}  // namespace
+
+bool Connection::EmitControl(ControlPdu* c) {
+  if (c->assign_stat_sn) FillSn(c->hdr, true);
+  const bool hd = tx_header_digest_ && !c->no_digest;
+  const bool dd = tx_data_digest_ && !c->no_digest;
+  uint8_t* slot = AddHeader(hd);
+  c->hdr.SetDataSegmentLength(static_cast<uint32_t>(c->data.size()));
+  std::memcpy(slot, c->hdr.data(), pdu::kBhsLength);
+  PushHeader(bufs_, slot, hd);
+  const uint32_t len = static_cast<uint32_t>(c->data.size());
+  AddData(c->data.data(), len);
+  FinishData(len, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, c->data.data(), len) : 0, dd);
+  return true;
+}
+
+bool Connection::EmitTask(Task* t) {
+  const bool hd = tx_header_digest_;
+  const bool dd = tx_data_digest_;
+  auto room = [&](size_t buffers) {
+    return n_hdrs_ < kMaxBatchHeaders && bufs_.size() + buffers <= kMaxBatchBuffers;
+  };
+
+  if (t->state == Task::State::kReceivingData) {
+    // R2Ts (RFC 7143 11.8): StatSN is not advanced.
+    for (auto& s : t->r2t) {
+      if (!s.active || s.sent) continue;
+      if (!room(1)) return false;
+      uint8_t* slot = AddHeader(hd);
+      pdu::Bhs h;
+      h.SetOpcode(Opcode::kR2T);
+      h.SetFlags(0x80);
+      h.SetLunRaw(t->lun_raw);
+      h.SetItt(t->itt);
+      h.Set32(20, s.ttt);
+      FillSn(h, false);
+      h.Set32(36, s.r2t_sn);
+      h.Set32(40, s.offset);
+      h.Set32(44, s.length);
+      std::memcpy(slot, h.data(), pdu::kBhsLength);
+      PushHeader(bufs_, slot, hd);
+      s.sent = true;
+    }
+    return true;
+  }
+
+  const scsi::Task& st = t->scsi;
+  // Residuals (RFC 7143 11.4.5): what the command itself would move against EDTL.
+  const uint32_t wanted = t->read ? st.in_len : (t->write ? st.transfer_bytes : 0);
+  uint8_t res_flags = 0;
+  uint32_t residual = 0;
+  if (t->read || t->write) {
+    if (wanted > t->edtl) {
+      res_flags = 0x04;  // O
+      residual = wanted - t->edtl;
+    } else if (wanted < t->edtl) {
+      res_flags = 0x02;  // U
+      residual = t->edtl - wanted;
+    }
+  }
+  // Status may ride in the last Data-In only without sense data (RFC 7143 11.7.4).
+  const bool status_in_data = t->tx_len > 0 && st.sense_len == 0;
+  const uint32_t mbl = params_.max_burst_length;
+
+  while (t->tx_offset < t->tx_len) {
+    if (!room(4 + scsi::kMaxInSegments)) return false;
+    uint32_t len = std::min(max_send_segment_, t->tx_len - t->tx_offset);
+    const uint32_t burst_end = (t->tx_offset / mbl + 1) * mbl;
+    len = std::min(len, burst_end - t->tx_offset);
+    const bool last = t->tx_offset + len == t->tx_len;
+    const bool fbit = last || (t->tx_offset + len) % mbl == 0;
+    const bool sbit = last && status_in_data;
+
+    uint8_t* slot = AddHeader(hd);
+    pdu::Bhs h;
+    h.SetOpcode(Opcode::kDataIn);
+    h.SetFlags(static_cast<uint8_t>((fbit ? 0x80 : 0) | (sbit ? 0x01 | res_flags : 0)));
+    if (sbit) h.Set8(3, static_cast<uint8_t>(st.status));
+    h.SetDataSegmentLength(len);
+    h.SetLunRaw(t->lun_raw);
+    h.SetItt(t->itt);
+    h.Set32(20, pdu::kReservedTag);
+    if (sbit) {
+      FillSn(h, true);
+      h.Set32(44, residual);
+      t->status_sent = true;
+    } else if (session_) {
+      h.Set32(28, session_->exp_cmd_sn());
+      h.Set32(32, session_->max_cmd_sn());
+    }
+    h.Set32(36, t->data_sn++);
+    h.Set32(40, t->tx_offset);
+    std::memcpy(slot, h.data(), pdu::kBhsLength);
+    PushHeader(bufs_, slot, hd);
+
+    // Data straight from the engine's segments (store memory or the task buffer).
+    uint32_t crc = pdu::kCrc32cInit;
+    uint32_t left = len;
+    while (left > 0 && t->tx_seg < st.in_seg_count) {
+      const backing::Segment& seg = st.in_segs[t->tx_seg];
+      const uint32_t take = std::min(left, seg.len - t->tx_seg_off);
+      const uint8_t* p = seg.data + t->tx_seg_off;
+      AddData(p, take);
+      if (dd) crc = pdu::Crc32cUpdate(crc, p, take);
+      left -= take;
+      t->tx_seg_off += take;
+      if (t->tx_seg_off == seg.len) {
+        ++t->tx_seg;
+        t->tx_seg_off = 0;
+      }
+    }
+    FinishData(len, crc, dd);
+    t->tx_offset += len;
+  }
+
+  if (!t->status_sent) {
+    if (!room(3)) return false;
+    uint8_t* slot = AddHeader(hd);
+    pdu::Bhs h;
+    h.SetOpcode(Opcode::kScsiResponse);
+    h.SetFlags(static_cast<uint8_t>(0x80 | res_flags));
+    h.Set8(2, static_cast<uint8_t>(pdu::ScsiResponseCode::kCommandCompleted));
+    h.Set8(3, static_cast<uint8_t>(st.status));
+    h.SetItt(t->itt);
+    FillSn(h, true);
+    h.Set32(36, t->data_sn + t->next_r2t_sn);  // ExpDataSN: Data-In and R2T PDUs sent
+    h.Set32(44, residual);
+    uint32_t dlen = 0;
+    if (st.sense_len > 0) {
+      // RFC 7143 11.4.7: SenseLength then the sense data.
+      StoreBe16(t->sense_data.data(), st.sense_len);
+      std::memcpy(t->sense_data.data() + 2, st.sense.data(), st.sense_len);
+      dlen = 2u + st.sense_len;
+    }
+    h.SetDataSegmentLength(dlen);
+    std::memcpy(slot, h.data(), pdu::kBhsLength);
+    PushHeader(bufs_, slot, hd);
+    AddData(t->sense_data.data(), dlen);
+    FinishData(dlen, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, t->sense_data.data(), dlen) : 0,
+               dd);
+    t->status_sent = true;
+  }
+  return true;
+}
+
+void Connection::Flush() {
+  if (writing_ || closed_ || tx_head_ == nullptr) return;
+  bufs_.clear();
+  sent_.clear();
+  n_hdrs_ = 0;
+  while (tx_head_ != nullptr && n_hdrs_ < kMaxBatchHeaders) {
+    TxItem* item = tx_head_;
+    const bool done = item->kind == TxItem::Kind::kControl
+                          ? EmitControl(static_cast<ControlPdu*>(item))
+                          : EmitTask(static_cast<Task*>(item));
+    if (!done) break;
+    tx_head_ = item->tx_next;
+    if (tx_head_ == nullptr) tx_tail_ = nullptr;
+    item->tx_queued = false;
+    item->tx_next = nullptr;
+    sent_.push_back(item);
+  }
+  if (bufs_.empty()) return;
+  writing_ = true;
+  auto self = shared_from_this();
+  asio::async_write(socket_, bufs_,
+                    [self](const boost::system::error_code& ec, size_t) { self->OnWritten(ec); });
+}
+
+void Connection::OnWritten(const boost::system::error_code& ec) {
+  writing_ = false;
+  if (closed_) return;
+  bool close = close_after_write_;
+  for (TxItem* item : sent_) {
+    if (item->kind == TxItem::Kind::kControl) {
+      auto* c = static_cast<ControlPdu*>(item);
+      close = close || c->close_after;
+      control_free_.push_back(c);
+    } else {
+      auto* t = static_cast<Task*>(item);
+      // A task whose R2Ts went out stays alive for its Data-Out; a finished one is released.
+      if (t->state == Task::State::kResponding && t->status_sent && !t->tx_queued) {
+        ReleaseTask(t);
+      }
+    }
+  }
+  sent_.clear();
+  if (ec) {
+    ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_ ? session_->tsih() : 0,
+                     "write failed: {}", ec.message());
+    Close();
+    return;
+  }
+  if (close) {
+    Close();
+    return;
+  }
+  if (paused_) wake_.cancel();
+  Flush();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timers: login deadline and NOP-In keep-alive (RFC 7143 11.19)
+
+asio::awaitable<void> Connection::TimerLoop() {
+  auto self = shared_from_this();
+  const auto& opts = gw_.options();
+  while (!closed_) {
+    timer_.expires_after(kTimerTick);
+    co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (closed_) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (phase_ == Phase::kLogin) {
+      if (now - started_ > std::chrono::milliseconds(opts.login_timeout_ms)) {
+        log::Iscsi().info("[C{}] login from {} timed out", id_, peer_);
+        Close();
+        break;
+      }
+      continue;
+    }
+    if (phase_ != Phase::kFullFeature) continue;
+    if (ping_outstanding_) {
+      if (now - ping_sent_ > std::chrono::milliseconds(opts.nop_timeout_ms)) {
+        log::Iscsi().warn("[C{} S{}] NOP-In ping to {} unanswered for {} ms: dropping connection",
+                          id_, session_ ? session_->tsih() : 0, peer_, opts.nop_timeout_ms);
+        Close();
+        break;
+      }
+    } else if (now - last_rx_ > std::chrono::milliseconds(opts.nop_interval_ms)) {
+      ControlPdu* c = NewControl();
+      c->hdr.SetOpcode(Opcode::kNopIn);
+      c->hdr.SetFlags(0x80);
+      c->hdr.SetItt(pdu::kReservedTag);
+      ping_ttt_ = (ping_ttt_ + 1) & 0x7fffffff;
+      c->hdr.Set32(20, ping_ttt_);
+      c->assign_stat_sn = false;
+      FillSn(c->hdr, false);  // a target-initiated ping does not advance StatSN
+      ping_outstanding_ = true;
+      ping_sent_ = now;
+      QueueControl(c);
+      Flush();
+    }
+  }
+}
+
+}  // namespace iscsigw::iscsi

@@ -1,0 +1,188 @@
+// Connection: one iSCSI TCP connection, from login to close, on one reactor for its whole life.
+//
+// Receive: a coroutine reads into a fixed buffer, frames every complete PDU in it (pdu/frame.h) and
+// dispatches each: login and text negotiation, SCSI commands into the SCSI engine, Data-Out into
+// the task's buffer, task management, NOP, logout. Send: PDUs are queued as TxItems (tasks and
+// control PDUs); Flush() gathers as many as fit into one writev, generating Data-In headers on the
+// fly into a per-connection header area, so nothing is allocated per command.
+//
+// Failure tiers (DESIGN.md): SCSI errors are status + sense; protocol violations get a Reject PDU or
+// a login reject; a stream that cannot be trusted (header digest error, malformed framing) closes
+// the connection.
+// Threading: every member is used only on the reactor thread the connection was placed on.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/iscsi/gateway.h"
+#include "dataplane/iscsi/negotiation.h"
+#include "dataplane/iscsi/task.h"
+#include "dataplane/pdu/bhs.h"
+#include "dataplane/pdu/frame.h"
+#include "dataplane/pdu/text.h"
+
+namespace iscsigw::iscsi {
+
+class Session;
+
+// A PDU built on the control path (login, text, NOP-In, reject, TMF and logout responses).
+struct ControlPdu : TxItem {
+  ControlPdu() : TxItem(Kind::kControl) {}
+  pdu::Bhs hdr;
+  std::vector<uint8_t> data;
+  bool no_digest = false;     // login responses never carry digests (RFC 7143 13.1)
+  bool close_after = false;   // close the connection once this PDU is written (logout, reject)
+  bool assign_stat_sn = false;  // set StatSN/ExpCmdSN/MaxCmdSN at send time
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Gateway& gw, unsigned reactor, boost::asio::ip::tcp::socket socket, uint64_t id);
+  ~Connection();
+
+  void Start();
+  // Closes the socket and releases the session; safe to call more than once.
+  void Close();
+  bool closed() const { return closed_; }
+
+  // Aborts this connection's tasks addressed to lun_id (all LUNs when lun_id is ~0), without
+  // responses (RFC 7143 4.2.3 / SAM-5 5.6: aborted by a reset or by another I_T nexus).
+  void AbortTasks(uint64_t lun_id);
+
+ private:
+  static constexpr size_t kRxBufferSize = 1024 * 1024;
+  static constexpr size_t kMaxBatchHeaders = 64;
+  static constexpr size_t kMaxBatchBuffers = 256;
+  static constexpr size_t kMaxControlPdus = 64;
+
+  enum class Phase : uint8_t { kLogin, kFullFeature, kLoggingOut, kClosed };
+
+  boost::asio::awaitable<void> ReadLoop();
+  boost::asio::awaitable<void> TimerLoop();
+  // Frames and handles every complete PDU in the receive buffer. False: close the connection.
+  bool ParseBuffered();
+
+  // Receive side. Returns false when the connection must close.
+  bool HandleFrame(const pdu::Frame& f);
+  bool HandleLogin(const pdu::Frame& f);
+  bool HandleScsiCommand(const pdu::Frame& f);
+  bool HandleDataOut(const pdu::Frame& f);
+  bool HandleNopOut(const pdu::Frame& f);
+  bool HandleTaskMgmt(const pdu::Frame& f);
+  bool HandleText(const pdu::Frame& f);
+  bool HandleLogout(const pdu::Frame& f);
+  // CmdSN rules for a non-login request (RFC 7143 4.2.2.1). Returns false when the PDU must be
+  // silently ignored (outside the window).
+  bool AcceptCmdSn(const pdu::BhsView& h);
+
+  // Login helpers.
+  bool SendLoginReject(const pdu::BhsView& req, LoginStatus status);
+  bool FinishLogin(const pdu::BhsView& req);
+
+  // SCSI task flow.
+  void IssueR2Ts(Task* t);
+  void StartExecution(Task* t);
+  static void OnScsiComplete(scsi::Task* st, void* ctx);
+  void QueueTaskResponse(Task* t);
+  void ReleaseTask(Task* t);
+  Task* FindTaskByItt(uint32_t itt);
+
+  // Send side.
+  ControlPdu* NewControl();
+  void QueueControl(ControlPdu* c);
+  void Queue(TxItem* item);
+  void SendReject(const uint8_t* bhs, pdu::RejectReason reason);
+  void Flush();
+  bool EmitTask(Task* t);
+  bool EmitControl(ControlPdu* c);
+  // Adds one PDU header (digest appended when negotiated) to the batch.
+  uint8_t* AddHeader(bool digest);
+  void AddData(const uint8_t* p, uint32_t len);
+  void FinishData(uint32_t len, uint32_t crc, bool digest);
+  void OnWritten(const boost::system::error_code& ec);
+  void FillSn(pdu::Bhs& h, bool advance_stat_sn);
+
+  void ApplyNegotiatedLimits();
+  std::string PortalAddress() const;
+
+  Gateway& gw_;
+  const unsigned reactor_;
+  boost::asio::ip::tcp::socket socket_;
+  const uint64_t id_;
+  std::string peer_;
+  Phase phase_ = Phase::kLogin;
+  bool closed_ = false;
+  std::shared_ptr<Session> session_;
+
+  // Receive state.
+  std::unique_ptr<uint8_t[]> rx_;
+  size_t rx_begin_ = 0;
+  size_t rx_end_ = 0;
+  pdu::FrameLimits rx_limits_;
+  std::chrono::steady_clock::time_point last_rx_;
+  bool paused_ = false;  // reader waits for control PDUs to drain
+  boost::asio::steady_timer wake_;
+  Task* unsol_head_ = nullptr;  // tasks still receiving unsolicited Data-Out
+
+  // Login state (RFC 7143 6.3, 11.12).
+  std::unique_ptr<Negotiator> negotiator_;
+  pdu::TextAccumulator login_text_;
+  bool login_started_ = false;
+  uint8_t login_stage_ = 0;
+  std::array<uint8_t, 6> isid_{};
+  uint16_t login_tsih_ = 0;
+  uint16_t cid_ = 0;
+  uint32_t login_itt_ = 0;
+  std::shared_ptr<const TargetConfig> login_target_;
+  SessionType session_type_ = SessionType::kUnknown;
+  SessionParams params_;
+
+  // Full-feature text (SendTargets and negotiation, with continuation both ways).
+  pdu::TextAccumulator text_in_;
+  std::vector<uint8_t> text_out_;
+  size_t text_out_offset_ = 0;
+  uint32_t text_ttt_ = 0;
+  uint32_t next_text_ttt_ = 1;
+
+  // Send state.
+  TxItem* tx_head_ = nullptr;
+  TxItem* tx_tail_ = nullptr;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+  uint32_t stat_sn_ = 0;
+  bool tx_header_digest_ = false;
+  bool tx_data_digest_ = false;
+  uint32_t max_send_segment_ = 8192;  // initiator's MaxRecvDataSegmentLength
+  struct HeaderSlot {
+    std::array<uint8_t, pdu::kBhsLength + pdu::kDigestLength> b;
+  };
+  std::array<HeaderSlot, kMaxBatchHeaders> hdrs_{};
+  size_t n_hdrs_ = 0;
+  std::array<uint8_t, 8> digest_slots_[kMaxBatchHeaders]{};  // data padding + data digest per PDU
+  std::vector<boost::asio::const_buffer> bufs_;
+  std::vector<TxItem*> sent_;
+  std::vector<std::unique_ptr<ControlPdu>> control_storage_;
+  std::vector<ControlPdu*> control_free_;
+
+  // Keep-alive (RFC 7143 11.18/11.19: target NOP-In ping).
+  boost::asio::steady_timer timer_;
+  bool ping_outstanding_ = false;
+  uint32_t ping_ttt_ = 0;
+  std::chrono::steady_clock::time_point ping_sent_;
+  std::chrono::steady_clock::time_point started_;
+
+  uint32_t ttt_serial_ = 0;  // R2T transfer tags: (serial << 8) | task index
+  uint32_t async_pending_ = 0;
+  std::shared_ptr<Connection> keepalive_;  // held while store I/O is pending after Close()
+};
+
+}  // namespace iscsigw::iscsi

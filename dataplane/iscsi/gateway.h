@@ -1,0 +1,102 @@
+// Gateway: the iSCSI side's shared state. It holds the published configuration snapshot (targets,
+// their LUNs and ACLs, portals), the session registry (TSIH allocation, reinstatement by initiator
+// name + ISID), the negotiation limits and the reactor pool connections run on.
+//
+// Threading: the snapshot is immutable and swapped whole under a small mutex; readers take a
+// shared_ptr at login time only, never per I/O. The session registry is touched at login, logout and
+// by the control plane; each session itself is used only on its own reactor thread, so anything done
+// to a session from elsewhere is posted to that reactor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dataplane/iscsi/negotiation.h"
+#include "dataplane/runtime/reactor_pool.h"
+#include "dataplane/scsi/engine.h"
+
+namespace iscsigw::iscsi {
+
+class Session;
+
+struct TargetConfig {
+  scsi::TargetInfo info;  // name, tpgt, relative port id, LUNs
+  std::string alias;
+  bool allow_any_initiator = false;
+  std::vector<std::string> initiators;  // ACL
+
+  // True when `initiator` may log in to (and discover) this target.
+  bool Allows(std::string_view initiator) const;
+};
+
+struct Snapshot {
+  std::vector<std::shared_ptr<const TargetConfig>> targets;
+
+  std::shared_ptr<const TargetConfig> Find(std::string_view name) const;
+};
+
+// What the control plane sees of a live session.
+struct SessionInfo {
+  uint16_t tsih = 0;
+  std::string initiator_name;
+  std::string isid;  // 12 hex digits
+  std::string target_name;
+  bool discovery = false;
+  unsigned reactor = 0;
+  std::string peer;  // "ip:port"
+  SessionParams params;
+};
+
+struct GatewayOptions {
+  TargetLimits limits;
+  uint32_t login_timeout_ms = 15000;
+  uint32_t nop_interval_ms = 30000;  // NOP-In ping after this much idle time
+  uint32_t nop_timeout_ms = 15000;   // drop the connection when the ping is not answered in time
+  uint32_t max_connections = 1024;
+};
+
+class Gateway {
+ public:
+  Gateway(runtime::ReactorPool& pool, GatewayOptions options);
+
+  runtime::ReactorPool& pool() { return pool_; }
+  const GatewayOptions& options() const { return options_; }
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+  void Publish(std::shared_ptr<const Snapshot> snapshot);
+
+  // Session registry. Register allocates a TSIH (never 0, unique among live sessions) and returns
+  // the session it replaces (same initiator name + ISID), if any, so the caller can reinstate.
+  uint16_t Register(const std::shared_ptr<Session>& session, std::shared_ptr<Session>* replaced);
+  void Unregister(uint16_t tsih, const Session* session);
+  std::shared_ptr<Session> FindSession(uint16_t tsih) const;
+  std::vector<std::shared_ptr<Session>> Sessions() const;
+  std::vector<SessionInfo> ListSessions() const;
+  // Posts a drop of the session to its reactor. Returns false when no such session exists.
+  bool DropSession(uint16_t tsih);
+  // Posts fn(session) to the reactor of every live session of `target` (all targets if empty).
+  void ForEachSession(const std::string& target, std::function<void(Session&)> fn);
+
+  // Connection accounting (bounded by options.max_connections).
+  bool TryAddConnection();
+  void RemoveConnection();
+
+ private:
+  runtime::ReactorPool& pool_;
+  const GatewayOptions options_;
+
+  mutable std::mutex snapshot_mu_;
+  std::shared_ptr<const Snapshot> snapshot_;  // guarded by snapshot_mu_
+
+  mutable std::mutex sessions_mu_;
+  std::map<uint16_t, std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
+  uint16_t next_tsih_ = 1;                               // guarded by sessions_mu_
+  std::atomic<uint32_t> connections_{0};
+};
+
+}  // namespace iscsigw::iscsi

@@ -1,0 +1,81 @@
+#include "dataplane/iscsi/session.h"
+
+#include <cstdio>
+
+#include "dataplane/iscsi/connection.h"
+
+namespace iscsigw::iscsi {
+
+std::string IsidHex(const std::array<uint8_t, 6>& isid) {
+  char buf[13];
+  std::snprintf(buf, sizeof(buf), "%02x%02x%02x%02x%02x%02x", isid[0], isid[1], isid[2], isid[3],
+                isid[4], isid[5]);
+  return buf;
+}
+
+Session::Session(Gateway& gw, unsigned reactor, std::string initiator_name,
+                 std::array<uint8_t, 6> isid, std::shared_ptr<const TargetConfig> target,
+                 SessionParams params, std::string peer)
+    : gw_(gw),
+      reactor_(reactor),
+      initiator_name_(std::move(initiator_name)),
+      isid_(isid),
+      target_(std::move(target)),
+      params_(std::move(params)),
+      peer_(std::move(peer)),
+      nexus_(initiator_name_ + ",i,0x" + IsidHex(isid_),
+             target_ ? target_->info.relative_port_id : 1),
+      tasks_(kCmdWindow + kImmediateTasks) {
+  free_windowed_.reserve(kCmdWindow);
+  free_immediate_.reserve(kImmediateTasks);
+  for (uint32_t i = 0; i < tasks_.size(); ++i) {
+    tasks_[i].index = static_cast<uint16_t>(i);
+    tasks_[i].scsi.nexus = &nexus_;
+    tasks_[i].scsi.slot = reactor_;
+  }
+  for (uint32_t i = kCmdWindow; i-- > 0;) free_windowed_.push_back(static_cast<uint16_t>(i));
+  for (uint32_t i = kCmdWindow + kImmediateTasks; i-- > kCmdWindow;) {
+    free_immediate_.push_back(static_cast<uint16_t>(i));
+  }
+}
+
+Session::~Session() = default;
+
+SessionInfo Session::Info() const {
+  SessionInfo info;
+  info.tsih = tsih_;
+  info.initiator_name = initiator_name_;
+  info.isid = IsidHex(isid_);
+  info.target_name = target_ ? target_->info.name : std::string();
+  info.discovery = discovery();
+  info.reactor = reactor_;
+  info.peer = peer_;
+  info.params = params_;
+  return info;
+}
+
+void Session::Drop() {
+  if (conn_ != nullptr) conn_->Close();
+}
+
+Task* Session::AllocTask(bool immediate) {
+  auto& list = immediate ? free_immediate_ : free_windowed_;
+  if (list.empty()) return nullptr;
+  Task* t = &tasks_[list.back()];
+  list.pop_back();
+  t->immediate = immediate;
+  if (!immediate) ++windowed_in_flight_;
+  return t;
+}
+
+void Session::FreeTask(Task* t) {
+  t->state = Task::State::kFree;
+  if (t->immediate) {
+    free_immediate_.push_back(t->index);
+  } else {
+    --windowed_in_flight_;
+    free_windowed_.push_back(t->index);
+  }
+}
+
+}  // namespace iscsigw::iscsi

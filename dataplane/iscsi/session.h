@@ -1,0 +1,90 @@
+// Session: one iSCSI session (RFC 7143 4.4): its identity (initiator name + ISID, TSIH), the target
+// it is logged in to, the negotiated parameters, the I_T nexus the SCSI engine keys state by, the
+// CmdSN window, and the fixed task array every command of the session takes its Task from.
+// ErrorRecoveryLevel 0 and MaxConnections 1: the session ends when its connection does.
+//
+// Threading: created on the reactor that accepted its leading connection and used only there. The
+// identity fields are immutable after construction, so the control plane may read them through
+// Info() from any thread while it holds a shared_ptr.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/iscsi/gateway.h"
+#include "dataplane/iscsi/negotiation.h"
+#include "dataplane/iscsi/task.h"
+#include "dataplane/scsi/engine.h"
+
+namespace iscsigw::iscsi {
+
+class Connection;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // Commands the target accepts beyond ExpCmdSN (MaxCmdSN - ExpCmdSN + 1 when idle) and extra tasks
+  // for immediate commands, which do not take a CmdSN slot.
+  static constexpr uint32_t kCmdWindow = 128;
+  static constexpr uint32_t kImmediateTasks = 8;
+
+  Session(Gateway& gw, unsigned reactor, std::string initiator_name, std::array<uint8_t, 6> isid,
+          std::shared_ptr<const TargetConfig> target, SessionParams params, std::string peer);
+  ~Session();
+
+  uint16_t tsih() const { return tsih_; }
+  void set_tsih(uint16_t t) { tsih_ = t; }
+  unsigned reactor() const { return reactor_; }
+  bool discovery() const { return params_.session_type == SessionType::kDiscovery; }
+  const std::string& initiator_name() const { return initiator_name_; }
+  const std::array<uint8_t, 6>& isid() const { return isid_; }
+  const std::shared_ptr<const TargetConfig>& target() const { return target_; }
+  const SessionParams& params() const { return params_; }
+  scsi::Nexus& nexus() { return nexus_; }
+  SessionInfo Info() const;
+
+  // Reactor thread only.
+  Connection* connection() const { return conn_; }
+  void set_connection(Connection* c) { conn_ = c; }
+  // Closes the session's connection (reinstatement, control-plane drop, target cold reset).
+  void Drop();
+
+  // CmdSN window (RFC 7143 4.2.2.1). MaxCmdSN never decreases: it grows as tasks are released.
+  uint32_t exp_cmd_sn() const { return exp_cmd_sn_; }
+  void set_exp_cmd_sn(uint32_t sn) { exp_cmd_sn_ = sn; }
+  void AdvanceCmdSn() { ++exp_cmd_sn_; }
+  uint32_t max_cmd_sn() const { return exp_cmd_sn_ - 1 + kCmdWindow - windowed_in_flight_; }
+
+  // Task array. AllocTask returns nullptr when the pool for that kind is empty.
+  Task* AllocTask(bool immediate);
+  void FreeTask(Task* t);
+  Task* TaskAt(uint32_t index) { return index < tasks_.size() ? &tasks_[index] : nullptr; }
+  std::vector<Task>& tasks() { return tasks_; }
+
+ private:
+  Gateway& gw_;
+  const unsigned reactor_;
+  const std::string initiator_name_;
+  const std::array<uint8_t, 6> isid_;
+  const std::shared_ptr<const TargetConfig> target_;
+  const SessionParams params_;
+  const std::string peer_;
+  uint16_t tsih_ = 0;
+  scsi::Nexus nexus_;
+
+  Connection* conn_ = nullptr;
+  uint32_t exp_cmd_sn_ = 0;
+  uint32_t windowed_in_flight_ = 0;
+  std::vector<Task> tasks_;  // sized once: kCmdWindow + kImmediateTasks
+  // R2T transfer tags carry the task index in their low byte.
+  static_assert(kCmdWindow + kImmediateTasks <= 256);
+  std::vector<uint16_t> free_windowed_;
+  std::vector<uint16_t> free_immediate_;
+};
+
+// "<initiator>,i,0x<isid>" (SPC-4 7.6.4.6 iSCSI initiator port name).
+std::string IsidHex(const std::array<uint8_t, 6>& isid);
+
+}  // namespace iscsigw::iscsi

@@ -1,0 +1,58 @@
+#include "server/flags.h"
+
+#include <CLI/CLI.hpp>
+
+namespace iscsigw::server {
+
+int ParseFlags(int argc, char** argv, Flags* f) {
+  CLI::App app{"iscsigwd: iSCSI gateway daemon"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--state-dir", f->state_dir, "Directory for state.json and ports.json")
+      ->envname("ISCSIGW_STATE_DIR");
+  app.add_option("--portal", f->portals,
+                 "iSCSI portal HOST:PORT to listen on (repeatable; port 0 picks a free port)")
+      ->envname("ISCSIGW_PORTAL")
+      ->delimiter(',');
+  app.add_option("--grpc-listen", f->grpc_listen, "gRPC control plane HOST:PORT")
+      ->envname("ISCSIGW_GRPC_LISTEN");
+  app.add_option("--metrics-listen", f->metrics_listen, "Prometheus metrics HOST:PORT")
+      ->envname("ISCSIGW_METRICS_LISTEN");
+  app.add_option("--reactors", f->reactors, "Reactor threads (0: one per core)")
+      ->envname("ISCSIGW_REACTORS");
+  app.add_option("--bootstrap", f->bootstrap,
+                 "JSON state file whose targets and LUNs are created when missing")
+      ->envname("ISCSIGW_BOOTSTRAP");
+  app.add_option("--log-level", f->log_level, "trace|debug|info|warn|error|critical|off")
+      ->envname("ISCSIGW_LOG_LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--log-format", f->log_format, "text|json")
+      ->envname("ISCSIGW_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--tls-cert", f->tls_cert, "gRPC server certificate (PEM)")
+      ->envname("ISCSIGW_TLS_CERT");
+  app.add_option("--tls-key", f->tls_key, "gRPC server private key (PEM)")
+      ->envname("ISCSIGW_TLS_KEY");
+  app.add_option("--tls-client-ca", f->tls_client_ca,
+                 "CA bundle for client certificates (mutual TLS)")
+      ->envname("ISCSIGW_TLS_CLIENT_CA");
+  app.add_option("--nop-interval", f->nop_interval_s,
+                 "Seconds of idle time before a NOP-In ping")
+      ->envname("ISCSIGW_NOP_INTERVAL")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--nop-timeout", f->nop_timeout_s,
+                 "Seconds a ping may go unanswered before the connection is dropped")
+      ->envname("ISCSIGW_NOP_TIMEOUT")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--max-connections", f->max_connections, "Connections accepted at once")
+      ->envname("ISCSIGW_MAX_CONNECTIONS")
+      ->check(CLI::Range(1u, 1000000u));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (f->portals.empty()) f->portals.push_back("0.0.0.0:3260");
+  return -1;
+}
+
+}  // namespace iscsigw::server

@@ -1,0 +1,30 @@
+// iscsigwd's command line (DESIGN.md contracts): every flag also settable through an ISCSIGW_*
+// environment variable, for containers. Parsing only; main wires.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace iscsigw::server {
+
+struct Flags {
+  std::string state_dir = "/var/lib/iscsigw";
+  std::vector<std::string> portals;
+  std::string grpc_listen = "127.0.0.1:50051";
+  std::string metrics_listen = "0.0.0.0:9540";
+  unsigned reactors = 0;
+  std::string bootstrap;
+  std::string log_level = "info";
+  std::string log_format = "text";
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  unsigned nop_interval_s = 30;
+  unsigned nop_timeout_s = 15;
+  unsigned max_connections = 1024;
+};
+
+// Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).
+int ParseFlags(int argc, char** argv, Flags* flags);
+
+}  // namespace iscsigw::server
