@@ -120,6 +120,7 @@ Disposition DoRead(const Command& cmd, const RwCdb& r) {
   Lun& lun = *cmd.lun;
   const uint64_t offset = r.lba * lun.block_size();
   const uint64_t bytes = uint64_t{r.blocks} * lun.block_size();
+  task.transfer_bytes = static_cast<uint32_t>(bytes);
   const size_t pieces = lun.store().MapRead(offset, bytes, task.in_segs);
   if (pieces > 0) {  // zero copy: Data-In straight from store memory
     task.in_seg_count = static_cast<uint32_t>(pieces);
@@ -147,12 +148,16 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
   }
   if (r.blocks == 0) return Disposition::kDone;  // SBC-3 5.41: not an error, nothing written
   const uint64_t bytes = uint64_t{r.blocks} * lun.block_size();
+  // The transport reports residuals against this (RFC 7143 11.4.5), also when the command fails.
+  task.transfer_bytes = static_cast<uint32_t>(bytes);
   if (task.data_out_len < bytes || task.buf == nullptr || task.buf_cap < bytes) {
-    // The initiator sent less data than the CDB's TRANSFER LENGTH (its expected data transfer
-    // length was smaller: an iSCSI underflow, RFC 7143 11.4.5.2). Writing a prefix would leave the
-    // tail of the range unwritten while reporting the command's outcome for all of it, so the
-    // command is refused as a whole before anything reaches the medium.
-    SetInvalidFieldInCdb(task, r.length_byte);
+    // The initiator's expected data transfer length is smaller than the CDB's TRANSFER LENGTH
+    // (residual overflow, RFC 7143 11.4.5.1), so it sent less data than the command writes. Of the
+    // outcomes SAM-5 transports define for this (FCP-4 9.4.2, which libiscsi's residual tests
+    // apply to iSCSI), we take "transfer no data and return CHECK CONDITION, ILLEGAL REQUEST,
+    // INVALID FIELD IN COMMAND INFORMATION UNIT": nothing reaches the medium, instead of a partial
+    // write of a range the command names in full. The transport still reports the overflow.
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
     return Disposition::kDone;
   }
   // FUA (SBC-3 5.41): the store makes the data stable before it completes. DPO is ignored.

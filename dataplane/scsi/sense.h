@@ -35,6 +35,7 @@ struct Asc {
 
   static const Asc kNoAdditionalSenseInformation;                    // 00h/00h
   static const Asc kWriteError;                                      // 0Ch/00h
+  static const Asc kInvalidFieldInCommandInformationUnit;            // 0Eh/03h
   static const Asc kUnrecoveredReadError;                            // 11h/00h
   static const Asc kParameterListLengthError;                        // 1Ah/00h
   static const Asc kMiscompareDuringVerify;                          // 1Dh/00h
@@ -61,6 +62,7 @@ struct Asc {
 
 inline constexpr Asc Asc::kNoAdditionalSenseInformation{0x00, 0x00};
 inline constexpr Asc Asc::kWriteError{0x0C, 0x00};
+inline constexpr Asc Asc::kInvalidFieldInCommandInformationUnit{0x0E, 0x03};
 inline constexpr Asc Asc::kUnrecoveredReadError{0x11, 0x00};
 inline constexpr Asc Asc::kParameterListLengthError{0x1A, 0x00};
 inline constexpr Asc Asc::kMiscompareDuringVerify{0x1D, 0x00};
