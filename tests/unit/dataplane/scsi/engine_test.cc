@@ -776,9 +776,38 @@ TEST_F(RwTest, TransferAboveMaximumIsInvalid) {
 }
 
 TEST_F(RwTest, ShortDataOutIsRefusedWithoutWriting) {
+  // Two blocks in the CDB, one block of Data-Out (EDTL < TRANSFER LENGTH).
   RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 2, 0}, kBlock, Pattern(kBlock, 1));
-  ExpectInvalidField(7);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  EXPECT_EQ(task_.transfer_bytes, 2u * kBlock);  // the transport reports the overflow from this
   EXPECT_EQ(ram_->allocated_bytes(), 0u);
+  // Less than one block, and none at all.
+  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 200, Pattern(200, 1));
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 0);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  EXPECT_EQ(ram_->allocated_bytes(), 0u);
+}
+
+TEST_F(RwTest, LongDataOutWritesOnlyTransferLength) {
+  // EDTL > TRANSFER LENGTH (residual underflow): only the CDB's blocks are written.
+  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 2 * kBlock, Pattern(2 * kBlock, 4));
+  ExpectGood();
+  EXPECT_EQ(task_.transfer_bytes, kBlock);
+  RunCdb({0x28, 0, 0, 0, 0, 0, 0, 0, 2, 0}, 2 * kBlock);
+  ExpectGood();
+  auto d = DataIn();
+  const auto p = Pattern(2 * kBlock, 4);
+  EXPECT_EQ(std::vector<uint8_t>(d.begin(), d.begin() + kBlock),
+            std::vector<uint8_t>(p.begin(), p.begin() + kBlock));
+  EXPECT_EQ(std::vector<uint8_t>(d.begin() + kBlock, d.end()), std::vector<uint8_t>(kBlock, 0));
+}
+
+TEST_F(RwTest, ReadSetsTransferBytes) {
+  RunCdb({0x28, 0, 0, 0, 0, 0, 0, 0, 3, 0}, 200);
+  ExpectGood();
+  EXPECT_EQ(task_.transfer_bytes, 3u * kBlock);
+  EXPECT_EQ(task_.in_len, 3u * kBlock);
 }
 
 TEST_F(RwTest, NullStoreReadsZerosWithoutCopy) {
