@@ -566,22 +566,18 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     // DataPDUInOrder=Yes the offsets are contiguous.
     if (dsn != t->unsolicited_data_sn || off != t->unsolicited_received ||
         uint64_t{off} + len > t->unsolicited_end) {
-      log::Iscsi().warn("[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
-                        "(expected DataSN {} offset {} end {}); closing (ErrorRecoveryLevel 0)",
+      log::Iscsi().info("[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
+                        "(expected DataSN {} offset {} end {}): task aborted",
                         id_, h.itt(), dsn, off, len, t->unsolicited_data_sn,
                         t->unsolicited_received, t->unsolicited_end);
-      SendReject(f.bhs, RejectReason::kProtocolError);
-      return false;
+      return FailDataOut(f, t);
     }
     std::memcpy(t->buf + off, f.data, len);
     t->unsolicited_received += len;
     ++t->unsolicited_data_sn;
     t->received += len;
     if (h.final_bit() || t->unsolicited_received == t->unsolicited_end) {
-      if (t->unsolicited_received != t->unsolicited_end) {
-        SendReject(f.bhs, RejectReason::kProtocolError);
-        return false;
-      }
+      if (t->unsolicited_received != t->unsolicited_end) return FailDataOut(f, t);
       t->unsolicited_done = true;
       *link = t->unsol_next;
       t->unsol_next = nullptr;
@@ -597,12 +593,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     if (slot == nullptr) return true;  // stale transfer tag: discarded (RFC 7143 4.2.3)
     if (dsn != slot->next_data_sn || off != slot->offset + slot->received ||
         slot->received + uint64_t{len} > slot->length) {
-      log::Iscsi().warn("[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
-                        "(expected DataSN {} offset {}); closing (ErrorRecoveryLevel 0)",
+      log::Iscsi().info("[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
+                        "(expected DataSN {} offset {}): task aborted",
                         id_, h.itt(), ttt, dsn, off, len, slot->next_data_sn,
                         slot->offset + slot->received);
-      SendReject(f.bhs, RejectReason::kProtocolError);
-      return false;
+      return FailDataOut(f, t);
     }
     std::memcpy(t->buf + off, f.data, len);
     slot->received += len;
@@ -613,14 +608,23 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
       --t->outstanding_r2t;
       IssueR2Ts(t);
     } else if (h.final_bit()) {
-      SendReject(f.bhs, RejectReason::kProtocolError);
-      return false;
+      return FailDataOut(f, t);
     }
   }
   if (t->unsolicited_done && t->outstanding_r2t == 0 && t->next_r2t_offset >= t->edtl &&
       t->state == Task::State::kReceivingData) {
     StartExecution(t);
   }
+  return true;
+}
+
+bool Connection::FailDataOut(const pdu::Frame& f, Task* t) {
+  // A Data-Out out of sequence (DataSN, BufferOffset or length) is a protocol error (RFC 7143
+  // 7.12, 11.7.5). ErrorRecoveryLevel 0 cannot ask for the data again: the PDU is rejected, which
+  // fails the command at the initiator, and the task is dropped without a response; Data-Out still
+  // in flight for it is discarded. The connection and the session's other tasks go on.
+  SendReject(f.bhs, RejectReason::kProtocolError);
+  ReleaseTask(t);
   return true;
 }
 
@@ -766,9 +770,8 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
         } else {
           t->aborted = true;
         }
-      } else if (t != nullptr && t->state == Task::State::kResponding) {
-        resp = TmfResponse::kFunctionComplete;  // completed; its response is already queued
       } else {
+        // Not found, or already completed with its response queued: no longer in the task set.
         const uint32_t ref = h.ref_cmd_sn();
         const bool in_window = pdu::SnLessEq(session_->exp_cmd_sn(), ref) &&
                                pdu::SnLessEq(ref, session_->max_cmd_sn());

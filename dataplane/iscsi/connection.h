@@ -76,6 +76,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool HandleLogin(const pdu::Frame& f);
   bool HandleScsiCommand(const pdu::Frame& f);
   bool HandleDataOut(const pdu::Frame& f);
+  bool FailDataOut(const pdu::Frame& f, Task* t);
   bool HandleNopOut(const pdu::Frame& f);
   bool HandleTaskMgmt(const pdu::Frame& f);
   bool HandleText(const pdu::Frame& f);
