@@ -65,11 +65,12 @@ RwCdb Decode16(const uint8_t* cdb) {
   return r;
 }
 
-// SBC-3 4.5 and each command's LBA description: LBA + blocks beyond the capacity is LOGICAL BLOCK
-// ADDRESS OUT OF RANGE. Written so that nothing overflows.
+// SBC-3 4.5 and each command's LBA description: an LBA beyond the last LBA, or LBA + blocks beyond
+// the capacity, is LOGICAL BLOCK ADDRESS OUT OF RANGE. This holds for a transfer length of zero
+// too (the LBA itself must address the medium). Written so that nothing overflows.
 bool InRange(const Lun& lun, uint64_t lba, uint64_t blocks) {
   const uint64_t capacity = lun.num_blocks();
-  return lba <= capacity && blocks <= capacity - lba;
+  return lba < capacity && blocks <= capacity - lba;
 }
 
 // Checks shared by READ and WRITE; false when the task already holds CHECK CONDITION.

@@ -726,6 +726,13 @@ TEST_F(RwTest, ZeroTransferLengthTransfersNothing) {
     EXPECT_EQ(task_.in_len, 0u);
     RunCdb(Make(c.write, c, 5, 0), 0);
     ExpectGood();
+    // The LBA is still checked: one past the last LBA is out of range even for 0 blocks.
+    RunCdb(Make(c.read, c, kBlocks - 1, 0), 0);
+    ExpectGood();
+    RunCdb(Make(c.read, c, kBlocks, 0), 0);
+    ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+    RunCdb(Make(c.write, c, kBlocks, 0), 0);
+    ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
   }
   EXPECT_EQ(ram_->allocated_bytes(), 0u);
 }
@@ -918,8 +925,10 @@ TEST_F(FakeStoreTest, SynchronizeCacheRangeChecked) {
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
   RunCdb({0x91, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0x08, 0x00, 0, 0}, 0, {}, 1);
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+  RunCdb({0x35, 0, 0, 0, 0x08, 0x00, 0, 0, 0, 0}, 0, {}, 1);  // past the end, "to the end"
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
   EXPECT_EQ(fake_->flushes, 1);
-  (void)blocks;
+  EXPECT_EQ(blocks, 2048u);
 }
 
 TEST_F(FakeStoreTest, SynchronizeCacheErrorAndImmed) {
