@@ -802,7 +802,8 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
         resp = TmfResponse::kLunDoesNotExist;
       } else {
         abort_everywhere(lun_id);
-        scsi::Engine::ResetLun(*lun, &session_->nexus());
+        // SAM-5 6.3 (LOGICAL UNIT RESET): a unit attention for every I_T nexus, the issuer's too.
+        scsi::Engine::ResetLun(*lun, nullptr);
         log::Iscsi().info("[C{} S{}] LOGICAL UNIT RESET of LUN {} on {} by {}", id_,
                           session_->tsih(), lun_id, target_name, session_->initiator_name());
       }
@@ -810,7 +811,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
     case TmfFunction::kTargetWarmReset:
     case TmfFunction::kTargetColdReset:
       abort_everywhere(~uint64_t{0});
-      for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, &session_->nexus());
+      for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, nullptr);
       log::Iscsi().info("[C{} S{}] TARGET {} RESET of {} by {}", id_, session_->tsih(),
                         fn == TmfFunction::kTargetColdReset ? "COLD" : "WARM", target_name,
                         session_->initiator_name());
@@ -1110,7 +1111,9 @@ bool Connection::EmitTask(Task* t) {
 
   const scsi::Task& st = t->scsi;
   // Residuals (RFC 7143 11.4.5): what the command itself would move against EDTL.
-  const uint32_t wanted = t->read ? st.in_len : (t->write ? st.transfer_bytes : 0);
+  // READ and WRITE say how much the CDB moves (in_len may be capped by the buffer); other
+  // commands (INQUIRY, MODE SENSE, ...) move the data they produced.
+  const uint32_t wanted = st.transfer_bytes != 0 ? st.transfer_bytes : (t->read ? st.in_len : 0);
   uint8_t res_flags = 0;
   uint32_t residual = 0;
   if (t->read || t->write) {

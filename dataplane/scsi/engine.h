@@ -138,8 +138,9 @@ class Engine {
   // REQUEST SENSE served, everything else LOGICAL UNIT NOT SUPPORTED).
   static void Execute(const TargetInfo& target, Task& task);
 
-  // LOGICAL UNIT RESET from `issuer`: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED)
-  // for every other nexus (SAM-5 5.8.x); the caller aborts the tasks.
+  // LOGICAL UNIT RESET: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED) for every
+  // nexus but `issuer` (null: every nexus, as SAM-5 requires of a LOGICAL UNIT RESET task
+  // management function); the caller aborts the tasks.
   static void ResetLun(Lun& lun, const Nexus* issuer);
 };
 

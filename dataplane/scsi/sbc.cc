@@ -151,19 +151,29 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
   const uint64_t bytes = uint64_t{r.blocks} * lun.block_size();
   // The transport reports residuals against this (RFC 7143 11.4.5), also when the command fails.
   task.transfer_bytes = static_cast<uint32_t>(bytes);
-  if (task.data_out_len < bytes || task.buf == nullptr || task.buf_cap < bytes) {
-    // The initiator's expected data transfer length is smaller than the CDB's TRANSFER LENGTH
-    // (residual overflow, RFC 7143 11.4.5.1), so it sent less data than the command writes. Of the
-    // outcomes SAM-5 transports define for this (FCP-4 9.4.2, which libiscsi's residual tests
-    // apply to iSCSI), we take "transfer no data and return CHECK CONDITION, ILLEGAL REQUEST,
-    // INVALID FIELD IN COMMAND INFORMATION UNIT": nothing reaches the medium, instead of a partial
-    // write of a range the command names in full. The transport still reports the overflow.
+  // RFC 7143 11.4.5.1: when the initiator's expected data transfer length is below the CDB's
+  // TRANSFER LENGTH (residual overflow), only the data it sent is transferred and the command ends
+  // GOOD with the overflow in the residual count: the whole blocks received are written and the
+  // rest of the range stays as it was. Data that ends inside a block cannot be written as a block,
+  // so that case transfers nothing and answers INVALID FIELD IN COMMAND INFORMATION UNIT (0Eh/03h,
+  // the transport-level outcome SAM-5 transports define, e.g. FCP-4 9.4.2).
+  uint64_t write_bytes = bytes;
+  if (task.data_out_len < bytes) {
+    if (task.data_out_len % lun.block_size() != 0) {
+      SetCheckCondition(task, SenseKey::kIllegalRequest,
+                        Asc::kInvalidFieldInCommandInformationUnit);
+      return Disposition::kDone;
+    }
+    write_bytes = task.data_out_len;
+  }
+  if (write_bytes == 0) return Disposition::kDone;
+  if (task.buf == nullptr || task.buf_cap < write_bytes) {
     SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
     return Disposition::kDone;
   }
   // FUA (SBC-3 5.41): the store makes the data stable before it completes. DPO is ignored.
   lun.store().Write(task.slot, r.lba * lun.block_size(),
-                    std::span<const uint8_t>(task.buf, static_cast<size_t>(bytes)), r.fua,
+                    std::span<const uint8_t>(task.buf, static_cast<size_t>(write_bytes)), r.fua,
                     backing::IoCompletion{WriteDone, &task});
   return Disposition::kPending;
 }

@@ -782,16 +782,32 @@ TEST_F(RwTest, TransferAboveMaximumIsInvalid) {
   ExpectInvalidField(10);
 }
 
-TEST_F(RwTest, ShortDataOutIsRefusedWithoutWriting) {
-  // Two blocks in the CDB, one block of Data-Out (EDTL < TRANSFER LENGTH).
+TEST_F(RwTest, ShortDataOutWritesTheWholeBlocksReceived) {
+  // Two blocks of 'a', then a WRITE of two blocks of which only one block of Data-Out arrived
+  // (EDTL < TRANSFER LENGTH): GOOD, the first block written, the second left alone.
+  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 2, 0}, 2 * kBlock, Pattern(2 * kBlock, 7));
+  ExpectGood();
   RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 2, 0}, kBlock, Pattern(kBlock, 1));
-  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  ExpectGood();
   EXPECT_EQ(task_.transfer_bytes, 2u * kBlock);  // the transport reports the overflow from this
-  EXPECT_EQ(ram_->allocated_bytes(), 0u);
-  // Less than one block, and none at all.
-  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 200, Pattern(200, 1));
-  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  RunCdb({0x28, 0, 0, 0, 0, 0, 0, 0, 2, 0}, 2 * kBlock);
+  ExpectGood();
+  auto d = DataIn();
+  const auto first = Pattern(kBlock, 1);
+  const auto old = Pattern(2 * kBlock, 7);
+  EXPECT_EQ(std::vector<uint8_t>(d.begin(), d.begin() + kBlock), first);
+  EXPECT_EQ(std::vector<uint8_t>(d.begin() + kBlock, d.end()),
+            std::vector<uint8_t>(old.begin() + kBlock, old.end()));
+}
+
+TEST_F(RwTest, ShortDataOutOfNoBlockWritesNothing) {
+  // No Data-Out at all: nothing to write, GOOD (the transport reports the whole overflow).
   RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 0);
+  ExpectGood();
+  EXPECT_EQ(task_.transfer_bytes, kBlock);
+  EXPECT_EQ(ram_->allocated_bytes(), 0u);
+  // Data ending inside a block cannot be written as a block: refused, nothing written.
+  RunCdb({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 200, Pattern(200, 1));
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
   EXPECT_EQ(ram_->allocated_bytes(), 0u);
 }

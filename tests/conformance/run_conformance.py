@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""Runs libiscsi's conformance suite (iscsi-test-cu -t ALL --dataloss) against a fresh iscsigwd and
+compares every test's result with tests/conformance/expectations.txt.
+
+Every test not listed there must PASS. A listed test carries the result it is expected to have
+(SKIP or FAIL) and the reason (spec section, scope decision, or libiscsi test bug). Any difference,
+in either direction, fails the run, so an expectation cannot go stale silently.
+
+Usage: run_conformance.py [--store ram|file] [--keep-log PATH]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import harness  # noqa: E402
+import cu_results  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INITIATOR_1 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test"
+INITIATOR_2 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test-2"
+TARGET = harness.IQN_PREFIX + "conformance"
+
+
+def load_expectations(path, store):
+    """Lines: '<Suite.Test> <SKIP|FAIL> [store=ram|file] <reason...>'."""
+    expected = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 3:
+                raise SystemExit(f"{path}:{n}: an expectation needs a test, a result and a reason")
+            name, result, reason = parts
+            if result not in ("SKIP", "FAIL"):
+                raise SystemExit(f"{path}:{n}: result must be SKIP or FAIL, not {result}")
+            if reason.startswith("store="):
+                only, _, reason = reason.partition(" ")
+                if only != f"store={store}":
+                    continue
+            if not reason.strip():
+                raise SystemExit(f"{path}:{n}: {name}: the reason is missing")
+            expected[name] = (result, reason)
+    return expected
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", choices=("ram", "file"), default="ram")
+    ap.add_argument("--keep-log")
+    args = ap.parse_args()
+
+    size = 256 << 20
+    workdir = tempfile.mkdtemp(prefix="iscsigw-conformance-")
+    if args.store == "ram":
+        lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
+    else:
+        lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True},
+               "sizeBytes": str(size), "blockSize": 512}
+    state = {"targets": [{"name": TARGET, "allowAnyInitiator": False,
+                          "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun]}]}
+    daemon = harness.Daemon(state=state, state_dir=workdir).start()
+    # The URL twice: the multipath tests get two sessions (two I_T nexuses) to the same LUN.
+    url = f"iscsi://{daemon.portal}/{TARGET}/0"
+    try:
+        p = harness.run(["iscsi-test-cu", "--dataloss", "-t", "ALL", "-i", INITIATOR_1,
+                         "-I", INITIATOR_2, url, url], timeout=1800, check=False)
+    finally:
+        rc = daemon.stop()
+    output = p.stdout + p.stderr
+    if args.keep_log:
+        with open(args.keep_log, "w") as f:
+            f.write(output)
+    results = cu_results.parse(output)
+    if len(results) < 200:
+        print(output[-6000:])
+        print(daemon.read_log()[-6000:])
+        raise SystemExit(f"iscsi-test-cu reported only {len(results)} tests (exit {p.returncode})")
+
+    expected = load_expectations(os.path.join(HERE, "expectations.txt"), args.store)
+    counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+    problems = []
+    seen = set()
+    for name, result, msg in results:
+        if name in seen:
+            continue  # a test registered twice runs twice; judge the first run
+        seen.add(name)
+        counts[result] += 1
+        want = expected.get(name, ("PASS", ""))[0]
+        if result != want:
+            problems.append(f"{name}: expected {want}, got {result}" + (f" ({msg})" if msg else ""))
+    for name in expected:
+        if name not in seen:
+            problems.append(f"{name}: listed in expectations.txt but not run by iscsi-test-cu")
+    total = sum(counts.values())
+    print(f"iscsi-test-cu -t ALL --dataloss on a {args.store} LUN: {total} tests, "
+          f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} really skipped")
+    for name, result, msg in results:
+        if result != "PASS":
+            print(f"  {result:4} {name}: {msg}")
+    daemon.cleanup()
+    if rc != 0:
+        problems.append(f"iscsigwd exited {rc} at shutdown")
+    if problems:
+        print("UNEXPECTED:")
+        for line in problems:
+            print("  " + line)
+        return 1
+    print("conformance: all results as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

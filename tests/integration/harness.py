@@ -1,0 +1,146 @@
+"""Test harness: runs the real iscsigwd on loopback and drives it with libiscsi's tools.
+
+Daemons bind port 0; the chosen ports are read from <state-dir>/ports.json. Nothing sleeps for a
+fixed time: every wait polls with a deadline.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("ISCSIGW_BUILD", os.path.join(REPO, "build"))
+IQN_PREFIX = "iqn.2026-11.io.iscsigw:"
+INITIATOR = "iqn.2026-11.io.iscsigw.test:initiator"
+
+
+def binary(name):
+    return os.path.join(BUILD, "bin", name)
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Daemon:
+    """One iscsigwd process with its own state directory."""
+
+    def __init__(self, bootstrap=None, state=None, extra_args=(), state_dir=None, env=None):
+        self.owns_dir = state_dir is None
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix="iscsigw-test-")
+        self.log_path = os.path.join(self.state_dir, "iscsigwd.log")
+        self.args = [binary("iscsigwd"), "--state-dir", self.state_dir,
+                     "--portal", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0", "--log-level", "debug"]
+        if state is not None:
+            bootstrap = os.path.join(self.state_dir, "bootstrap.json")
+            with open(bootstrap, "w") as f:
+                json.dump(state, f)
+        if bootstrap:
+            self.args += ["--bootstrap", bootstrap]
+        self.args += list(extra_args)
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+        self.ports = None
+
+    def start(self, timeout=15.0):
+        ports_file = os.path.join(self.state_dir, "ports.json")
+        if os.path.exists(ports_file):
+            os.unlink(ports_file)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"iscsigwd exited with {self.proc.returncode}:\n{self.read_log()}")
+            if not os.path.exists(ports_file):
+                return None
+            with open(ports_file) as f:
+                return json.load(f)
+
+        self.ports = wait_for(ready, timeout, what="ports.json")
+        return self
+
+    @property
+    def portal(self):
+        return self.ports["iscsi"][0]
+
+    def url(self, target, lun=0, initiator=None):
+        name = target if target.startswith(("iqn.", "eui.", "naa.")) else IQN_PREFIX + target
+        return f"iscsi://{self.portal}/{name}/{lun}"
+
+    def read_log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=20.0):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            raise AssertionError(f"iscsigwd did not stop within {timeout}s after {sig}")
+        finally:
+            self.log.close()
+            self.proc = None
+        return rc
+
+    def cleanup(self):
+        if self.proc is not None:
+            self.stop()
+        if self.owns_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def run(args, timeout=60, check=True, input=None):
+    """Runs a client tool; returns CompletedProcess with text output."""
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {p.returncode}\nstdout:\n{p.stdout}\n"
+                             f"stderr:\n{p.stderr}")
+    return p
+
+
+def simple_state(name="t0", luns=None, allow_any=True, initiators=()):
+    if luns is None:
+        luns = [{"id": 0, "ram": {}, "sizeBytes": str(64 << 20), "blockSize": 512}]
+    return {"targets": [{"name": IQN_PREFIX + name, "allowAnyInitiator": allow_any,
+                         "initiators": list(initiators), "luns": luns}]}
+
+
+class DaemonTestCase(unittest.TestCase):
+    """Starts one daemon per test class from STATE (a bootstrap dict)."""
+
+    STATE = None
+    EXTRA_ARGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(state=cls.STATE or simple_state(), extra_args=cls.EXTRA_ARGS).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.daemon.stop()
+        log = cls.daemon.read_log()
+        cls.daemon.cleanup()
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
