@@ -113,7 +113,8 @@ class Daemon:
 
 def run(args, timeout=60, check=True, input=None):
     """Runs a client tool; returns CompletedProcess with text output."""
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input)
+    p = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=timeout,
+                       input=input)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {p.returncode}\nstdout:\n{p.stdout}\n"
                              f"stderr:\n{p.stderr}")
