@@ -43,10 +43,12 @@ FrameResult ParseFrame(std::span<const uint8_t> in, const FrameLimits& limits, F
   frame->data = dsl ? p + header_total : nullptr;
   frame->data_length = dsl;
   frame->total_length = total;
+  frame->data_digest_error = false;
 
   if (dsl > 0 && limits.data_digest) {
     const uint32_t padded = dsl + PadLength(dsl);
     if (Crc32c(p + header_total, padded) != LoadDigest(p + header_total + padded)) {
+      frame->data_digest_error = true;
       return {FrameStatus::kDataDigestError, total};
     }
   }

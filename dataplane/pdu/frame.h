@@ -32,6 +32,9 @@ struct Frame {
   const uint8_t* data = nullptr;
   uint32_t data_length = 0;  // DataSegmentLength, without padding
   size_t total_length = 0;   // bytes the PDU occupies in the stream
+  // The data segment failed its digest (status kDataDigestError): the header is sound, the data
+  // must not be used.
+  bool data_digest_error = false;
 
   BhsView header() const { return BhsView(bhs); }
 };
