@@ -229,7 +229,8 @@ bool Connection::HandleFrame(const pdu::Frame& f) {
 bool Connection::AcceptCmdSn(const BhsView& h) {
   if (h.immediate()) return true;  // immediate delivery: CmdSN is not advanced (RFC 7143 4.2.2.1)
   const uint32_t sn = h.cmd_sn();
-  if (sn == session_->exp_cmd_sn()) {
+  // With every slot taken MaxCmdSN is ExpCmdSN - 1: then even CmdSN == ExpCmdSN is outside.
+  if (sn == session_->exp_cmd_sn() && pdu::SnLessEq(sn, session_->max_cmd_sn())) {
     session_->AdvanceCmdSn();
     return true;
   }
