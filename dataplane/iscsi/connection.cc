@@ -176,9 +176,16 @@ bool Connection::ParseBuffered() {
       break;
     }
     if (r.status == pdu::FrameStatus::kDataDigestError) {
-      // RFC 7143 7.8 / 11.17.1: discard the PDU and reject it with "data digest error".
+      // RFC 7143 7.8 / 11.17.1: discard the PDU and reject it with "data digest error". For
+      // immediate data "the non-data part of the command PDU is considered", and a Data-Out still
+      // belongs to its task: both are handled without their data, and the task ends with CHECK
+      // CONDITION once all its data is in instead of running on corrupt data.
       log::Pdu().warn("[C{}] data digest error from {}", id_, peer_);
       SendReject(f.bhs, RejectReason::kDataDigestError);
+      const Opcode op = BhsView(f.bhs).opcode();
+      if (phase_ == Phase::kFullFeature && (op == Opcode::kScsiCommand || op == Opcode::kDataOut)) {
+        ok = HandleFrame(f);
+      }
     } else {
       ok = HandleFrame(f);
     }
@@ -495,7 +502,11 @@ bool Connection::HandleScsiCommand(const pdu::Frame& f) {
   }
   // Immediate data, then the unsolicited burst (InitialR2T=No, F=0), then R2Ts for the rest
   // (RFC 7143 4.2.5.2).
-  if (f.data_length > 0) std::memcpy(t->buf, f.data, f.data_length);
+  if (f.data_digest_error) {
+    t->data_digest_error = true;
+  } else if (f.data_length > 0) {
+    std::memcpy(t->buf, f.data, f.data_length);
+  }
   t->received = f.data_length;
   t->unsolicited_received = f.data_length;
   t->unsolicited_end = (!h.final_bit() && !params_.initial_r2t)
@@ -573,7 +584,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
                         t->unsolicited_received, t->unsolicited_end);
       return FailDataOut(f, t);
     }
-    std::memcpy(t->buf + off, f.data, len);
+    if (f.data_digest_error) {
+      t->data_digest_error = true;
+    } else {
+      std::memcpy(t->buf + off, f.data, len);
+    }
     t->unsolicited_received += len;
     ++t->unsolicited_data_sn;
     t->received += len;
@@ -600,7 +615,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
                         slot->offset + slot->received);
       return FailDataOut(f, t);
     }
-    std::memcpy(t->buf + off, f.data, len);
+    if (f.data_digest_error) {
+      t->data_digest_error = true;
+    } else {
+      std::memcpy(t->buf + off, f.data, len);
+    }
     slot->received += len;
     ++slot->next_data_sn;
     t->received += len;
@@ -630,6 +649,13 @@ bool Connection::FailDataOut(const pdu::Frame& f, Task* t) {
 }
 
 void Connection::StartExecution(Task* t) {
+  if (t->data_digest_error) {
+    // RFC 7143 7.8 (b), 13.5.1: PROTOCOL SERVICE CRC ERROR once all the data has arrived.
+    t->state = Task::State::kExecuting;
+    SetFixedSense(t->scsi, 0x0b, 0x47, 0x05);
+    QueueTaskResponse(t);
+    return;
+  }
   t->state = Task::State::kExecuting;
   scsi::Task& st = t->scsi;
   st.data_out_len = t->write ? t->received : 0;

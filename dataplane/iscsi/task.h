@@ -39,6 +39,9 @@ struct Task : TxItem {
   bool immediate = false;
   bool aborted = false;
   bool async_pending = false;  // Execute returned before completing (file store)
+  // Some of its Data-Out or immediate data failed the data digest: it is not executed but ends
+  // with CHECK CONDITION once all data is in (RFC 7143 7.8).
+  bool data_digest_error = false;
 
   uint32_t itt = 0;
   uint32_t cmd_sn = 0;
@@ -76,6 +79,7 @@ struct Task : TxItem {
     scsi.ResetResult();
     aborted = false;
     async_pending = false;
+    data_digest_error = false;
     received = 0;
     unsolicited_end = 0;
     unsolicited_received = 0;
