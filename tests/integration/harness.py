@@ -42,7 +42,9 @@ class Daemon:
         self.log_path = os.path.join(self.state_dir, "iscsigwd.log")
         self.args = [binary("iscsigwd"), "--state-dir", self.state_dir,
                      "--portal", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--log-level", "debug"]
+                     "--metrics-listen", "127.0.0.1:0"]
+        if "--log-level" not in extra_args:
+            self.args += ["--log-level", "debug"]
         if state is not None:
             bootstrap = os.path.join(self.state_dir, "bootstrap.json")
             with open(bootstrap, "w") as f:
