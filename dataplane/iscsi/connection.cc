@@ -1081,6 +1081,16 @@ void Connection::FinishData(uint32_t len, uint32_t crc, bool digest) {
 }
 
 namespace {
+// A ConstBufferSequence over a range of const_buffer that is cheap to copy.
+struct BufferView {
+  using value_type = asio::const_buffer;
+  using const_iterator = const asio::const_buffer*;
+  const asio::const_buffer* first;
+  const asio::const_buffer* last;
+  const_iterator begin() const { return first; }
+  const_iterator end() const { return last; }
+};
+
 // Pushes a finished 48-byte header at slot into the batch, with a header digest when asked.
 void PushHeader(std::vector<asio::const_buffer>& bufs, uint8_t* slot, bool digest) {
   if (digest) {
@@ -1257,7 +1267,9 @@ void Connection::Flush() {
   if (bufs_.empty()) return;
   writing_ = true;
   auto self = shared_from_this();
-  asio::async_write(socket_, bufs_,
+  // The write operation keeps a copy of its buffer sequence: hand it a two-pointer view of bufs_
+  // (which stays untouched until OnWritten) rather than the vector, whose copy would allocate.
+  asio::async_write(socket_, BufferView{bufs_.data(), bufs_.data() + bufs_.size()},
                     [self](const boost::system::error_code& ec, size_t) { self->OnWritten(ec); });
 }
 
