@@ -60,4 +60,28 @@ void SetInvalidFieldInParameterList(Task& task, uint16_t byte, int8_t bit) {
   SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInParameterList, &fp);
 }
 
+void SetCheckConditionWithInfo(Task& task, SenseKey key, Asc asc, uint64_t information) {
+  task.status = ScsiStatus::kCheckCondition;
+  task.in_seg_count = 0;
+  task.in_len = 0;
+  uint8_t* s = task.sense.data();
+  if (information <= 0xFFFFFFFFull) {
+    // SPC-4 4.5.3: VALID=1 and a 4-byte INFORMATION field in bytes 3..6.
+    task.sense_len = static_cast<uint8_t>(BuildFixedSense(s, key, asc, nullptr));
+    s[0] |= 0x80;
+    for (int i = 0; i < 4; ++i) s[3 + i] = static_cast<uint8_t>(information >> (24 - 8 * i));
+    return;
+  }
+  // SPC-4 4.5.2.2: an information sense data descriptor (type 00h, VALID=1, 8-byte INFORMATION).
+  BuildDescriptorSense(s, key, asc);
+  uint8_t* d = s + kDescriptorSenseLength;
+  std::memset(d, 0, 12);
+  d[0] = 0x00;
+  d[1] = 0x0A;
+  d[2] = 0x80;
+  for (int i = 0; i < 8; ++i) d[4 + i] = static_cast<uint8_t>(information >> (56 - 8 * i));
+  s[7] = 12;
+  task.sense_len = static_cast<uint8_t>(kDescriptorSenseLength + 12);
+}
+
 }  // namespace iscsigw::scsi

@@ -112,5 +112,8 @@ inline void SetCheckCondition(Task& task, SenseKey key, uint8_t asc, uint8_t asc
 void SetInvalidFieldInCdb(Task& task, uint16_t byte, int8_t bit = -1);
 // ILLEGAL REQUEST / INVALID FIELD IN PARAMETER LIST (26h/00h) pointing at the parameter byte.
 void SetInvalidFieldInParameterList(Task& task, uint16_t byte, int8_t bit = -1);
+// CHECK CONDITION with the INFORMATION field set (VALID=1), e.g. MISCOMPARE with the offset of the
+// first differing byte (SBC-3 5.2). Values above 32 bits use descriptor format (SPC-4 4.5.2.2).
+void SetCheckConditionWithInfo(Task& task, SenseKey key, Asc asc, uint64_t information);
 
 }  // namespace iscsigw::scsi
