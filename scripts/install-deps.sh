@@ -10,14 +10,31 @@ build_pkgs=(
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
+  python3-minimal  # configure: tests/CMakeLists.txt registers the Python tests
 )
 test_pkgs=(
   libiscsi-bin tgt prometheus python3 procps
 )
 
+# Packaging checks (tests/packaging/run_all.sh): container image build and run, kustomize output
+# lint and schema validation, Helm chart rendering with Go text/template + sprig.
+packaging_pkgs=(
+  podman buildah runc debootstrap uidmap yamllint nodejs
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
+  golang-github-xeipuuv-gojsonschema-dev
+)
+# A Node.js that bundles npm, or a kubectl from elsewhere, is kept: Debian's only when missing.
+command -v npm >/dev/null 2>&1 || packaging_pkgs+=(npm)
+command -v kubectl >/dev/null 2>&1 || packaging_pkgs+=(kubernetes-client)
+
+# --build-only: what compiling needs (the Dockerfile's build stage uses it).
+# --packaging: everything, plus the packaging tools.
 want=("${build_pkgs[@]}")
 if [ "${1:-}" != "--build-only" ]; then
   want+=("${test_pkgs[@]}")
+fi
+if [ "${1:-}" = "--packaging" ]; then
+  want+=("${packaging_pkgs[@]}")
 fi
 
 missing=()
