@@ -1,0 +1,72 @@
+{{/* Names, labels and small pieces shared by the templates. */}}
+
+{{- define "iscsigw.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name; 63 characters at most (DNS label). */}}
+{{- define "iscsigw.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "iscsigw.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "iscsigw.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "iscsigw.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "iscsigw.labels" -}}
+helm.sh/chart: {{ include "iscsigw.chart" . }}
+{{ include "iscsigw.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: iscsigw
+{{- end }}
+
+{{- define "iscsigw.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "iscsigw.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "iscsigw.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "iscsigw.bootstrapConfigMap" -}}
+{{- .Values.bootstrap.existingConfigMap | default (printf "%s-bootstrap" (include "iscsigw.fullname" .)) }}
+{{- end }}
+
+{{/* bootstrap.json: the protobuf JSON form of iscsigw.v1.State. */}}
+{{- define "iscsigw.bootstrapJson" -}}
+{{- dict "targets" .Values.bootstrap.targets | toPrettyJson }}
+{{- end }}
+
+{{/* A probe: gRPC health check, or a TCP check when the port speaks TLS. */}}
+{{- define "iscsigw.probe" -}}
+{{- if .root.Values.tls.enabled -}}
+tcpSocket:
+  port: grpc
+{{- else -}}
+grpc:
+  port: {{ .root.Values.service.grpc.port }}
+{{- end }}
+{{- with .probe }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Offline checks of deploy/ and helm/iscsigw: render every kustomize overlay and the CSI example
+# with `kubectl kustomize`, render the chart with default values and with ci/full-values.yaml
+# (helmrender: Go text/template + sprig, the engine Helm uses; plus `helm lint`/`helm template`
+# when a helm binary is on PATH), then yamllint the sources and every rendered file and validate
+# every rendered object against the Kubernetes API schemas (validate/validate.mjs). Also checks
+# that bad values and bad manifests are refused. About a minute; no network once npm packages and
+# Go sources are installed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$repo_root"
+here=tests/packaging
+out="${1:-$(mktemp -d)}"
+mkdir -p "$out"
+failures=0
+check() {  # check NAME CMD...: runs CMD, counts a failure
+  local name=$1; shift
+  if "$@"; then log "ok   $name"; else log "FAIL $name"; failures=$((failures + 1)); fi
+}
+refuses() {  # refuses NAME CMD...: CMD must fail
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then log "FAIL $name (accepted)"; failures=$((failures + 1));
+  else log "ok   $name"; fi
+}
+
+# npm packages for the schema validation (package-lock.json pins them).
+if [ ! -d "$here/validate/node_modules/kubernetes-models" ]; then
+  log "npm ci in $here/validate"
+  (cd "$here/validate" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+validate() { node "$here/validate/validate.mjs" "$@"; }
+
+# Kustomize: the base, each overlay, the CSI example.
+rendered=()
+for dir in deploy/base deploy/overlays/*/ deploy/examples/csi-iscsi; do
+  dir=${dir%/}
+  f="$out/kustomize-$(echo "${dir#deploy/}" | tr / -).yaml"
+  check "kubectl kustomize $dir" sh -c "kubectl kustomize '$dir' > '$f'"
+  rendered+=("$f")
+done
+check "demo overlay bootstrap equals deploy/examples/demo.json" \
+  cmp -s deploy/examples/demo.json deploy/overlays/demo/bootstrap.json
+
+# Helm: helmrender with default and full values, strict (a missing value is an error).
+export GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="$pkg_work/gocache"
+mkdir -p "$GOCACHE"
+go build -o "$out/helmrender" "$here/helmrender/main.go"
+chart=helm/iscsigw
+check "helmrender default values" sh -c \
+  "'$out/helmrender' -chart $chart -strict -namespace iscsigw -notes '$out/notes-default.txt' > '$out/helm-default.yaml'"
+check "helmrender ci/full-values.yaml" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
+rendered+=("$out/helm-default.yaml" "$out/helm-full.yaml")
+check "NOTES.txt renders" test -s "$out/notes-default.txt"
+check "full values render the ServiceMonitor and TLS probes" sh -c \
+  "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
+check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
+# values.schema.json refuses misspelt keys, bad enums and TLS without a Secret.
+printf 'gateway:\n  logLevl: debug\n' > "$out/bad-key.yaml"
+printf 'service:\n  iscsi:\n    type: External\n' > "$out/bad-enum.yaml"
+printf 'tls:\n  enabled: true\n' > "$out/bad-tls.yaml"
+printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 300\n          ram: {}\n' > "$out/bad-lun.yaml"
+printf 'bootstrap:\n  targets:\n    - name: x\n      chap:\n        user: u\n        secret: s\n' > "$out/bad-chap.yaml"
+for bad in bad-key bad-enum bad-tls bad-lun bad-chap; do
+  refuses "values.schema.json refuses $bad" "$out/helmrender" -chart $chart -f "$out/$bad.yaml"
+done
+if command -v helm >/dev/null 2>&1; then
+  check "helm lint --strict" helm lint --strict $chart
+  check "helm lint --strict (full values)" helm lint --strict $chart -f $chart/ci/full-values.yaml
+  check "helm template" sh -c "helm template iscsigw $chart -n iscsigw > '$out/helm-template.yaml'"
+  rendered+=("$out/helm-template.yaml")
+else
+  log "skip helm lint/template: no helm binary on PATH"
+fi
+
+# yamllint: sources and rendered output.
+check "yamllint sources" yamllint -s -c $here/yamllint.yaml deploy $chart/Chart.yaml \
+  $chart/values.yaml $chart/ci
+check "yamllint rendered" yamllint -s -c $here/yamllint.yaml "${rendered[@]}"
+
+# Schema validation of every rendered object; and a typo must be caught.
+check "schema validation" validate "${rendered[@]}"
+sed 's/readinessProbe:/readinesProbe:/' "$out/kustomize-base.yaml" > "$out/typo.yaml"
+refuses "schema validation refuses an unknown field" validate "$out/typo.yaml"
+
+if [ "$failures" -ne 0 ]; then
+  log "manifest checks: $failures failed (output in $out)"
+  exit 1
+fi
+log "manifest checks passed (output in $out)"
