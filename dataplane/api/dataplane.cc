@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "dataplane/api/lun_state_files.h"
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
@@ -142,7 +143,15 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
 struct Dataplane::Impl {
   explicit Impl(const Options& o)
       : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
-        gateway(pool, o.gateway) {}
+        gateway(pool, o.gateway) {
+    if (!o.state_dir.empty()) {
+      lun_state = std::make_unique<LunStateFiles>(
+          o.state_dir + "/lun-state",
+          [this](unsigned slot, std::function<void()> fn) {
+            asio::post(pool.context(slot), std::move(fn));
+          });
+    }
+  }
 
   asio::awaitable<void> AcceptLoop(tcp::acceptor* acc) {
     asio::steady_timer backoff(acc->get_executor());
@@ -190,6 +199,8 @@ struct Dataplane::Impl {
   };
   std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
   bool stopped = false;
+  // Declared last: its writer drains (posting to the reactors) before the pool goes.
+  std::unique_ptr<LunStateFiles> lun_state;
 };
 
 Dataplane::Dataplane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -314,6 +325,8 @@ Status Dataplane::Apply(const Config& config) {
       }
       // NAA 6 (IEEE Registered Extended) with a locally derived, stable identifier.
       lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
+      lc.state_store = impl_->lun_state ? impl_->lun_state->ForLun(t.name, l.id) : nullptr;
+      lc.task_aborter = std::make_shared<GatewayTaskAborter>(impl_->gateway, t.name);
       auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
       next[key] = Impl::LunEntry{l, lun};
       tc->info.luns.push_back(lun);

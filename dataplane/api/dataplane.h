@@ -47,6 +47,9 @@ struct Options {
   std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
   unsigned reactors = 0;                             // 0: one per core
   iscsi::GatewayOptions gateway;
+  // Where LUNs keep durable SCSI state (APTPL reservations, saved mode pages) in lun-state/;
+  // empty: none (REPORT CAPABILITIES then reports PTPL_C=0).
+  std::string state_dir;
 };
 
 class Dataplane {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "dataplane/scsi/handlers.h"
+#include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sense.h"
 
@@ -14,7 +15,13 @@ namespace iscsigw::scsi {
 // Lun
 
 Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
-    : config_(std::move(config)), store_(std::move(store)) {}
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      // Write-back caching is on by default for stores whose writes may sit in a volatile cache
+      // (page cache for files); the null store drops writes, so it has nothing to cache.
+      mode_pages_(ModePages::Values{store_->kind() != "null"}) {
+  RestoreState();
+}
 
 uint64_t Lun::num_blocks() const {
   return config_.block_size == 0 ? 0 : store_->size_bytes() / config_.block_size;
@@ -24,7 +31,16 @@ void Lun::RaiseUnitAttention(UnitAttention ua, const Nexus* except) {
   std::lock_guard<std::mutex> lock(ua_mu_);
   const uint64_t epoch = ua_epoch_.load(std::memory_order_relaxed) + 1;
   if (ua_log_.size() >= kMaxUaLog) ua_log_.erase(ua_log_.begin());
-  ua_log_.push_back(UaEvent{epoch, ua, except});
+  ua_log_.push_back(UaEvent{epoch, ua, except, nullptr});
+  ua_epoch_.store(epoch, std::memory_order_release);
+}
+
+void Lun::RaiseUnitAttentionFor(UnitAttention ua, const NexusMatch& who, const Nexus* except) {
+  auto only = std::make_shared<const NexusMatch>(who);
+  std::lock_guard<std::mutex> lock(ua_mu_);
+  const uint64_t epoch = ua_epoch_.load(std::memory_order_relaxed) + 1;
+  if (ua_log_.size() >= kMaxUaLog) ua_log_.erase(ua_log_.begin());
+  ua_log_.push_back(UaEvent{epoch, ua, except, std::move(only)});
   ua_epoch_.store(epoch, std::memory_order_release);
 }
 
@@ -32,7 +48,9 @@ uint64_t Lun::CollectUnitAttentions(uint64_t seen, const Nexus* nexus,
                                     std::vector<UnitAttention>* out) const {
   std::lock_guard<std::mutex> lock(ua_mu_);
   for (const UaEvent& ev : ua_log_) {
-    if (ev.epoch > seen && ev.except != nexus) out->push_back(ev.ua);
+    if (ev.epoch <= seen || ev.except == nexus) continue;
+    if (ev.only && (nexus == nullptr || !ev.only->Matches(*nexus))) continue;
+    out->push_back(ev.ua);
   }
   return ua_epoch_.load(std::memory_order_relaxed);
 }
@@ -126,16 +144,11 @@ namespace {
 using internal::Command;
 using internal::Disposition;
 using internal::Handler;
+using internal::OpEntry;
+using internal::PrClass;
 
-struct OpEntry {
-  Handler handler = nullptr;
-  // SPC-4 5.14 / SAM-5 5.14: INQUIRY, REPORT LUNS and REQUEST SENSE are processed while a unit
-  // attention is pending and do not report it as CHECK CONDITION.
-  bool ua_exempt = false;
-  // SPC-4 (INQUIRY 6.6, REPORT LUNS 6.33, REQUEST SENSE 6.39): served for an incorrect logical
-  // unit.
-  bool missing_lun_ok = false;
-};
+// Adds service action `sa` to the entry of a command with a SERVICE ACTION field.
+constexpr void AddServiceAction(OpEntry& e, uint8_t sa) { e.sas[e.sa_count++] = sa; }
 
 constexpr std::array<OpEntry, 256> MakeOpTable() {
   std::array<OpEntry, 256> t{};
@@ -158,10 +171,33 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   t[kWrite16] = {internal::Write16};
   t[kSynchronizeCache10] = {internal::SynchronizeCache10};
   t[kSynchronizeCache16] = {internal::SynchronizeCache16};
+  AddServiceAction(t[kServiceActionIn16], kSaReadCapacity16);
+  t[kModeSelect6] = {internal::ModeSelect6};
+  t[kModeSelect10] = {internal::ModeSelect10};
+  t[kReserve6] = {internal::Reserve};
+  t[kRelease6] = {internal::Release};
+  t[kReserve10] = {internal::Reserve};
+  t[kRelease10] = {internal::Release};
+  t[kPersistentReserveIn] = {internal::PersistentReserveIn};
+  for (uint8_t sa = 0; sa <= 3; ++sa) AddServiceAction(t[kPersistentReserveIn], sa);
+  t[kPersistentReserveOut] = {internal::PersistentReserveOut};
+  for (uint8_t sa = 0; sa <= 7; ++sa) AddServiceAction(t[kPersistentReserveOut], sa);
+  t[kPreventAllowMediumRemoval] = {internal::PreventAllowMediumRemoval};
+  t[kMaintenanceIn] = {internal::MaintenanceIn};
+  AddServiceAction(t[kMaintenanceIn], kSaReportSupportedOperationCodes);
+  AddServiceAction(t[kMaintenanceIn], kSaReportSupportedTaskManagementFunctions);
   return t;
 }
 
 constexpr std::array<OpEntry, 256> kOpTable = MakeOpTable();
+
+void SetReservationConflict(Task& task) {
+  // SAM-5 5.3.1: RESERVATION CONFLICT carries no sense data.
+  task.status = ScsiStatus::kReservationConflict;
+  task.sense_len = 0;
+  task.in_seg_count = 0;
+  task.in_len = 0;
+}
 
 void Finish(Task& task) { task.Complete(); }
 
@@ -210,13 +246,33 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     return Finish(task);
   }
 
+  if (lun != nullptr && lun->reservations().active() &&
+      internal::ReservationConflict(*lun, task.nexus, task.cdb.data())) {
+    // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.
+    SetReservationConflict(task);
+    return Finish(task);
+  }
+
   if (entry.handler(Command{target, lun, task}) == Disposition::kDone) Finish(task);
 }
+
+namespace internal {
+const std::array<OpEntry, 256>& OpTable() { return kOpTable; }
+}  // namespace internal
 
 void Engine::ResetLun(Lun& lun, const Nexus* issuer) {
   // SAM-5 5.8 (LOGICAL UNIT RESET): every other I_T nexus gets BUS DEVICE RESET FUNCTION OCCURRED.
   lun.RaiseUnitAttention(UnitAttention{Asc::kBusDeviceReset.asc, Asc::kBusDeviceReset.ascq},
                          issuer);
+  // SPC-2 5.5.1: a logical unit reset releases an SPC-2 reservation; persistent reservations
+  // survive it (SPC-4 5.13.1).
+  std::lock_guard lock(lun.reservations().mu());
+  lun.reservations().spc2_release();
+}
+
+void Engine::CapacityChanged(Lun& lun) {
+  lun.RaiseUnitAttention(
+      UnitAttention{Asc::kCapacityDataChanged.asc, Asc::kCapacityDataChanged.ascq}, nullptr);
 }
 
 }  // namespace iscsigw::scsi

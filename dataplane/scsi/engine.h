@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/scsi/lun_state.h"
+#include "dataplane/scsi/mode_pages.h"
+#include "dataplane/scsi/reservations.h"
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi {
@@ -38,6 +41,11 @@ struct LunConfig {
   std::string vendor = "ISCSIGW";       // INQUIRY T10 vendor id (8 chars, space padded on the wire)
   std::string product = "iscsigw-lun";  // INQUIRY product id (16 chars)
   std::string revision = "0001";        // INQUIRY product revision (4 chars)
+  // Durable per-LUN state (APTPL reservations, saved mode pages); null: nothing survives a
+  // restart (PTPL_C=0, saved mode values not supported).
+  std::shared_ptr<LunStateStore> state_store;
+  // Aborts other nexuses' tasks for PREEMPT AND ABORT; null: only the registrations are preempted.
+  std::shared_ptr<TaskAborter> task_aborter;
 };
 
 // Additional sense code + qualifier of a unit attention.
@@ -64,6 +72,17 @@ class Lun {
   // Any thread. Rare (resets, capacity change); takes the small per-LUN lock.
   void RaiseUnitAttention(UnitAttention ua, const Nexus* except);
 
+  // Establishes a unit attention for the I_T nexuses `who` names, except `except` (may be null);
+  // for the reservation unit attentions of SPC-4 5.13, aimed at registrants.
+  void RaiseUnitAttentionFor(UnitAttention ua, const NexusMatch& who, const Nexus* except);
+
+  // State every I_T nexus shares (mode_pages.h, reservations.h; their own locks).
+  ModePages& mode_pages() { return mode_pages_; }
+  Reservations& reservations() { return reservations_; }
+  // Makes the durable part of this LUN's state (lun_state.cc) durable through config().state_store
+  // and runs done on reactor `slot`; false (done not called) when there is no state store.
+  bool SaveState(unsigned slot, backing::IoCompletion done);
+
   // Implementation detail shared with Nexus: event epoch and log.
   uint64_t ua_epoch() const { return ua_epoch_.load(std::memory_order_acquire); }
   // Appends to `out` the events after `seen` that apply to `nexus`; returns the current epoch.
@@ -71,18 +90,26 @@ class Lun {
                                  std::vector<UnitAttention>* out) const;
 
  private:
+  // Loads config_.state_store's blob into mode_pages_ and reservations_ (lun_state.cc).
+  void RestoreState();
+
   // Events kept for nexuses that have not synced yet; older ones are dropped.
   static constexpr size_t kMaxUaLog = 64;
   struct UaEvent {
     uint64_t epoch;
     UnitAttention ua;
     const Nexus* except;
+    std::shared_ptr<const NexusMatch> only;  // null: every nexus
   };
   const LunConfig config_;
   const std::shared_ptr<backing::BackingStore> store_;
   std::atomic<uint64_t> ua_epoch_{0};
   mutable std::mutex ua_mu_;
   std::vector<UaEvent> ua_log_;  // guarded by ua_mu_; bounded (oldest dropped)
+  ModePages mode_pages_;
+  Reservations reservations_;
+  std::mutex save_mu_;     // orders SaveState calls: a later call always carries newer state
+  uint64_t save_seq_ = 0;  // guarded by save_mu_
 };
 
 class Nexus {
@@ -93,6 +120,9 @@ class Nexus {
 
   const std::string& initiator_port() const { return initiator_port_; }
   uint16_t relative_port_id() const { return relative_port_id_; }
+  // Expires when this nexus goes away: state tied to the I_T nexus (an SPC-2 reservation, SPC-4
+  // 5.13.3) holds a weak reference and is gone with it.
+  std::weak_ptr<const void> token() const { return token_; }
 
   // Pending unit attention for `lun` (oldest first); a new nexus starts with POWER ON, RESET, OR
   // BUS DEVICE RESET OCCURRED (29h/00h) on every LUN. Returns false when none is pending.
@@ -119,6 +149,7 @@ class Nexus {
 
   std::string initiator_port_;
   uint16_t relative_port_id_;
+  std::shared_ptr<const void> token_ = std::make_shared<const char>(0);
   std::vector<PerLun> luns_;  // index = LUN id, sized kMaxLuns at construction
 };
 
@@ -142,6 +173,10 @@ class Engine {
   // nexus but `issuer` (null: every nexus, as SAM-5 requires of a LOGICAL UNIT RESET task
   // management function); the caller aborts the tasks.
   static void ResetLun(Lun& lun, const Nexus* issuer);
+
+  // The LUN's capacity changed (grown by the control plane): CAPACITY DATA HAS CHANGED (2Ah/09h)
+  // for every I_T nexus (SBC-3 4.7). Any thread.
+  static void CapacityChanged(Lun& lun);
 };
 
 }  // namespace iscsigw::scsi

@@ -39,8 +39,26 @@ Disposition TestUnitReady(const Command& cmd);
 Disposition Inquiry(const Command& cmd);
 Disposition ReportLuns(const Command& cmd);
 Disposition RequestSense(const Command& cmd);
+
+// Mode parameters (mode_pages.cc).
 Disposition ModeSense6(const Command& cmd);
 Disposition ModeSense10(const Command& cmd);
+Disposition ModeSelect6(const Command& cmd);
+Disposition ModeSelect10(const Command& cmd);
+
+// Reservations (reservations.cc): RESERVE/RELEASE(6)/(10), PERSISTENT RESERVE IN/OUT.
+Disposition Reserve(const Command& cmd);
+Disposition Release(const Command& cmd);
+Disposition PersistentReserveIn(const Command& cmd);
+Disposition PersistentReserveOut(const Command& cmd);
+// Whether `cdb` from `nexus` (may be null) conflicts with the LUN's reservations (SPC-4 5.13.1,
+// SBC-3 4.17, SPC-2 5.5.1). Takes the reservation lock.
+bool ReservationConflict(Lun& lun, const Nexus* nexus, const uint8_t* cdb);
+
+// rsoc.cc: MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES, REPORT SUPPORTED TASK MANAGEMENT
+// FUNCTIONS) and PREVENT ALLOW MEDIUM REMOVAL.
+Disposition MaintenanceIn(const Command& cmd);
+Disposition PreventAllowMediumRemoval(const Command& cmd);
 
 // SBC-3 commands (sbc.cc).
 Disposition StartStopUnit(const Command& cmd);

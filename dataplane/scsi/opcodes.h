@@ -13,25 +13,36 @@ enum Opcode : uint8_t {
   kWrite6 = 0x0A,
   kInquiry = 0x12,
   kModeSelect6 = 0x15,
+  kReserve6 = 0x16,
+  kRelease6 = 0x17,
   kModeSense6 = 0x1A,
   kStartStopUnit = 0x1B,
+  kPreventAllowMediumRemoval = 0x1E,
   kReadCapacity10 = 0x25,
   kRead10 = 0x28,
   kWrite10 = 0x2A,
   kSynchronizeCache10 = 0x35,
   kModeSelect10 = 0x55,
+  kReserve10 = 0x56,
+  kRelease10 = 0x57,
   kModeSense10 = 0x5A,
+  kPersistentReserveIn = 0x5E,
+  kPersistentReserveOut = 0x5F,
   kRead16 = 0x88,
   kWrite16 = 0x8A,
   kSynchronizeCache16 = 0x91,
   kServiceActionIn16 = 0x9E,
   kReportLuns = 0xA0,
+  kMaintenanceIn = 0xA3,
   kRead12 = 0xA8,
   kWrite12 = 0xAA,
 };
 
 // SERVICE ACTION IN(16) service actions (SBC-3 5.16).
 inline constexpr uint8_t kSaReadCapacity16 = 0x10;
+// MAINTENANCE IN service actions (SPC-4 6.35, 6.36).
+inline constexpr uint8_t kSaReportSupportedOperationCodes = 0x0C;
+inline constexpr uint8_t kSaReportSupportedTaskManagementFunctions = 0x0D;
 
 // SPC-4 4.2.5.1: the CDB length follows from the opcode's group code (bits 7..5). 0 for groups
 // whose length the opcode alone does not fix (variable length, reserved, vendor specific).

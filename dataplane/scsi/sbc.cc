@@ -171,9 +171,11 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
     SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
     return Disposition::kDone;
   }
-  // FUA (SBC-3 5.41): the store makes the data stable before it completes. DPO is ignored.
+  // FUA (SBC-3 5.41): the store makes the data stable before it completes. DPO is ignored. With the
+  // write cache disabled (caching page WCE=0, SBC-3 6.4.5) every write is written through.
+  const bool fua = r.fua || !lun.mode_pages().write_cache_enabled();
   lun.store().Write(task.slot, r.lba * lun.block_size(),
-                    std::span<const uint8_t>(task.buf, static_cast<size_t>(write_bytes)), r.fua,
+                    std::span<const uint8_t>(task.buf, static_cast<size_t>(write_bytes)), fua,
                     backing::IoCompletion{WriteDone, &task});
   return Disposition::kPending;
 }

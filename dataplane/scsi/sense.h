@@ -50,6 +50,10 @@ struct Asc {
   static const Asc kBusDeviceReset;                                  // 29h/03h
   static const Asc kModeParametersChanged;                           // 2Ah/01h
   static const Asc kCapacityDataChanged;                             // 2Ah/09h
+  static const Asc kReservationsPreempted;                           // 2Ah/03h
+  static const Asc kReservationsReleased;                            // 2Ah/04h
+  static const Asc kRegistrationsPreempted;                          // 2Ah/05h
+  static const Asc kInvalidReleaseOfPersistentReservation;           // 26h/04h
   static const Asc kSavingParametersNotSupported;                    // 39h/00h
   static const Asc kLogicalUnitNotReadyCauseNotReportable;           // 04h/00h
   static const Asc kLogicalUnitNotReadyInitializingCommandRequired;  // 04h/02h
@@ -77,6 +81,10 @@ inline constexpr Asc Asc::kPowerOnOccurred{0x29, 0x01};
 inline constexpr Asc Asc::kBusDeviceReset{0x29, 0x03};
 inline constexpr Asc Asc::kModeParametersChanged{0x2A, 0x01};
 inline constexpr Asc Asc::kCapacityDataChanged{0x2A, 0x09};
+inline constexpr Asc Asc::kReservationsPreempted{0x2A, 0x03};
+inline constexpr Asc Asc::kReservationsReleased{0x2A, 0x04};
+inline constexpr Asc Asc::kRegistrationsPreempted{0x2A, 0x05};
+inline constexpr Asc Asc::kInvalidReleaseOfPersistentReservation{0x26, 0x04};
 inline constexpr Asc Asc::kSavingParametersNotSupported{0x39, 0x00};
 inline constexpr Asc Asc::kLogicalUnitNotReadyCauseNotReportable{0x04, 0x00};
 inline constexpr Asc Asc::kLogicalUnitNotReadyInitializingCommandRequired{0x04, 0x02};

@@ -320,7 +320,7 @@ TEST_F(EngineTest, UnitAttentionsArePerLun) {
 // Dispatch
 
 TEST_F(EngineTest, UnknownOpcodeIsInvalidCommandOperationCode) {
-  for (uint8_t op : {0x01, 0x04, 0x15, 0x55, 0xC0, 0xFF}) {
+  for (uint8_t op : {0x01, 0x04, 0x40, 0xC0, 0xFF}) {
     Run({op});
     ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
   }
@@ -1002,11 +1002,17 @@ TEST_F(EngineTest, ModeSense6AllPagesWithoutBlockDescriptor) {
   Run({0x1A, 0x08, 0x3F, 0, 255, 0});
   ExpectGood();
   auto d = DataIn();
-  ASSERT_EQ(d.size(), 4u + 20 + 12);
+  // 01h, 02h, 08h, 0Ah, 1Ch in ascending order; no subpages for 3Fh/00h; PS=0 (nothing savable
+  // without a state store).
+  ASSERT_EQ(d.size(), 4u + 12 + 16 + 20 + 12 + 12);
   EXPECT_EQ(d[3], 0);
-  EXPECT_EQ(d[4], 0x08);
-  EXPECT_EQ(d[24], 0x0A);
-  EXPECT_EQ(d[25], 0x0A);
+  EXPECT_EQ(d[4], 0x01);
+  EXPECT_EQ(d[16], 0x02);
+  EXPECT_EQ(d[32], 0x08);
+  EXPECT_EQ(d[52], 0x0A);
+  EXPECT_EQ(d[53], 0x0A);
+  EXPECT_EQ(d[64], 0x1C);
+  EXPECT_EQ(d[66], 0x08);  // DEXCPT
 }
 
 TEST_F(EngineTest, ModeSense10ControlPageLongLba) {
@@ -1034,17 +1040,18 @@ TEST_F(EngineTest, ModeSenseWriteProtectBit) {
   EXPECT_EQ(DataIn()[3] & 0x80, 0x80);
 }
 
-TEST_F(EngineTest, ModeSenseChangeableIsAllZero) {
+TEST_F(EngineTest, ModeSenseChangeableMarksOnlyWce) {
   Run({0x1A, 0x08, 0x48, 0, 255, 0});  // PC=01b, caching page
   ExpectGood();
   auto d = DataIn();
   ASSERT_EQ(d.size(), 24u);
   EXPECT_EQ(d[4], 0x08);
-  for (size_t i = 6; i < d.size(); ++i) EXPECT_EQ(d[i], 0) << i;
+  EXPECT_EQ(d[6], 0x04);  // WCE
+  for (size_t i = 7; i < d.size(); ++i) EXPECT_EQ(d[i], 0) << i;
 }
 
 TEST_F(EngineTest, ModeSenseErrors) {
-  Run({0x1A, 0, 0x1C, 0, 255, 0});  // informational exceptions: unsupported
+  Run({0x1A, 0, 0x19, 0, 255, 0});  // protocol specific port page: not offered
   ExpectInvalidField(2);
   Run({0x1A, 0, 0x08, 0x01, 255, 0});  // subpage
   ExpectInvalidField(3);
@@ -1057,7 +1064,7 @@ TEST_F(EngineTest, ModeSenseTruncates) {
   ExpectGood();
   auto d = DataIn();
   ASSERT_EQ(d.size(), 4u);
-  EXPECT_EQ(d[0], 4 + 8 + 20 + 12 - 1);  // MODE DATA LENGTH of the full data
+  EXPECT_EQ(d[0], 4 + 8 + 72 - 1);  // MODE DATA LENGTH of the full data
 }
 
 }  // namespace

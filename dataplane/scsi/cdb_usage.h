@@ -1,0 +1,162 @@
+// CDB usage data for REPORT SUPPORTED OPERATION CODES (SPC-4 6.35.3): for each command, the CDB
+// length and a mask in which a bit is one when the device server evaluates that CDB bit. Byte 0
+// holds the operation code and, for commands with service actions, the SERVICE ACTION field
+// holds the service action. Reserved fields are zero: the engine rejects them when set.
+//
+// Keyed by opcode and service action so that the command table (op_table.h) needs no per-entry
+// data; a command without an entry here reports every non-reserved-looking bit as used (the
+// generic mask), which is never less than what it evaluates.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "dataplane/scsi/opcodes.h"
+
+namespace iscsigw::scsi::internal {
+
+struct CdbUsage {
+  uint8_t len = 0;
+  std::array<uint8_t, 16> mask{};
+};
+
+namespace usage_detail {
+
+template <typename... B>
+constexpr CdbUsage Make(B... bytes) {
+  CdbUsage u;
+  u.len = static_cast<uint8_t>(sizeof...(bytes));
+  uint8_t i = 0;
+  ((u.mask[i++] = static_cast<uint8_t>(bytes)), ...);
+  return u;
+}
+
+// Every field used: the operation code, all-ones in between, and the CONTROL byte's NACA/LINK
+// bits as evaluated (SAM-5 5.2).
+constexpr CdbUsage Generic(uint8_t opcode, uint8_t sa) {
+  CdbUsage u;
+  u.len = CdbLengthForOpcode(opcode);
+  if (u.len == 0) u.len = 16;
+  for (uint8_t i = 1; i + 1 < u.len; ++i) u.mask[i] = 0xFF;
+  u.mask[0] = opcode;
+  u.mask[u.len - 1] = 0x07;
+  if (sa != 0xFF) u.mask[1] = static_cast<uint8_t>(0xE0 | sa);
+  return u;
+}
+
+}  // namespace usage_detail
+
+// `sa` is the service action for opcodes with a SERVICE ACTION field, 0xFF otherwise.
+constexpr CdbUsage CdbUsageFor(uint8_t opcode, uint8_t sa) {
+  using usage_detail::Make;
+  switch (opcode) {
+    // SPC-4.
+    case 0x00:  // TEST UNIT READY
+      return Make(0x00, 0, 0, 0, 0, 0x07);
+    case 0x03:  // REQUEST SENSE: DESC, ALLOCATION LENGTH
+      return Make(0x03, 0x01, 0, 0, 0xFF, 0x07);
+    case 0x12:  // INQUIRY: EVPD, PAGE CODE, ALLOCATION LENGTH
+      return Make(0x12, 0x01, 0xFF, 0xFF, 0xFF, 0x07);
+    case 0x15:  // MODE SELECT(6): PF, SP, PARAMETER LIST LENGTH
+      return Make(0x15, 0x11, 0, 0, 0xFF, 0x07);
+    case 0x16:  // RESERVE(6)
+    case 0x17:  // RELEASE(6)
+      return Make(opcode, 0, 0, 0, 0, 0x07);
+    case 0x1A:  // MODE SENSE(6): DBD, PC, PAGE CODE, SUBPAGE CODE, ALLOCATION LENGTH
+      return Make(0x1A, 0x08, 0xFF, 0xFF, 0xFF, 0x07);
+    case 0x55:  // MODE SELECT(10)
+      return Make(0x55, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x07);
+    case 0x56:  // RESERVE(10)
+    case 0x57:  // RELEASE(10)
+      return Make(opcode, 0, 0, 0, 0, 0, 0, 0, 0, 0x07);
+    case 0x5A:  // MODE SENSE(10): LLBAA, DBD
+      return Make(0x5A, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0x07);
+    case 0x5E:  // PERSISTENT RESERVE IN
+      return Make(0x5E, sa, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x07);
+    case 0x5F:  // PERSISTENT RESERVE OUT: SCOPE, TYPE, PARAMETER LIST LENGTH
+      return Make(0x5F, sa, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x07);
+    case 0xA0:  // REPORT LUNS
+      return Make(0xA0, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
+    case 0xA3:
+      if (sa == 0x0C) {  // REPORT SUPPORTED OPERATION CODES: RCTD, REPORTING OPTIONS
+        return Make(0xA3, 0x0C, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
+      }
+      if (sa == 0x0D) {  // REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS: REPD
+        return Make(0xA3, 0x0D, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
+      }
+      break;
+    // SBC-3.
+    case 0x08:  // READ(6)
+    case 0x0A:  // WRITE(6)
+      return Make(opcode, 0x1F, 0xFF, 0xFF, 0xFF, 0x07);
+    case 0x1B:  // START STOP UNIT: IMMED, POWER CONDITION, NO_FLUSH, LOEJ, START
+      return Make(0x1B, 0x01, 0, 0x0F, 0xF7, 0x07);
+    case 0x1E:  // PREVENT ALLOW MEDIUM REMOVAL: PREVENT
+      return Make(0x1E, 0, 0, 0, 0x03, 0x07);
+    case 0x25:  // READ CAPACITY(10): LBA, PMI
+      return Make(0x25, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, 0x07);
+    case 0x28:  // READ(10): RDPROTECT, DPO, FUA, FUA_NV, GROUP NUMBER
+    case 0x2A:  // WRITE(10)
+      return Make(opcode, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x2E:  // WRITE AND VERIFY(10): WRPROTECT, DPO, BYTCHK
+      return Make(0x2E, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x2F:  // VERIFY(10): VRPROTECT, DPO, BYTCHK
+      return Make(0x2F, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x34:  // PRE-FETCH(10): IMMED
+    case 0x35:  // SYNCHRONIZE CACHE(10): IMMED
+      return Make(opcode, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x37:  // READ DEFECT DATA(10): REQ_PLIST, REQ_GLIST, DEFECT LIST FORMAT
+      return Make(0x37, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0x07);
+    case 0x41:  // WRITE SAME(10): WRPROTECT, ANCHOR, UNMAP
+      return Make(0x41, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x42:  // UNMAP: ANCHOR, GROUP NUMBER, PARAMETER LIST LENGTH
+      return Make(0x42, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, 0x07);
+    case 0x48:  // SANITIZE: IMMED, AUSE, SERVICE ACTION, PARAMETER LIST LENGTH
+      return Make(0x48, 0xA0 | sa, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0x07);
+    case 0x88:  // READ(16)
+    case 0x8A:  // WRITE(16)
+    case 0x8B:  // ORWRITE(16)
+      return Make(opcode, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                  0xFF, 0x1F, 0x07);
+    case 0x89:  // COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS in byte 13
+      return Make(0x89, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0x1F,
+                  0x07);
+    case 0x8E:  // WRITE AND VERIFY(16)
+      return Make(0x8E, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                  0xFF, 0x1F, 0x07);
+    case 0x8F:  // VERIFY(16)
+      return Make(0x8F, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                  0xFF, 0x1F, 0x07);
+    case 0x90:  // PRE-FETCH(16)
+    case 0x91:  // SYNCHRONIZE CACHE(16)
+      return Make(opcode, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                  0xFF, 0x1F, 0x07);
+    case 0x93:  // WRITE SAME(16): WRPROTECT, ANCHOR, UNMAP, NDOB
+      return Make(0x93, 0xF9, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                  0xFF, 0x1F, 0x07);
+    case 0x9E:
+      if (sa == 0x10) {  // READ CAPACITY(16): LBA, ALLOCATION LENGTH, PMI
+        return Make(0x9E, 0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                    0xFF, 0x01, 0x07);
+      }
+      if (sa == 0x12) {  // GET LBA STATUS: STARTING LBA, ALLOCATION LENGTH
+        return Make(0x9E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                    0xFF, 0, 0x07);
+      }
+      break;
+    case 0xA8:  // READ(12)
+    case 0xAA:  // WRITE(12)
+      return Make(opcode, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x07);
+    case 0xAE:  // WRITE AND VERIFY(12)
+      return Make(0xAE, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x07);
+    case 0xAF:  // VERIFY(12)
+      return Make(0xAF, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0x07);
+    case 0xB7:  // READ DEFECT DATA(12)
+      return Make(0xB7, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
+    default:
+      break;
+  }
+  return usage_detail::Generic(opcode, sa);
+}
+
+}  // namespace iscsigw::scsi::internal

@@ -1,0 +1,806 @@
+// Reservations: RESERVE(6)/(10) and RELEASE(6)/(10) with SPC-2 semantics, PERSISTENT RESERVE IN
+// (SPC-4 6.16) and PERSISTENT RESERVE OUT (SPC-4 6.17) for all six reservation types, and the
+// RESERVATION CONFLICT check every command goes through while a reservation exists (SPC-4 5.13.1,
+// SBC-3 4.17, SPC-2 5.5.1).
+//
+// Not offered: SPEC_I_PT (registering other I_T nexuses in one command; SIP_C=0 in REPORT
+// CAPABILITIES) and element scope. APTPL needs a state store (PTPL_C follows it).
+#include "dataplane/scsi/reservations.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "dataplane/base/endian.h"
+#include "dataplane/scsi/handlers.h"
+#include "dataplane/scsi/op_table.h"
+#include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sense.h"
+
+namespace iscsigw::scsi {
+
+// ---------------------------------------------------------------------------------------------
+// Reservations state
+
+namespace {
+bool SameToken(const std::weak_ptr<const void>& a, const std::weak_ptr<const void>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+}  // namespace
+
+bool Reservations::spc2_reserved() {
+  if (spc2_held_ && spc2_holder_.expired()) {
+    // SPC-4 5.13.3: an I_T nexus loss releases the reservation its nexus held.
+    spc2_held_ = false;
+    spc2_holder_.reset();
+    UpdateActive();
+  }
+  return spc2_held_;
+}
+
+bool Reservations::spc2_reserved_by(const Nexus& nexus) {
+  return spc2_reserved() && SameToken(spc2_holder_, nexus.token());
+}
+
+void Reservations::spc2_reserve(const Nexus& nexus) {
+  spc2_holder_ = nexus.token();
+  spc2_held_ = true;
+  UpdateActive();
+}
+
+void Reservations::spc2_release() {
+  spc2_held_ = false;
+  spc2_holder_.reset();
+  UpdateActive();
+}
+
+Reservations::Registrant* Reservations::FindRegistrant(const Nexus* nexus) {
+  if (nexus == nullptr) return nullptr;
+  for (Registrant& r : regs_) {
+    if (r.nexus.Matches(*nexus)) return &r;
+  }
+  return nullptr;
+}
+
+void Reservations::set_pr(bool reserved, uint8_t type) {
+  pr_reserved_ = reserved;
+  pr_type_ = reserved ? type : 0;
+  if (!reserved) {
+    for (Registrant& r : regs_) r.holder = false;
+  }
+  UpdateActive();
+}
+
+void Reservations::UpdateActive() {
+  active_.store(spc2_held_ || pr_reserved_, std::memory_order_release);
+}
+
+std::string Reservations::Serialize() const {
+  if (!aptpl_) return "";
+  std::string out;
+  char line[128];
+  std::snprintf(line, sizeof(line), "pr aptpl gen=%" PRIu32 "\n", generation_);
+  out += line;
+  for (const Registrant& r : regs_) {
+    std::snprintf(line, sizeof(line),
+                  "pr reg key=%016" PRIx64 " tg=%d rel=%u any=%d holder=%d port=", r.key,
+                  r.all_tg_pt ? 1 : 0, static_cast<unsigned>(r.nexus.relative_port_id),
+                  r.nexus.any_isid ? 1 : 0, r.holder ? 1 : 0);
+    out += line;
+    out += r.nexus.initiator;
+    out += "\n";
+  }
+  if (pr_reserved_) {
+    std::snprintf(line, sizeof(line), "pr res type=%u\n", static_cast<unsigned>(pr_type_));
+    out += line;
+  }
+  return out;
+}
+
+void Reservations::Restore(const std::string& blob) {
+  std::istringstream in(blob);
+  std::string line;
+  bool aptpl = false;
+  uint32_t gen = 0;
+  std::vector<Registrant> regs;
+  int type = -1;
+  while (std::getline(in, line)) {
+    unsigned g = 0, rel = 0, t = 0;
+    int tg = 0, any = 0, holder = 0, n = 0;
+    uint64_t key = 0;
+    if (std::sscanf(line.c_str(), "pr aptpl gen=%u", &g) == 1) {
+      aptpl = true;
+      gen = g;
+    } else if (std::sscanf(line.c_str(),
+                           "pr reg key=%16" SCNx64 " tg=%d rel=%u any=%d holder=%d port=%n", &key,
+                           &tg, &rel, &any, &holder, &n) == 5 &&
+               n > 0 && static_cast<size_t>(n) < line.size()) {
+      Registrant r;
+      r.key = key;
+      r.all_tg_pt = tg != 0;
+      r.nexus = NexusMatch{line.substr(n), any != 0, static_cast<uint16_t>(rel)};
+      r.holder = holder != 0;
+      regs.push_back(std::move(r));
+    } else if (std::sscanf(line.c_str(), "pr res type=%u", &t) == 1) {
+      type = static_cast<int>(t);
+    }
+  }
+  if (!aptpl) return;
+  aptpl_ = true;
+  generation_ = gen;
+  regs_ = std::move(regs);
+  const bool valid_type = type == kPrWriteExclusive || type == kPrExclusiveAccess ||
+                          RegistrantsOnlyType(static_cast<uint8_t>(type)) ||
+                          AllRegistrantsType(static_cast<uint8_t>(type));
+  const bool has_holder =
+      std::any_of(regs_.begin(), regs_.end(), [](const Registrant& r) { return r.holder; });
+  if (valid_type && has_holder) {
+    pr_reserved_ = true;
+    pr_type_ = static_cast<uint8_t>(type);
+  } else {
+    for (Registrant& r : regs_) r.holder = false;
+  }
+  UpdateActive();
+}
+
+namespace internal {
+namespace {
+
+// PERSISTENT RESERVE OUT service actions (SPC-4 6.17.2, table 177).
+enum ProutAction : uint8_t {
+  kRegister = 0x0,
+  kReserve = 0x1,
+  kRelease = 0x2,
+  kClear = 0x3,
+  kPreempt = 0x4,
+  kPreemptAndAbort = 0x5,
+  kRegisterAndIgnore = 0x6,
+  kRegisterAndMove = 0x7,
+};
+
+constexpr uint8_t kProtocolIscsi = 0x5;
+
+bool ValidType(uint8_t type) {
+  return type == kPrWriteExclusive || type == kPrExclusiveAccess ||
+         Reservations::RegistrantsOnlyType(type) || Reservations::AllRegistrantsType(type);
+}
+
+// Exclusive Access family: even reads conflict for non-holders.
+bool ExclusiveAccessType(uint8_t type) {
+  return type == kPrExclusiveAccess || type == kPrExclusiveAccessRegistrantsOnly ||
+         type == kPrExclusiveAccessAllRegistrants;
+}
+
+void SetConflict(Task& task) {
+  task.status = ScsiStatus::kReservationConflict;
+  task.sense_len = 0;
+  task.in_seg_count = 0;
+  task.in_len = 0;
+}
+
+// Appends the TransportID of `m` (SPC-4 7.6.4.6, iSCSI): format 01b "<name>,i,0x<isid>" for one
+// initiator port, format 00b "<name>" for all of them; null terminated, padded to a multiple of 4,
+// at least 20 bytes.
+void AppendTransportId(const NexusMatch& m, std::vector<uint8_t>* out) {
+  const size_t n = m.initiator.size() + 1;
+  size_t padded = (n + 3) & ~size_t{3};
+  if (padded < 16) padded = 16;
+  const size_t base = out->size();
+  out->resize(base + 4 + padded, 0);
+  uint8_t* d = out->data() + base;
+  d[0] = static_cast<uint8_t>((m.any_isid ? 0x00 : 0x40) | kProtocolIscsi);
+  StoreBe16(d + 2, static_cast<uint16_t>(padded));
+  std::memcpy(d + 4, m.initiator.data(), m.initiator.size());
+}
+
+// Parses an iSCSI TransportID (SPC-4 7.6.4.6) at d[0..len); the parameter list offset `at` is for
+// the sense field pointer. Returns false with the task's sense set.
+bool ParseTransportId(Task& task, const uint8_t* d, size_t len, size_t at, NexusMatch* out) {
+  if (len < 4) {
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
+    return false;
+  }
+  const uint8_t format = d[0] >> 6;
+  if ((d[0] & 0x0F) != kProtocolIscsi || (d[0] & 0x30) != 0 || format > 1) {
+    SetInvalidFieldInParameterList(task, static_cast<uint16_t>(at));
+    return false;
+  }
+  const size_t add = LoadBe16(d + 2);
+  if (add % 4 != 0 || add < 4) {
+    SetInvalidFieldInParameterList(task, static_cast<uint16_t>(at + 2));
+    return false;
+  }
+  if (4 + add > len) {
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
+    return false;
+  }
+  const char* s = reinterpret_cast<const char*>(d + 4);
+  const size_t slen = strnlen(s, add);
+  if (slen == 0 || slen == add) {  // empty or not null terminated
+    SetInvalidFieldInParameterList(task, static_cast<uint16_t>(at + 4));
+    return false;
+  }
+  std::string name(s, slen);
+  if (format == 1) {
+    // "<name>,i,0x<isid>": the ISID compares in lower case, as the transport formats it.
+    const size_t sep = name.find(",i,0x");
+    if (sep == std::string::npos || sep == 0 || name.size() - sep - 5 != 12) {
+      SetInvalidFieldInParameterList(task, static_cast<uint16_t>(at + 4));
+      return false;
+    }
+    for (size_t i = sep + 5; i < name.size(); ++i) {
+      name[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+    }
+  } else if (name.find(',') != std::string::npos) {
+    SetInvalidFieldInParameterList(task, static_cast<uint16_t>(at + 4));
+    return false;
+  }
+  *out = NexusMatch{std::move(name), format == 0, 0};
+  return true;
+}
+
+NexusMatch UaTarget(const Reservations::Registrant& r) { return r.nexus; }
+
+// Raises `asc` for every registrant matching `pred`, but not on `except`.
+template <typename Pred>
+void RaiseForRegistrants(Lun& lun, const std::vector<Reservations::Registrant>& regs, Asc asc,
+                         const Nexus* except, Pred pred) {
+  for (const auto& r : regs) {
+    if (pred(r)) lun.RaiseUnitAttentionFor(UnitAttention{asc.asc, asc.ascq}, UaTarget(r), except);
+  }
+}
+
+void PersistDone(void* ctx, int err) {
+  Task& task = *static_cast<Task*>(ctx);
+  // The change took effect but could not be made durable: say so instead of GOOD, since APTPL
+  // promised it would survive a power loss.
+  if (err != 0) SetCheckCondition(task, SenseKey::kHardwareError, Asc::kInternalTargetFailure);
+  task.Complete();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Conflict check
+
+bool ReservationConflict(Lun& lun, const Nexus* nexus, const uint8_t* cdb) {
+  const uint8_t opcode = cdb[0];
+  const uint8_t sa = HasServiceActionField(opcode) ? (cdb[1] & 0x1F) : 0xFF;
+  Reservations& res = lun.reservations();
+  std::lock_guard lock(res.mu());
+
+  if (res.spc2_reserved() && (nexus == nullptr || !res.spc2_reserved_by(*nexus))) {
+    // SPC-2 5.5.1: another I_T nexus holds the logical unit; only commands that report on it (or
+    // RELEASE, which does nothing) get through. PERSISTENT RESERVE OUT conflicts (SPC-4 5.13.3).
+    switch (opcode) {
+      case kInquiry:
+      case kRequestSense:
+      case kReportLuns:
+      case 0x4D:  // LOG SENSE
+      case kPersistentReserveIn:
+      case kMaintenanceIn:
+      case kRelease6:
+      case kRelease10:
+        return false;
+      case kPreventAllowMediumRemoval:
+        return (cdb[4] & 0x03) != 0;
+      default:
+        return true;
+    }
+  }
+  if (res.spc2_reserved() && opcode == kPersistentReserveOut) return true;  // SPC-4 5.13.3
+
+  if (!res.pr_reserved()) return false;
+  const uint8_t type = res.pr_type();
+  const Reservations::Registrant* reg = res.FindRegistrant(nexus);
+  // SPC-4 5.13.1 (table 63): the holder, and every registrant of a registrants-only or
+  // all-registrants reservation, has full access.
+  if (reg != nullptr && (reg->holder || Reservations::RegistrantsOnlyType(type) ||
+                         Reservations::AllRegistrantsType(type))) {
+    return false;
+  }
+  switch (PrClassFor(opcode, sa)) {
+    case PrClass::kAllowed:
+      return false;
+    case PrClass::kRead:
+      return ExclusiveAccessType(type);
+    case PrClass::kConflict:
+      return true;
+    case PrClass::kSpecial:
+      break;
+  }
+  switch (opcode) {
+    case kPersistentReserveOut:  // the service action decides (SPC-4 table 64)
+    case kRelease6:              // GOOD or RESERVATION CONFLICT, decided by Release()
+    case kRelease10:
+      return false;
+    case kPreventAllowMediumRemoval:  // SBC-3 table 13: PREVENT=0 allowed, else conflict
+      return (cdb[4] & 0x03) != 0;
+    case kStartStopUnit:  // SBC-3 table 13: START=1 with POWER CONDITION 0h allowed
+      return !((cdb[4] & 0x01) != 0 && (cdb[4] >> 4) == 0);
+    default:  // RESERVE(6)/(10)
+      return true;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RESERVE / RELEASE (SPC-2 7.21, 7.22, 7.11, 7.12)
+
+namespace {
+
+// RESERVE/RELEASE(6): bytes 1..4 hold obsolete third-party and extent fields; (10): byte 1 has
+// 3RDPTY and LONGID, bytes 2..8 the third-party device id and parameter list length. Third-party
+// and extent reservations are not supported: any of them set is an invalid field.
+bool CheckReserveCdb(Task& task) {
+  const uint8_t* cdb = task.cdb.data();
+  const size_t end = (cdb[0] == kReserve6 || cdb[0] == kRelease6) ? 5 : 9;
+  for (size_t i = 1; i < end; ++i) {
+    if (cdb[i] != 0) {
+      SetInvalidFieldInCdb(task, static_cast<uint16_t>(i));
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Disposition Reserve(const Command& cmd) {
+  Task& task = cmd.task;
+  if (!CheckReserveCdb(task)) return Disposition::kDone;
+  Reservations& res = cmd.lun->reservations();
+  std::lock_guard lock(res.mu());
+  // SPC-4 5.13.3 (compatible reservation handling, CRH=1): RESERVE conflicts with any persistent
+  // reservation or registration.
+  if (task.nexus == nullptr || res.pr_reserved() || !res.registrants().empty() ||
+      (res.spc2_reserved() && !res.spc2_reserved_by(*task.nexus))) {
+    SetConflict(task);
+    return Disposition::kDone;
+  }
+  res.spc2_reserve(*task.nexus);  // SPC-2 7.21: a reserve by the holder succeeds again
+  return Disposition::kDone;
+}
+
+Disposition Release(const Command& cmd) {
+  Task& task = cmd.task;
+  if (!CheckReserveCdb(task)) return Disposition::kDone;
+  Reservations& res = cmd.lun->reservations();
+  std::lock_guard lock(res.mu());
+  if (res.pr_reserved()) {
+    // SPC-4 5.13.3: GOOD without releasing anything for the persistent reservation holder and for
+    // registrants of registrants-only/all-registrants types; RESERVATION CONFLICT otherwise.
+    const Reservations::Registrant* reg = res.FindRegistrant(task.nexus);
+    const bool ok =
+        reg != nullptr && (reg->holder || Reservations::RegistrantsOnlyType(res.pr_type()) ||
+                           Reservations::AllRegistrantsType(res.pr_type()));
+    if (!ok) SetConflict(task);
+    return Disposition::kDone;
+  }
+  // SPC-2 7.22: the holder releases; from any other I_T nexus RELEASE is a no-op with GOOD.
+  if (task.nexus != nullptr && res.spc2_reserved_by(*task.nexus)) res.spc2_release();
+  return Disposition::kDone;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PERSISTENT RESERVE IN (SPC-4 6.16)
+
+Disposition PersistentReserveIn(const Command& cmd) {
+  Task& task = cmd.task;
+  Lun& lun = *cmd.lun;
+  const uint8_t* cdb = task.cdb.data();
+  if ((cdb[1] & 0xE0) != 0) {
+    SetInvalidFieldInCdb(task, 1);
+    return Disposition::kDone;
+  }
+  for (uint16_t i = 2; i <= 6; ++i) {
+    if (cdb[i] != 0) {
+      SetInvalidFieldInCdb(task, i);
+      return Disposition::kDone;
+    }
+  }
+  const uint8_t sa = cdb[1] & 0x1F;
+  const uint16_t alloc = LoadBe16(cdb + 7);
+  std::vector<uint8_t> out(8, 0);
+  Reservations& res = lun.reservations();
+  {
+    std::lock_guard lock(res.mu());
+    StoreBe32(out.data(), res.generation());
+    switch (sa) {
+      case 0x00:  // READ KEYS (6.16.2)
+        for (const auto& r : res.registrants()) {
+          const size_t at = out.size();
+          out.resize(at + 8);
+          StoreBe64(out.data() + at, r.key);
+        }
+        break;
+      case 0x01:  // READ RESERVATION (6.16.3)
+        if (res.pr_reserved()) {
+          out.resize(8 + 16, 0);
+          uint64_t key = 0;  // all-registrants: the RESERVATION KEY is zero (5.13.7)
+          if (!Reservations::AllRegistrantsType(res.pr_type())) {
+            for (const auto& r : res.registrants()) {
+              if (r.holder) key = r.key;
+            }
+          }
+          StoreBe64(out.data() + 8, key);
+          out[8 + 13] = res.pr_type();  // SCOPE 0h (LU_SCOPE) in bits 7..4
+        }
+        break;
+      case 0x02: {  // REPORT CAPABILITIES (6.16.4)
+        out.assign(8, 0);
+        StoreBe16(out.data(), 8);
+        // CRH=1 (RESERVE/RELEASE per 5.13.3), SIP_C=0, ATP_C=1, PTPL_C with a state store.
+        out[2] = 0x10 | 0x04 | (lun.config().state_store ? 0x01 : 0x00);
+        // TMV=1, ALLOW COMMANDS 001b (TEST UNIT READY allowed through WE/EA), PTPL_A.
+        out[3] = 0x80 | 0x10 | (res.aptpl() ? 0x01 : 0x00);
+        out[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02;  // WR_EX_AR, EX_AC_RO, WR_EX_RO, EX_AC, WR_EX
+        out[5] = 0x01;                              // EX_AC_AR
+        ReturnData(task, out.data(), out.size(), alloc);
+        return Disposition::kDone;
+      }
+      case 0x03:  // READ FULL STATUS (6.16.5)
+        for (const auto& r : res.registrants()) {
+          const size_t at = out.size();
+          out.resize(at + 24, 0);
+          uint8_t* d = out.data() + at;
+          StoreBe64(d, r.key);
+          d[12] = static_cast<uint8_t>((r.all_tg_pt ? 0x02 : 0) |
+                                       (res.pr_reserved() && r.holder ? 0x01 : 0));
+          if (res.pr_reserved() && r.holder) d[13] = res.pr_type();
+          StoreBe16(d + 18, r.nexus.relative_port_id != 0 ? r.nexus.relative_port_id
+                                                          : cmd.target.relative_port_id);
+          AppendTransportId(r.nexus, &out);
+          StoreBe32(out.data() + at + 20, static_cast<uint32_t>(out.size() - at - 24));
+        }
+        break;
+      default:
+        SetInvalidFieldInCdb(task, 1, 4);
+        return Disposition::kDone;
+    }
+  }
+  StoreBe32(out.data() + 4, static_cast<uint32_t>(out.size() - 8));  // ADDITIONAL LENGTH
+  ReturnData(task, out.data(), out.size(), alloc);
+  return Disposition::kDone;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PERSISTENT RESERVE OUT (SPC-4 6.17, 5.13.7-5.13.11)
+
+Disposition PersistentReserveOut(const Command& cmd) {
+  Task& task = cmd.task;
+  Lun& lun = *cmd.lun;
+  const uint8_t* cdb = task.cdb.data();
+  if ((cdb[1] & 0xE0) != 0) {
+    SetInvalidFieldInCdb(task, 1);
+    return Disposition::kDone;
+  }
+  const uint8_t sa = cdb[1] & 0x1F;
+  const uint8_t scope = cdb[2] >> 4;
+  const uint8_t type = cdb[2] & 0x0F;
+  if (cdb[3] != 0 || cdb[4] != 0) {
+    SetInvalidFieldInCdb(task, cdb[3] != 0 ? 3 : 4);
+    return Disposition::kDone;
+  }
+  if (sa > kRegisterAndMove) {
+    SetInvalidFieldInCdb(task, 1, 4);
+    return Disposition::kDone;
+  }
+  const bool uses_type = sa == kReserve || sa == kRelease || sa == kPreempt ||
+                         sa == kPreemptAndAbort || sa == kRegisterAndMove;
+  if (uses_type && scope != 0) {  // only LU_SCOPE (6.17.3)
+    SetInvalidFieldInCdb(task, 2, 7);
+    return Disposition::kDone;
+  }
+  if (uses_type && !ValidType(type)) {
+    SetInvalidFieldInCdb(task, 2, 3);
+    return Disposition::kDone;
+  }
+  const uint32_t len = LoadBe32(cdb + 5);
+  task.transfer_bytes = len;
+  // 6.17.3: 24 bytes, unless REGISTER AND MOVE (header + TransportID) or SPEC_I_PT (not offered).
+  const bool len_ok = sa == kRegisterAndMove ? len >= 24 + 4 : len == 24;
+  if (!len_ok || task.data_out_len < len || task.buf == nullptr) {
+    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
+    return Disposition::kDone;
+  }
+  const uint8_t* d = task.buf;
+  const uint64_t rk = LoadBe64(d);
+  const uint64_t sark = LoadBe64(d + 8);
+  bool aptpl = false;
+  bool all_tg_pt = false;
+  bool unreg = false;
+  uint16_t move_rel = 0;
+  NexusMatch move_to;
+  if (sa == kRegisterAndMove) {
+    // 6.17.4, table 181.
+    if (d[16] != 0) return SetInvalidFieldInParameterList(task, 16), Disposition::kDone;
+    if ((d[17] & 0xFC) != 0) return SetInvalidFieldInParameterList(task, 17), Disposition::kDone;
+    unreg = (d[17] & 0x02) != 0;
+    aptpl = (d[17] & 0x01) != 0;
+    move_rel = LoadBe16(d + 18);
+    const uint32_t tid_len = LoadBe32(d + 20);
+    if (tid_len < 4 || 24 + uint64_t{tid_len} > len) {
+      SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
+      return Disposition::kDone;
+    }
+    if (!ParseTransportId(task, d + 24, tid_len, 24, &move_to)) return Disposition::kDone;
+    if (move_rel != cmd.target.relative_port_id) {
+      // The target has this one port: any other RELATIVE TARGET PORT IDENTIFIER names nothing.
+      SetInvalidFieldInParameterList(task, 18);
+      return Disposition::kDone;
+    }
+    move_to.relative_port_id = move_rel;
+    if (aptpl && !lun.config().state_store) {
+      SetInvalidFieldInParameterList(task, 17, 0);
+      return Disposition::kDone;
+    }
+  } else {
+    // 6.17.3, table 180. Bytes 16..19 and 22..23 are obsolete and ignored.
+    const uint8_t flags = d[20];
+    if ((flags & 0xF2) != 0 || d[21] != 0) {
+      SetInvalidFieldInParameterList(task, (flags & 0xF2) != 0 ? 20 : 21);
+      return Disposition::kDone;
+    }
+    if ((flags & 0x08) != 0) {  // SPEC_I_PT: not offered (SIP_C=0)
+      SetInvalidFieldInParameterList(task, 20, 3);
+      return Disposition::kDone;
+    }
+    const bool registers = sa == kRegister || sa == kRegisterAndIgnore;
+    all_tg_pt = registers && (flags & 0x04) != 0;  // ignored by the other service actions
+    aptpl = (flags & 0x01) != 0;
+    if (registers && aptpl && !lun.config().state_store) {  // PTPL_C=0
+      SetInvalidFieldInParameterList(task, 20, 0);
+      return Disposition::kDone;
+    }
+  }
+  if (task.nexus == nullptr) {
+    SetConflict(task);
+    return Disposition::kDone;
+  }
+  const Nexus& me = *task.nexus;
+
+  Reservations& res = lun.reservations();
+  bool persist = false;
+  std::vector<NexusMatch> aborted;
+  {
+    std::lock_guard lock(res.mu());
+    if (res.spc2_reserved()) {  // SPC-4 5.13.3
+      SetConflict(task);
+      return Disposition::kDone;
+    }
+    const bool was_aptpl = res.aptpl();
+    auto& regs = res.registrants();
+    Reservations::Registrant* reg = res.FindRegistrant(&me);
+    const bool ar = res.pr_reserved() && Reservations::AllRegistrantsType(res.pr_type());
+
+    auto remove_reg = [&](size_t i) { regs.erase(regs.begin() + static_cast<ptrdiff_t>(i)); };
+    auto changed = [&] {
+      res.bump_generation();
+      persist = true;
+    };
+
+    switch (sa) {
+      case kRegister:
+      case kRegisterAndIgnore: {
+        // 5.13.7: an unregistered nexus must present key 0 (REGISTER); a registered one its own
+        // key (REGISTER); REGISTER AND IGNORE EXISTING KEY skips the check.
+        if (sa == kRegister && rk != (reg != nullptr ? reg->key : 0)) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (reg == nullptr) {
+          if (sark == 0) return Disposition::kDone;  // nothing to register, nothing to do
+          Reservations::Registrant r;
+          r.key = sark;
+          r.all_tg_pt = all_tg_pt;
+          r.nexus = NexusMatch{me.initiator_port(), false,
+                               static_cast<uint16_t>(all_tg_pt ? 0 : me.relative_port_id())};
+          regs.push_back(std::move(r));
+          // A new registrant of an all-registrants reservation holds it too (5.13.9).
+          if (ar) regs.back().holder = true;
+        } else if (sark != 0) {
+          reg->key = sark;
+        } else {
+          // Unregister (5.13.11.3). The holder's reservation goes with it, unless all registrants
+          // hold it and others remain.
+          const bool was_holder = reg->holder && res.pr_reserved();
+          const uint8_t old_type = res.pr_type();
+          remove_reg(static_cast<size_t>(reg - regs.data()));
+          if (was_holder && (!Reservations::AllRegistrantsType(old_type) || regs.empty())) {
+            res.set_pr(false, 0);
+            // 5.13.11.2.2: releasing a registrants-only reservation tells the other registrants.
+            if (Reservations::RegistrantsOnlyType(old_type)) {
+              RaiseForRegistrants(lun, regs, Asc::kReservationsReleased, &me,
+                                  [](const auto&) { return true; });
+            }
+          }
+        }
+        res.set_aptpl(aptpl);
+        changed();
+        break;
+      }
+      case kReserve:
+        // 5.13.9: only a registrant with its key; a reservation of another type or by another
+        // holder conflicts; the same reservation again is a no-op.
+        if (reg == nullptr || reg->key != rk) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (res.pr_reserved()) {
+          if (!reg->holder || res.pr_type() != type) SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (Reservations::AllRegistrantsType(type)) {
+          for (auto& r : regs) r.holder = true;
+        } else {
+          reg->holder = true;
+        }
+        res.set_pr(true, type);
+        persist = true;
+        break;
+      case kRelease: {
+        // 5.13.11.2.
+        if (reg == nullptr || reg->key != rk) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (!res.pr_reserved() || !reg->holder) return Disposition::kDone;  // no-op, GOOD
+        if (res.pr_type() != type) {
+          SetCheckCondition(task, SenseKey::kIllegalRequest,
+                            Asc::kInvalidReleaseOfPersistentReservation);
+          return Disposition::kDone;
+        }
+        const uint8_t old_type = res.pr_type();
+        res.set_pr(false, 0);
+        if (Reservations::RegistrantsOnlyType(old_type) ||
+            Reservations::AllRegistrantsType(old_type)) {
+          RaiseForRegistrants(lun, regs, Asc::kReservationsReleased, &me,
+                              [](const auto&) { return true; });
+        }
+        persist = true;
+        break;
+      }
+      case kClear:
+        // 5.13.11.2.? (CLEAR): every registration and the reservation go; the others learn of it.
+        if (reg == nullptr || reg->key != rk) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        RaiseForRegistrants(lun, regs, Asc::kReservationsPreempted, &me,
+                            [&](const auto& r) { return &r != reg; });
+        regs.clear();
+        res.set_pr(false, 0);
+        changed();
+        break;
+      case kPreempt:
+      case kPreemptAndAbort: {
+        // 5.13.11.4.
+        if (reg == nullptr || reg->key != rk) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        const size_t self = static_cast<size_t>(reg - regs.data());
+        const bool reserved = res.pr_reserved();
+        const uint8_t old_type = res.pr_type();
+        uint64_t holder_key = 0;
+        for (const auto& r : regs) {
+          if (r.holder) holder_key = r.key;
+        }
+        // Whether the issuer takes the reservation: key 0 against an all-registrants reservation
+        // (every other registration goes), or the holder's key against any other type.
+        bool take = false;
+        bool all_others = false;
+        if (reserved && Reservations::AllRegistrantsType(old_type)) {
+          take = all_others = sark == 0;
+        } else if (reserved) {
+          take = sark == holder_key;
+        }
+        if (!take && sark == 0) {  // 5.13.11.4.4: key 0 names no registration
+          SetInvalidFieldInParameterList(task, 8);
+          return Disposition::kDone;
+        }
+        bool named = all_others;
+        std::vector<Reservations::Registrant> keep;
+        size_t self_in_keep = 0;
+        for (size_t i = 0; i < regs.size(); ++i) {
+          const auto& r = regs[i];
+          if (r.key == sark) named = true;
+          if (i != self && (all_others || r.key == sark)) {
+            aborted.push_back(r.nexus);
+            lun.RaiseUnitAttentionFor(
+                UnitAttention{Asc::kRegistrationsPreempted.asc, Asc::kRegistrationsPreempted.ascq},
+                r.nexus, &me);
+            continue;
+          }
+          if (i == self) self_in_keep = keep.size();
+          keep.push_back(r);
+        }
+        if (!named) {  // 5.13.11.4.4: nobody registered with that key
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        regs = std::move(keep);
+        if (take) {
+          if (old_type != type) {
+            // 5.13.11.4.3: a new type releases the old reservation for those still registered.
+            for (size_t i = 0; i < regs.size(); ++i) {
+              if (i == self_in_keep) continue;
+              lun.RaiseUnitAttentionFor(
+                  UnitAttention{Asc::kReservationsReleased.asc, Asc::kReservationsReleased.ascq},
+                  regs[i].nexus, &me);
+            }
+          }
+          res.set_pr(false, 0);
+          res.set_pr(true, type);
+          if (Reservations::AllRegistrantsType(type)) {
+            for (auto& r : regs) r.holder = true;
+          } else {
+            regs[self_in_keep].holder = true;
+          }
+        } else if (reserved &&
+                   std::none_of(regs.begin(), regs.end(), [](const auto& r) { return r.holder; })) {
+          res.set_pr(false, 0);
+        }
+        changed();
+        break;
+      }
+      case kRegisterAndMove: {
+        // 5.13.8: the holder hands its reservation to another I_T nexus, registering it with
+        // SERVICE ACTION RESERVATION KEY.
+        if (reg == nullptr || reg->key != rk) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (!res.pr_reserved() || !reg->holder || Reservations::AllRegistrantsType(res.pr_type())) {
+          SetConflict(task);
+          return Disposition::kDone;
+        }
+        if (sark == 0) {
+          SetInvalidFieldInParameterList(task, 8);
+          return Disposition::kDone;
+        }
+        if (move_to.Matches(me)) {  // moving to itself
+          SetInvalidFieldInParameterList(task, 24);
+          return Disposition::kDone;
+        }
+        const uint8_t rtype = res.pr_type();
+        Reservations::Registrant* dest = nullptr;
+        for (auto& r : regs) {
+          if (r.nexus.initiator == move_to.initiator && r.nexus.any_isid == move_to.any_isid &&
+              (r.nexus.relative_port_id == 0 || r.nexus.relative_port_id == move_rel)) {
+            dest = &r;
+          }
+        }
+        reg->holder = false;
+        if (dest == nullptr) {
+          regs.push_back(Reservations::Registrant{sark, move_to, false, true});
+        } else {
+          dest->key = sark;
+          dest->holder = true;
+        }
+        if (unreg) {
+          std::erase_if(regs, [&](const auto& r) { return r.nexus.Matches(me) && !r.holder; });
+        }
+        res.set_pr(true, rtype);
+        res.set_aptpl(aptpl);
+        changed();
+        break;
+      }
+    }
+    persist = persist && (was_aptpl || res.aptpl());
+  }
+
+  if (sa == kPreemptAndAbort && !aborted.empty() && lun.config().task_aborter) {
+    // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
+    lun.config().task_aborter->AbortTasks(lun.id(), aborted, &me);
+  }
+  if (persist && lun.SaveState(task.slot, backing::IoCompletion{PersistDone, &task})) {
+    return Disposition::kPending;
+  }
+  return Disposition::kDone;
+}
+
+}  // namespace internal
+}  // namespace iscsigw::scsi
