@@ -19,7 +19,7 @@ test_pkgs=(
 # Packaging checks (tests/packaging/run_all.sh): container image build and run, kustomize output
 # lint and schema validation, Helm chart rendering with Go text/template + sprig.
 packaging_pkgs=(
-  podman buildah runc debootstrap uidmap yamllint nodejs
+  podman buildah runc catatonit debootstrap uidmap yamllint nodejs
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
   golang-github-xeipuuv-gojsonschema-dev
 )

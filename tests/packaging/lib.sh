@@ -11,6 +11,13 @@ image="${ISCSIGW_IMAGE:-localhost/iscsigw:test}"
 # Explicit ulimits: podman's default nofile (1048576) is above the hard limit of a sandbox without
 # CAP_SYS_RESOURCE, and runc then fails to start the container.
 pkg_ulimits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit "nproc=4096:4096")
+# The same limits for what takes no --ulimit flag (podman kube play).
+mkdir -p "$pkg_work"
+cat >"$pkg_work/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=4096:4096"]
+CONF
+export CONTAINERS_CONF="$pkg_work/containers.conf"
 pm() {
   podman --root "$pkg_work/storage" --runroot "$pkg_work/run" --tmpdir "$pkg_work/tmp" \
     --storage-driver vfs --runtime runc --cgroup-manager cgroupfs --events-backend file "$@"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the repository's Dockerfile into the packaging image store as $ISCSIGW_IMAGE
+# (localhost/iscsigw:test), on the debootstrapped debian:bookworm-slim (base_image.sh), with
+# podman: vfs storage, runc, explicit ulimits, host network for apt. The context is the work tree,
+# as `podman build .` would use it. Compiles the project on the build machine's cores: about
+# 15-25 minutes on 2 cores. --if-missing: keep an existing image.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+if [ "${1:-}" = "--if-missing" ] && pm image exists "$image"; then
+  log "image $image present"
+  exit 0
+fi
+"$(dirname "$0")/base_image.sh"
+revision=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+log "building $image from $repo_root (revision $revision)"
+start=$SECONDS
+pm build --format docker --network host --isolation oci --runtime runc "${pkg_ulimits[@]}" \
+  --jobs 1 --layers \
+  --build-arg VERSION=0.1.0 --build-arg REVISION="$revision" \
+  --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  -t "$image" -f "$repo_root/Dockerfile" "$repo_root"
+log "built $image in $((SECONDS - start)) s"
