@@ -21,7 +21,7 @@ test_pkgs=(
 packaging_pkgs=(
   podman buildah runc catatonit debootstrap uidmap yamllint nodejs
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
-  golang-github-xeipuuv-gojsonschema-dev
+  golang-github-xeipuuv-gojsonschema-dev python3-grpcio python3-yaml
 )
 # A Node.js that bundles npm, or a kubectl from elsewhere, is kept: Debian's only when missing.
 command -v npm >/dev/null 2>&1 || packaging_pkgs+=(npm)

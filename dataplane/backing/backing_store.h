@@ -8,6 +8,7 @@
 // Offsets and lengths are in bytes and already range-checked by the SCSI layer.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,6 +37,65 @@ class BackingStore {
   virtual uint64_t size_bytes() const = 0;
   // True when data survives a process restart (file); false for ram and null.
   virtual bool persistent() const = 0;
+
+  // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
+  // The SCSI layer builds UNMAP, WRITE SAME with UNMAP, GET LBA STATUS, COMPARE AND WRITE and
+  // ORWRITE on these. Unmap and ReadModifyWrite are atomic with respect to every Write of the store
+  // from any slot (a write lands entirely before or entirely after them).
+
+  // True when Unmap deallocates storage (thin provisioning: LBPME=1). Unmapped ranges always read
+  // back as zeros (LBPRZ=1).
+  virtual bool thin_provisioned() const { return false; }
+  // Bytes (a power of two) of the unit in which Unmap deallocates; a partial unit is zeroed and
+  // stays mapped.
+  virtual uint64_t unmap_granularity() const { return 4096; }
+  // Deallocates [offset, offset+len) as far as the granularity allows; the whole range reads as
+  // zeros afterwards. ENOTSUP when the store is not thin provisioned.
+  virtual void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+    (void)slot;
+    (void)offset;
+    (void)len;
+    done(ENOTSUP);
+  }
+
+  // One provisioning extent: the run of bytes from the queried offset with one status.
+  struct Extent {
+    bool mapped = true;
+    uint64_t len = 0;  // > 0 on success, <= max_len
+  };
+  // Describes the extent that starts at offset (at most max_len bytes long) in *out, then runs done.
+  // *out must stay valid until done runs.
+  virtual void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                               IoCompletion done) {
+    (void)slot;
+    (void)offset;
+    *out = Extent{true, max_len};
+    done(0);
+  }
+
+  // Atomic read-modify-write of [offset, offset+scratch.size()): the store reads the current bytes
+  // into scratch and calls modify.fn(modify.ctx, scratch), which returns the bytes to write there
+  // (scratch.size() of them) or an empty span to write nothing; no other write of the store lands
+  // in between. modify may run on any thread; it must not call back into the store.
+  struct ModifyFn {
+    std::span<const uint8_t> (*fn)(void* ctx, std::span<uint8_t> current) = nullptr;
+    void* ctx = nullptr;
+  };
+  virtual void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                               ModifyFn modify, IoCompletion done) {
+    (void)slot;
+    (void)offset;
+    (void)scratch;
+    (void)fua;
+    (void)modify;
+    done(ENOTSUP);
+  }
+
+  // Hint (PRE-FETCH): [offset, offset+len) will be read soon. Never blocks the caller.
+  virtual void Prefetch(uint64_t offset, uint64_t len) {
+    (void)offset;
+    (void)len;
+  }
 
   // Zero-copy read: describes [offset, offset+len) as up to segs.size() pieces of store memory.
   // Returns the number of pieces used, or 0 when the store cannot map (file) or more pieces would be

@@ -11,7 +11,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -55,6 +57,33 @@ class Fd {
   int fd_;
 };
 
+// Blocking positional I/O for the pool: the whole range or a positive errno.
+int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
+  size_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t n = ::pread(fd, buf.data() + done, buf.size() - done,
+                              static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf) {
+  size_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t n = ::pwrite(fd, buf.data() + done, buf.size() - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace
 
 struct FileStore::Slot {
@@ -96,6 +125,8 @@ struct WriteOp {
   size_t len;
   size_t done_bytes;
   IoCompletion done;
+  WriteGate* gate;  // entered (shared) by the caller; left once the data has landed
+  unsigned slot;
 
   void Start() {
     file->async_write_some_at(offset + done_bytes,
@@ -103,10 +134,14 @@ struct WriteOp {
   }
   void operator()(const boost::system::error_code& ec, size_t n) {
     done_bytes += n;
-    if (ec) return done(ToErrno(ec));
-    if (n == 0) return done(EIO);
-    if (done_bytes == len) return done(0);
+    if (ec) return Finish(ToErrno(ec));
+    if (n == 0) return Finish(EIO);
+    if (done_bytes == len) return Finish(0);
     Start();
+  }
+  void Finish(int err) {
+    gate->ExitShared(slot);
+    done(err);
   }
 };
 
@@ -176,6 +211,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   Fd dsync(dsync_raw);
 
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
+  store->regular_file_ = S_ISREG(st.st_mode);
   for (auto* ioc : slots) {
     auto slot = std::make_unique<Slot>(*ioc);
     boost::system::error_code ec;
@@ -227,7 +263,21 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
     asio::post(*s.ioc, [done, err] { done(err); });
     return;
   }
-  WriteOp{fua ? &s.dsync_file : &s.file, offset, buf.data(), buf.size(), 0, done}.Start();
+  if (!gate_.TryEnterShared(slot)) {
+    // An exclusive operation (ReadModifyWrite, Unmap) is active: write on the pool behind it.
+    const int fd = fua ? s.dsync_file.native_handle() : s.file.native_handle();
+    asio::post(SyncPool(), [this, fd, offset, buf, ioc = s.ioc, done] {
+      int err = 0;
+      {
+        std::lock_guard<std::mutex> lock(gate_.mutex());
+        err = PwriteAll(fd, offset, buf);
+      }
+      asio::post(*ioc, [done, err] { done(err); });
+    });
+    return;
+  }
+  WriteOp{fua ? &s.dsync_file : &s.file, offset, buf.data(), buf.size(), 0, done, &gate_, slot}
+      .Start();
 }
 
 void FileStore::Flush(unsigned slot, IoCompletion done) {
@@ -236,6 +286,95 @@ void FileStore::Flush(unsigned slot, IoCompletion done) {
   asio::post(SyncPool(), [fd = fd_, ioc, done] {
     const int err = ::fdatasync(fd) == 0 ? 0 : errno;
     asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Provisioning and read-modify-write: blocking calls on the pool, completions posted to the slot.
+
+void FileStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  asio::io_context* ioc = slots_[slot]->ioc;
+  if (read_only_ || !regular_file_) {
+    const int err = read_only_ ? EROFS : ENOTSUP;
+    asio::post(*ioc, [done, err] { done(err); });
+    return;
+  }
+  asio::post(SyncPool(), [this, offset, len, ioc, done] {
+    gate_.LockExclusive();
+    // KEEP_SIZE: the file keeps its length; the hole reads as zeros (fallocate(2)).
+    int err = ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                          static_cast<off_t>(offset), static_cast<off_t>(len)) == 0
+                  ? 0
+                  : errno;
+    if (err == EOPNOTSUPP) {
+      // A file system without holes: zeros are what an unmapped block must read as (LBPRZ=1).
+      err = ::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(offset), static_cast<off_t>(len)) == 0
+                ? 0
+                : errno;
+    }
+    gate_.UnlockExclusive();
+    asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+void FileStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                                IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  asio::io_context* ioc = slots_[slot]->ioc;
+  const uint64_t end = std::min(offset + max_len, size_bytes());
+  if (!regular_file_) {
+    *out = Extent{true, end - offset};
+    asio::post(*ioc, [done] { done(0); });
+    return;
+  }
+  asio::post(SyncPool(), [this, offset, end, out, ioc, done] {
+    int err = 0;
+    const off_t data = ::lseek(fd_, static_cast<off_t>(offset), SEEK_DATA);
+    if (data < 0 && errno != ENXIO) {
+      err = errno;
+    } else if (data < 0 || static_cast<uint64_t>(data) > offset) {
+      // A hole up to the next data (ENXIO: no data after offset).
+      const uint64_t next = data < 0 ? end : std::min<uint64_t>(end, static_cast<uint64_t>(data));
+      *out = Extent{false, next - offset};
+    } else {
+      const off_t hole = ::lseek(fd_, static_cast<off_t>(offset), SEEK_HOLE);
+      if (hole < 0) {
+        err = errno;
+      } else {
+        *out = Extent{true, std::min<uint64_t>(end, static_cast<uint64_t>(hole)) - offset};
+      }
+    }
+    asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch,
+                                bool fua, ModifyFn modify, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  asio::io_context* ioc = slots_[slot]->ioc;
+  if (read_only_) {
+    asio::post(*ioc, [done] { done(EROFS); });
+    return;
+  }
+  const int fd = fua ? slots_[slot]->dsync_file.native_handle() : fd_;
+  asio::post(SyncPool(), [this, fd, offset, scratch, modify, ioc, done] {
+    gate_.LockExclusive();
+    int err = PreadAll(fd_, offset, scratch);
+    if (err == 0) {
+      const std::span<const uint8_t> out = modify.fn(modify.ctx, scratch);
+      if (!out.empty()) err = PwriteAll(fd, offset, out.first(scratch.size()));
+    }
+    gate_.UnlockExclusive();
+    asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+void FileStore::Prefetch(uint64_t offset, uint64_t len) {
+  asio::post(SyncPool(), [fd = fd_, offset, len] {
+    (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(len),
+                          POSIX_FADV_WILLNEED);
   });
 }
 

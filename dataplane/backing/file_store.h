@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/write_gate.h"
 #include "dataplane/base/status.h"
 
 namespace boost::asio {
@@ -64,6 +65,19 @@ class FileStore final : public BackingStore {
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
 
+  // Thin provisioning for regular files: Unmap punches holes (fallocate PUNCH_HOLE|KEEP_SIZE, so
+  // the range reads as zeros), GetProvisioning reports holes (lseek SEEK_DATA/SEEK_HOLE). These and
+  // ReadModifyWrite run on the blocking pool, which posts the completion back to the slot; they
+  // exclude unlocked writes through gate_ (while one runs, writes go through the pool too).
+  bool thin_provisioned() const override { return regular_file_; }
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+  // posix_fadvise(WILLNEED) on the pool.
+  void Prefetch(uint64_t offset, uint64_t len) override;
+
  private:
   struct Slot;
   FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd);
@@ -73,6 +87,8 @@ class FileStore final : public BackingStore {
   const bool read_only_;
   const int fd_;                              // owned; used for fdatasync on the pool
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
+  bool regular_file_ = false;                 // set by Open
+  WriteGate gate_;                            // any thread
 };
 
 }  // namespace iscsigw::backing

@@ -40,6 +40,30 @@ void NullStore::Flush(unsigned slot, IoCompletion done) {
   done(0);
 }
 
+void NullStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+  (void)slot;
+  (void)offset;
+  (void)len;
+  done(0);
+}
+
+void NullStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                                IoCompletion done) {
+  (void)slot;
+  *out = Extent{false, std::min(max_len, size_bytes() - offset)};
+  done(0);
+}
+
+void NullStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch,
+                                bool fua, ModifyFn modify, IoCompletion done) {
+  (void)slot;
+  (void)offset;
+  (void)fua;
+  if (!scratch.empty()) std::memset(scratch.data(), 0, scratch.size());
+  (void)modify.fn(modify.ctx, scratch);  // the result is dropped like every write
+  done(0);
+}
+
 std::unique_ptr<NullStore> NewNullStore(uint64_t size_bytes) {
   return std::make_unique<NullStore>(size_bytes);
 }

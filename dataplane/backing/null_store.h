@@ -26,6 +26,14 @@ class NullStore final : public BackingStore {
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
 
+  // Nothing is stored, so every block is deallocated and reads as zeros (LBPRZ).
+  bool thin_provisioned() const override { return true; }
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+
  private:
   const uint64_t size_bytes_;
 };

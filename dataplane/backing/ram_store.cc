@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "dataplane/backing/zero_buffer.h"
 
@@ -25,6 +26,10 @@ RamStore::~RamStore() {
 
 uint64_t RamStore::ChunkLen(uint64_t index) const {
   return std::min(kChunkSize, size_bytes_ - index * kChunkSize);
+}
+
+uint8_t* RamStore::Chunk(uint64_t index) const {
+  return chunks_[index].load(std::memory_order_acquire);
 }
 
 uint8_t* RamStore::GetOrAllocate(uint64_t index) {
@@ -87,8 +92,19 @@ void RamStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCo
 
 void RamStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
                      IoCompletion done) {
-  (void)slot;
   (void)fua;  // memory is as stable as this store gets
+  int err = 0;
+  if (gate_.TryEnterShared(slot)) {
+    err = CopyIn(offset, buf);
+    gate_.ExitShared(slot);
+  } else {  // an Unmap or ReadModifyWrite is running: wait for it (WriteGate slow path)
+    std::lock_guard<std::mutex> lock(gate_.mutex());
+    err = CopyIn(offset, buf);
+  }
+  done(err);
+}
+
+int RamStore::CopyIn(uint64_t offset, std::span<const uint8_t> buf) {
   uint64_t pos = offset;
   size_t copied = 0;
   while (copied < buf.size()) {
@@ -97,15 +113,13 @@ void RamStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> bu
     const size_t piece =
         static_cast<size_t>(std::min<uint64_t>(buf.size() - copied, kChunkSize - in_chunk));
     uint8_t* chunk = GetOrAllocate(index);
-    if (chunk == nullptr) {
-      done(ENOMEM);
-      return;
-    }
+    if (chunk == nullptr) return ENOMEM;
+    Remap(index);
     std::memcpy(chunk + in_chunk, buf.data() + copied, piece);
     copied += piece;
     pos += piece;
   }
-  done(0);
+  return 0;
 }
 
 void RamStore::Flush(unsigned slot, IoCompletion done) {

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/write_gate.h"
 
 namespace iscsigw::backing {
 
@@ -42,18 +43,47 @@ class RamStore final : public BackingStore {
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
 
-  // Bytes of chunk memory allocated so far (grows only on writes to untouched chunks).
+  // Thin provisioning at chunk granularity (ram_store_provisioning.cc). A chunk is mapped from
+  // the write that allocates it until an Unmap covers all of it; Unmap then releases its pages to
+  // the kernel (madvise MADV_DONTNEED) but keeps the allocation, so zero-copy segments that MapRead
+  // handed out earlier stay valid (they read zeros, or the chunk's new data once it is written
+  // again) and the memory never holds another chunk's data. A partly covered chunk is zeroed in
+  // place and stays mapped. Unmap and ReadModifyWrite exclude writes through gate_.
+  bool thin_provisioned() const override { return true; }
+  uint64_t unmap_granularity() const override { return kChunkSize; }
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+
+  // Bytes of chunk memory in use: grows on writes to unallocated or unmapped chunks, shrinks when
+  // Unmap releases a whole chunk.
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  uint64_t max_size_bytes() const { return num_chunks_ * kChunkSize; }
 
  private:
   uint64_t ChunkLen(uint64_t index) const;
+  // The chunk at index, or nullptr when it was never written.
+  uint8_t* Chunk(uint64_t index) const;
   // Returns the chunk, allocating it if needed; nullptr when out of memory.
   uint8_t* GetOrAllocate(uint64_t index);
+  // Copies buf to offset, allocating (or re-mapping) chunks; 0 or ENOMEM. Caller holds the gate.
+  int CopyIn(uint64_t offset, std::span<const uint8_t> buf);
+  // Provisioning state of one chunk; Remap marks a chunk that a write touches as mapped again.
+  bool ChunkMapped(uint64_t index) const;
+  void Remap(uint64_t index);
 
   const uint64_t size_bytes_;
   const uint64_t num_chunks_;
   const std::unique_ptr<std::atomic<uint8_t*>[]> chunks_;  // written by CAS, any thread
   std::atomic<uint64_t> allocated_bytes_{0};
+
+  WriteGate gate_;
+  // One bit per chunk, set while an allocated chunk is unmapped. Created by the first Unmap (under
+  // the gate's exclusive lock) and published through unmapped_; freed by the destructor.
+  std::unique_ptr<std::atomic<uint64_t>[]> unmapped_owner_;
+  std::atomic<std::atomic<uint64_t>*> unmapped_{nullptr};
 };
 
 std::unique_ptr<RamStore> NewRamStore(uint64_t size_bytes);

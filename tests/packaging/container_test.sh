@@ -2,8 +2,9 @@
 # Builds the image (build_image.sh; --reuse keeps an existing one), checks its metadata, runs it
 # with host networking on loopback ports and a read-only root file system, and drives it from
 # outside: iscsi-ls (discovery + login), iscsi-inq (INQUIRY on LUN 0), iscsigwctl over gRPC, the
-# image's HEALTHCHECK, a SIGTERM stop (exit 0 well inside a pod's grace period), and a restart on
-# the same state volume that keeps what iscsigwctl created.
+# gRPC health service as the kubelet's probe asks it, the image's HEALTHCHECK, a SIGTERM stop
+# (exit 0 well inside a pod's grace period), and a restart on the same state volume that keeps
+# what iscsigwctl created.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 if [ "${1:-}" = "--reuse" ]; then
@@ -80,6 +81,11 @@ ctl lun create ctest 0 --backing ram --size 64M >&2
 wait_until 20 sh -c "iscsi-ls -s iscsi://$portal | grep -q iqn.2026-11.io.iscsigw:ctest" \
   || die "a target created with iscsigwctl is not listed by iscsi-ls"
 log "iscsigwctl target/lun create ok"
+
+# The kubelet's gRPC probe, from outside: grpc.health.v1.Health/Check answers SERVING.
+/usr/bin/python3 "$(dirname "$0")/grpc_health.py" "127.0.0.1:$grpc_port" >&2 \
+  || die "grpc.health.v1.Health/Check is not SERVING"
+log "gRPC health: SERVING"
 
 # HEALTHCHECK as the runtime runs it (inside the container).
 pm healthcheck run "$name" || die "HEALTHCHECK failed"
