@@ -16,22 +16,26 @@ test_pkgs=(
   libiscsi-bin tgt prometheus python3 procps
 )
 
-# Packaging checks (tests/packaging/run_all.sh): container image build and run, kustomize output
-# lint and schema validation, Helm chart rendering with Go text/template + sprig.
-packaging_pkgs=(
-  podman buildah runc catatonit debootstrap uidmap yamllint nodejs
+# Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and
+# the Helm chart rendered with Go text/template + sprig, yamllint, API schema validation (npm).
+manifest_pkgs=(
+  yamllint python3-yaml nodejs
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
-  golang-github-xeipuuv-gojsonschema-dev python3-grpcio python3-yaml
+  golang-github-xeipuuv-gojsonschema-dev
 )
 # A Node.js that bundles npm, or a kubectl from elsewhere, is kept: Debian's only when missing.
-command -v npm >/dev/null 2>&1 || packaging_pkgs+=(npm)
-command -v kubectl >/dev/null 2>&1 || packaging_pkgs+=(kubernetes-client)
+command -v npm >/dev/null 2>&1 || manifest_pkgs+=(npm)
+command -v kubectl >/dev/null 2>&1 || manifest_pkgs+=(kubernetes-client)
+# Container checks (tests/packaging/run_all.sh): image build and run, podman kube play.
+packaging_pkgs=(
+  podman buildah runc catatonit debootstrap uidmap python3-grpcio
+)
 
 # --build-only: what compiling needs (the Dockerfile's build stage uses it).
-# --packaging: everything, plus the packaging tools.
+# --packaging: everything, plus the container tools.
 want=("${build_pkgs[@]}")
 if [ "${1:-}" != "--build-only" ]; then
-  want+=("${test_pkgs[@]}")
+  want+=("${test_pkgs[@]}" "${manifest_pkgs[@]}")
 fi
 if [ "${1:-}" = "--packaging" ]; then
   want+=("${packaging_pkgs[@]}")
