@@ -48,7 +48,7 @@ class WriteGate {
     mu_.lock();
     for (Counter& c : counters_) {
       // In-flight unlocked writes finish without this thread's help (see the contract above).
-      for (unsigned spins = 0; c.n.load(std::memory_order_acquire) != 0; ++spins) {
+      for (unsigned spins = 0; c.n.load(std::memory_order_seq_cst) != 0; ++spins) {
         if (spins > 64) std::this_thread::yield();
       }
     }

@@ -133,9 +133,10 @@ TEST(RamStoreProvisioning, ReadModifyWriteSeesCurrentDataAndWrites) {
   EXPECT_EQ(ReadOrDie(store, kMiB - 2, 4), (std::vector<uint8_t>{9, 8, 7, 6}));
 }
 
-// Writers on several threads fill a 256 KiB range with one byte value each; read-modify-write
-// operations on other threads must never see a mix (a write half landed) and their own writes
-// must land whole.
+// A writer thread keeps filling a 256 KiB range that straddles two chunks with one byte value;
+// read-modify-write operations on other threads must never see a mix (a write half landed) and
+// their own writes must land whole. (One writer: two overlapping ordinary writes may legitimately
+// interleave with each other, which would look the same.)
 TEST(RamStoreProvisioning, ReadModifyWriteIsAtomicAgainstWritersOnOtherThreads) {
   constexpr size_t kLen = 256 * 1024;
   RamStore store(4 * kMiB);
@@ -143,7 +144,7 @@ TEST(RamStoreProvisioning, ReadModifyWriteIsAtomicAgainstWritersOnOtherThreads) 
   std::atomic<bool> stop{false};
   std::atomic<int> torn{0};
   std::vector<std::thread> threads;
-  for (unsigned w = 0; w < 2; ++w) {
+  for (unsigned w = 0; w < 1; ++w) {
     threads.emplace_back([&, w] {
       std::vector<uint8_t> data(kLen, static_cast<uint8_t>(10 + w));
       while (!stop.load()) {
@@ -178,11 +179,10 @@ TEST(RamStoreProvisioning, ReadModifyWriteIsAtomicAgainstWritersOnOtherThreads) 
       }
     });
   }
+  threads[1].join();
   threads[2].join();
-  threads[3].join();
   stop = true;
   threads[0].join();
-  threads[1].join();
   EXPECT_EQ(torn.load(), 0);
   auto back = ReadOrDie(store, kMiB - kLen / 2, kLen);
   for (uint8_t b : back) ASSERT_EQ(b, back[0]);
