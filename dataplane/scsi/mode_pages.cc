@@ -222,6 +222,12 @@ Disposition ModeSense(const Command& cmd, bool ten) {
   return Disposition::kDone;
 }
 
+// INVALID FIELD IN PARAMETER LIST at parameter byte `byte`; the command is done.
+Disposition BadParameter(Task& task, uint16_t byte) {
+  SetInvalidFieldInParameterList(task, byte);
+  return Disposition::kDone;
+}
+
 void ParameterListLengthError(Task& task) {
   SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
 }
@@ -282,19 +288,18 @@ Disposition ModeSelect(const Command& cmd, bool ten) {
   size_t bd_len;
   bool longlba = false;
   if (ten) {
-    if (d[0] != 0 || d[1] != 0)
-      return SetInvalidFieldInParameterList(task, d[0] ? 0 : 1), Disposition::kDone;
-    if (d[2] != 0) return SetInvalidFieldInParameterList(task, 2), Disposition::kDone;
-    if ((d[3] & 0x7F) != 0) return SetInvalidFieldInParameterList(task, 3), Disposition::kDone;
+    if (d[0] != 0 || d[1] != 0) return BadParameter(task, d[0] ? 0 : 1);
+    if (d[2] != 0) return BadParameter(task, 2);
+    if ((d[3] & 0x7F) != 0) return BadParameter(task, 3);
     if ((d[4] & 0xFE) != 0 || d[5] != 0) {
-      return SetInvalidFieldInParameterList(task, d[5] ? 5 : 4), Disposition::kDone;
+      return BadParameter(task, d[5] ? 5 : 4);
     }
     longlba = (d[4] & 0x01) != 0;
     bd_len = LoadBe16(d + 6);
   } else {
-    if (d[0] != 0) return SetInvalidFieldInParameterList(task, 0), Disposition::kDone;
-    if (d[1] != 0) return SetInvalidFieldInParameterList(task, 1), Disposition::kDone;
-    if ((d[2] & 0x7F) != 0) return SetInvalidFieldInParameterList(task, 2), Disposition::kDone;
+    if (d[0] != 0) return BadParameter(task, 0);
+    if (d[1] != 0) return BadParameter(task, 1);
+    if ((d[2] & 0x7F) != 0) return BadParameter(task, 2);
     bd_len = d[3];
   }
   const size_t bd_unit = longlba ? 16 : 8;
@@ -318,16 +323,14 @@ Disposition ModeSelect(const Command& cmd, bool ten) {
     if (longlba) {
       want_blocks = LoadBe64(bd);
       if (LoadBe32(bd + 8) != 0) {
-        return SetInvalidFieldInParameterList(task, static_cast<uint16_t>(header + 8)),
-               Disposition::kDone;
+        return BadParameter(task, static_cast<uint16_t>(header + 8));
       }
       want_bs = LoadBe32(bd + 12);
       bs_off = 12;
     } else {
       want_blocks = LoadBe32(bd);
       if (bd[4] != 0) {
-        return SetInvalidFieldInParameterList(task, static_cast<uint16_t>(header + 4)),
-               Disposition::kDone;
+        return BadParameter(task, static_cast<uint16_t>(header + 4));
       }
       want_bs = LoadBe24(bd + 5);
       bs_off = 5;

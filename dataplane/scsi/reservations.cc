@@ -8,6 +8,7 @@
 #include "dataplane/scsi/reservations.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -250,6 +251,12 @@ void RaiseForRegistrants(Lun& lun, const std::vector<Reservations::Registrant>& 
   for (const auto& r : regs) {
     if (pred(r)) lun.RaiseUnitAttentionFor(UnitAttention{asc.asc, asc.ascq}, UaTarget(r), except);
   }
+}
+
+// INVALID FIELD IN PARAMETER LIST at parameter byte `byte`; the command is done.
+Disposition BadParameter(Task& task, uint16_t byte) {
+  SetInvalidFieldInParameterList(task, byte);
+  return Disposition::kDone;
 }
 
 void PersistDone(void* ctx, int err) {
@@ -515,8 +522,8 @@ Disposition PersistentReserveOut(const Command& cmd) {
   NexusMatch move_to;
   if (sa == kRegisterAndMove) {
     // 6.17.4, table 181.
-    if (d[16] != 0) return SetInvalidFieldInParameterList(task, 16), Disposition::kDone;
-    if ((d[17] & 0xFC) != 0) return SetInvalidFieldInParameterList(task, 17), Disposition::kDone;
+    if (d[16] != 0) return BadParameter(task, 16);
+    if ((d[17] & 0xFC) != 0) return BadParameter(task, 17);
     unreg = (d[17] & 0x02) != 0;
     aptpl = (d[17] & 0x01) != 0;
     move_rel = LoadBe16(d + 18);
