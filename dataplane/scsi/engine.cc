@@ -186,6 +186,28 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   t[kMaintenanceIn] = {internal::MaintenanceIn};
   AddServiceAction(t[kMaintenanceIn], kSaReportSupportedOperationCodes);
   AddServiceAction(t[kMaintenanceIn], kSaReportSupportedTaskManagementFunctions);
+  // SBC-3 provisioning, verify and read-modify-write commands (sbc_provisioning.cc,
+  // sbc_verify.cc).
+  AddServiceAction(t[kServiceActionIn16], kSaGetLbaStatus);
+  t[kUnmap] = {internal::Unmap};
+  t[kWriteSame10] = {internal::WriteSame10};
+  t[kWriteSame16] = {internal::WriteSame16};
+  t[kSanitize] = {internal::Sanitize};
+  AddServiceAction(t[kSanitize], 0x01);  // OVERWRITE
+  AddServiceAction(t[kSanitize], 0x02);  // BLOCK ERASE
+  AddServiceAction(t[kSanitize], 0x1F);  // EXIT FAILURE MODE
+  t[kReadDefectData10] = {internal::ReadDefectData10};
+  t[kReadDefectData12] = {internal::ReadDefectData12};
+  t[kCompareAndWrite] = {internal::CompareAndWrite};
+  t[kOrWrite16] = {internal::OrWrite16};
+  t[kVerify10] = {internal::Verify10};
+  t[kVerify12] = {internal::Verify12};
+  t[kVerify16] = {internal::Verify16};
+  t[kWriteAndVerify10] = {internal::WriteAndVerify10};
+  t[kWriteAndVerify12] = {internal::WriteAndVerify12};
+  t[kWriteAndVerify16] = {internal::WriteAndVerify16};
+  t[kPreFetch10] = {internal::PreFetch10};
+  t[kPreFetch16] = {internal::PreFetch16};
   return t;
 }
 

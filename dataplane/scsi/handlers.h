@@ -75,4 +75,25 @@ Disposition Write16(const Command& cmd);
 Disposition SynchronizeCache10(const Command& cmd);
 Disposition SynchronizeCache16(const Command& cmd);
 
+// SBC-3 provisioning and bulk writes (sbc_provisioning.cc).
+Disposition Unmap(const Command& cmd);
+Disposition GetLbaStatus(const Command& cmd);  // SERVICE ACTION IN(16) service action 12h
+Disposition WriteSame10(const Command& cmd);
+Disposition WriteSame16(const Command& cmd);
+Disposition Sanitize(const Command& cmd);
+Disposition ReadDefectData10(const Command& cmd);
+Disposition ReadDefectData12(const Command& cmd);
+
+// SBC-3 comparing and read-modify-write commands (sbc_verify.cc).
+Disposition CompareAndWrite(const Command& cmd);
+Disposition OrWrite16(const Command& cmd);
+Disposition Verify10(const Command& cmd);
+Disposition Verify12(const Command& cmd);
+Disposition Verify16(const Command& cmd);
+Disposition WriteAndVerify10(const Command& cmd);
+Disposition WriteAndVerify12(const Command& cmd);
+Disposition WriteAndVerify16(const Command& cmd);
+Disposition PreFetch10(const Command& cmd);
+Disposition PreFetch16(const Command& cmd);
+
 }  // namespace iscsigw::scsi::internal

@@ -36,10 +36,29 @@ enum Opcode : uint8_t {
   kMaintenanceIn = 0xA3,
   kRead12 = 0xA8,
   kWrite12 = 0xAA,
+  // SBC-3 provisioning, verify and read-modify-write commands (sbc_provisioning.cc,
+  // sbc_verify.cc).
+  kWriteAndVerify10 = 0x2E,
+  kVerify10 = 0x2F,
+  kPreFetch10 = 0x34,
+  kReadDefectData10 = 0x37,
+  kWriteSame10 = 0x41,
+  kUnmap = 0x42,
+  kSanitize = 0x48,
+  kCompareAndWrite = 0x89,
+  kOrWrite16 = 0x8B,
+  kWriteAndVerify16 = 0x8E,
+  kVerify16 = 0x8F,
+  kPreFetch16 = 0x90,
+  kWriteSame16 = 0x93,
+  kWriteAndVerify12 = 0xAE,
+  kVerify12 = 0xAF,
+  kReadDefectData12 = 0xB7,
 };
 
 // SERVICE ACTION IN(16) service actions (SBC-3 5.16).
 inline constexpr uint8_t kSaReadCapacity16 = 0x10;
+inline constexpr uint8_t kSaGetLbaStatus = 0x12;
 // MAINTENANCE IN service actions (SPC-4 6.35, 6.36).
 inline constexpr uint8_t kSaReportSupportedOperationCodes = 0x0C;
 inline constexpr uint8_t kSaReportSupportedTaskManagementFunctions = 0x0D;

@@ -228,6 +228,7 @@ Disposition ReadCapacity10(const Command& cmd) {
 Disposition ServiceActionIn16(const Command& cmd) {
   Task& task = cmd.task;
   const uint8_t* cdb = task.cdb.data();
+  if ((cdb[1] & 0x1F) == kSaGetLbaStatus) return GetLbaStatus(cmd);
   if ((cdb[1] & 0x1F) != kSaReadCapacity16) {
     // SPC-4 4.5.6 / 6.x: an unsupported service action of a supported operation code.
     SetInvalidFieldInCdb(task, 1, 4);
@@ -246,7 +247,9 @@ Disposition ServiceActionIn16(const Command& cmd) {
   StoreBe32(data + 8, cmd.lun->block_size());
   // data[12]: P_TYPE / PROT_EN = 0 (no protection information).
   // data[13]: P_I_EXPONENT = 0, LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT = 0.
-  // data[14..15]: LBPME = 0, LBPRZ = 0 (no thin provisioning), LOWEST ALIGNED LBA = 0.
+  // data[14..15]: LBPME and LBPRZ when the store is thin provisioned (unmapped blocks read as
+  // zeros, SBC-3 4.7.3.1); LOWEST ALIGNED LBA = 0.
+  if (cmd.lun->store().thin_provisioned()) data[14] = 0x80 | 0x40;
   ReturnData(task, data, sizeof(data), alloc);
   return Disposition::kDone;
 }

@@ -7,6 +7,7 @@
 
 #include "dataplane/base/endian.h"
 #include "dataplane/scsi/handlers.h"
+#include "dataplane/scsi/sbc_ops.h"
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi::internal {
@@ -174,15 +175,29 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
       StoreBe16(d + 6, static_cast<uint16_t>(granularity));  // OPTIMAL TRANSFER LENGTH GRANULARITY
       StoreBe32(d + 8, static_cast<uint32_t>(kMaxTransferBytes / bs));  // MAXIMUM TRANSFER LENGTH
       StoreBe32(d + 12, static_cast<uint32_t>(kOptimalTransferBytes / bs));  // OPTIMAL TRANSFER
-      // MAXIMUM COMPARE AND WRITE LENGTH, UNMAP and WRITE SAME limits stay 0: not supported.
+      d[4] = 0x01;                                  // WSNZ: WRITE SAME of zero blocks refused
+      d[5] = static_cast<uint8_t>(kMaxCompareAndWriteBlocks);  // MAXIMUM COMPARE AND WRITE LENGTH
+      if (cmd.lun->store().thin_provisioned()) {
+        StoreBe32(d + 20, kMaxUnmapBlocks);       // MAXIMUM UNMAP LBA COUNT
+        StoreBe32(d + 24, kMaxUnmapDescriptors);  // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT
+        // OPTIMAL UNMAP GRANULARITY, and UGAVALID with UNMAP GRANULARITY ALIGNMENT 0.
+        StoreBe32(d + 28, static_cast<uint32_t>(
+                              std::max<uint64_t>(1, cmd.lun->store().unmap_granularity() / bs)));
+        StoreBe32(d + 32, 0x80000000u);
+      }
+      StoreBe64(d + 36, kMaxWriteSameBytes / bs);  // MAXIMUM WRITE SAME LENGTH
       return 64;
     }
     case 0xB1:  // SBC-3 6.5.2 Block Device Characteristics
       StoreBe16(d + 2, 0x3C);
       StoreBe16(d + 4, 0x0001);  // MEDIUM ROTATION RATE: non-rotating medium
       return 64;
-    case 0xB2:  // SBC-3 6.5.4 Logical Block Provisioning: fully provisioned, no LBP commands
+    case 0xB2:  // SBC-3 6.5.4 Logical Block Provisioning
       StoreBe16(d + 2, 0x0004);
+      if (cmd.lun->store().thin_provisioned()) {
+        d[5] = 0x80 | 0x40 | 0x20 | 0x04;  // LBPU, LBPWS, LBPWS10, LBPRZ (ANC_SUP=0, DP=0)
+        d[6] = 0x02;                       // PROVISIONING TYPE: thin provisioned
+      }
       return 8;
     default:
       return 0;
