@@ -3,7 +3,7 @@
 # (localhost/iscsigw:test), on the debootstrapped debian:bookworm-slim (base_image.sh), with
 # podman: vfs storage, runc, explicit ulimits, host network for apt. The context is the work tree,
 # as `podman build .` would use it. Compiles the project on the build machine's cores: about
-# 15-25 minutes on 2 cores. --if-missing: keep an existing image.
+# 35 minutes on 2 busy cores. --if-missing: keep an existing image.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 if [ "${1:-}" = "--if-missing" ] && pm image exists "$image"; then
