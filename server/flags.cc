@@ -17,6 +17,9 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_GRPC_LISTEN");
   app.add_option("--metrics-listen", f->metrics_listen, "Prometheus metrics HOST:PORT")
       ->envname("ISCSIGW_METRICS_LISTEN");
+  app.add_option("--metrics-counting", f->metrics_counting,
+                 "Count per-command metrics (false: only to measure their cost)")
+      ->envname("ISCSIGW_METRICS_COUNTING");
   app.add_option("--reactors", f->reactors, "Reactor threads (0: one per core)")
       ->envname("ISCSIGW_REACTORS");
   app.add_option("--bootstrap", f->bootstrap,

@@ -12,6 +12,7 @@ struct Flags {
   std::vector<std::string> portals;
   std::string grpc_listen = "127.0.0.1:50051";
   std::string metrics_listen = "0.0.0.0:9540";
+  bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)
   unsigned reactors = 0;
   std::string bootstrap;
   std::string log_level = "info";

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
+#include "controlplane/metrics/exposer.h"
 #include "controlplane/state/state_file.h"
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/log.h"
@@ -29,10 +31,13 @@ std::string JsonString(const std::string& s) {
 }
 
 // Writes <state-dir>/ports.json atomically (temp file, fsync, rename) so tests can poll for it.
-bool WritePortsFile(const std::string& dir, const std::vector<std::string>& portals) {
+bool WritePortsFile(const std::string& dir, const std::vector<std::string>& portals,
+                    const std::string& metrics) {
   std::string json = "{\"iscsi\": [";
   for (size_t i = 0; i < portals.size(); ++i) json += (i ? ", " : "") + JsonString(portals[i]);
-  json += "]}\n";
+  json += "]";
+  if (!metrics.empty()) json += ", \"metrics\": " + JsonString(metrics);
+  json += "}\n";
   const std::string tmp = dir + "/ports.json.tmp";
   const std::string dst = dir + "/ports.json";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -108,13 +113,35 @@ int Run(int argc, char** argv) {
   }
   ctl.info("{} reactor(s); gRPC control plane ({}) and metrics ({}) are not part of this build",
            dataplane.reactors(), flags.grpc_listen, flags.metrics_listen);
-  if (!WritePortsFile(flags.state_dir, dataplane.portals())) {
+  // Metrics last: a scrape sees a running data plane. Sessions per target are read at scrape.
+  runtime::Stats::Global().SetEnabled(flags.metrics_counting);
+  metrics::MetricsOptions mopts;
+  mopts.listen = flags.metrics_listen;
+  mopts.version = ISCSIGW_BUILD_VERSION;
+  mopts.commit = ISCSIGW_COMMIT;
+  mopts.sessions = [&dataplane] {
+    std::map<std::string, uint64_t> n;
+    for (const auto& s : dataplane.ListSessions()) {
+      if (!s.discovery) ++n[s.target_name];
+    }
+    return n;
+  };
+  auto metrics_server = metrics::MetricsServer::Start(mopts);
+  if (!metrics_server.ok()) {
+    std::fprintf(stderr, "iscsigwd: %s\n", metrics_server.status().message().c_str());
+    dataplane.Stop();
+    return 1;
+  }
+  ctl.info("Prometheus metrics on http://{}/metrics{}", metrics_server.value()->address(),
+           flags.metrics_counting ? "" : " (per-command counting off)");
+  if (!WritePortsFile(flags.state_dir, dataplane.portals(), metrics_server.value()->address())) {
     ctl.error("cannot write {}/ports.json: {}", flags.state_dir, std::strerror(errno));
   }
 
   int sig = 0;
   sigwait(&sigs, &sig);
   ctl.info("signal {}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics_server.value().reset();
   dataplane.Stop();
   ctl.info("stopped");
   log::Shutdown();

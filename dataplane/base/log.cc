@@ -1,5 +1,7 @@
 #include "dataplane/base/log.h"
 
+#include "dataplane/base/log_format.h"
+
 #include <spdlog/async.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -29,11 +31,6 @@ Loggers& Registry() {
   return loggers;
 }
 
-std::string JsonPattern() {
-  // One JSON object per line; %v is the message, escaped by the caller-side formatter below.
-  return R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","msg":"%v"})";
-}
-
 }  // namespace
 
 void Init(spdlog::level::level_enum level, Format format) {
@@ -45,8 +42,7 @@ void Init(spdlog::level::level_enum level, Format format) {
                                                      spdlog::async_overflow_policy::overrun_oldest);
     lg->set_level(level);
     if (format == Format::kJson) {
-      lg->set_formatter(std::make_unique<spdlog::pattern_formatter>(
-          JsonPattern(), spdlog::pattern_time_type::utc));
+      lg->set_formatter(MakeJsonFormatter());  // log_format.h: escaped, with context fields
     } else {
       lg->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
     }

@@ -51,6 +51,7 @@ std::string EndpointString(const asio::ip::tcp::endpoint& ep) {
 Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket socket, uint64_t id)
     : gw_(gw),
       reactor_(reactor),
+      stats_(runtime::Stats::Global().reactor(reactor)),
       socket_(std::move(socket)),
       id_(id),
       rx_(new uint8_t[kRxBufferSize]),
@@ -164,6 +165,7 @@ bool Connection::ParseBuffered() {
     if (r.status == pdu::FrameStatus::kHeaderDigestError) {
       // RFC 7143 7.8: with a bad header digest no length can be trusted; ERL 0 closes.
       log::Pdu().warn("[C{}] header digest error from {}", id_, peer_);
+      if (auto* s = Counters()) runtime::Add(s->digest_errors, 1);
       return false;
     }
     if (r.status == pdu::FrameStatus::kDataSegmentTooLong) {
@@ -181,6 +183,7 @@ bool Connection::ParseBuffered() {
       // belongs to its task: both are handled without their data, and the task ends with CHECK
       // CONDITION once all its data is in instead of running on corrupt data.
       log::Pdu().warn("[C{}] data digest error from {}", id_, peer_);
+      if (auto* s = Counters()) runtime::Add(s->digest_errors, 1);
       SendReject(f.bhs, RejectReason::kDataDigestError);
       const Opcode op = BhsView(f.bhs).opcode();
       if (phase_ == Phase::kFullFeature && (op == Opcode::kScsiCommand || op == Opcode::kDataOut)) {
@@ -197,6 +200,7 @@ bool Connection::ParseBuffered() {
 
 bool Connection::HandleFrame(const pdu::Frame& f) {
   BhsView h(f.bhs);
+  if (auto* s = Counters()) s->Pdu(0, f.bhs[0]);
   const Opcode op = h.opcode();
   if (phase_ == Phase::kLogin) {
     if (op != Opcode::kLoginRequest) {
@@ -254,6 +258,7 @@ bool Connection::AcceptCmdSn(const BhsView& h) {
 // Login (RFC 7143 6.3, 11.12, 11.13)
 
 bool Connection::SendLoginReject(const BhsView& req, LoginStatus status) {
+  CountLogin(static_cast<uint16_t>(status));
   log::Iscsi().info("[C{}] login from {} rejected: status {:#06x}{}{}", id_, peer_,
                     static_cast<unsigned>(status), negotiator_ && !negotiator_->error().empty() ? ": " : "",
                     negotiator_ ? negotiator_->error() : "");
@@ -395,6 +400,7 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
 
   if (to_ffp) {
     phase_ = Phase::kFullFeature;
+    CountLogin(0);
     ApplyNegotiatedLimits();
     log::Iscsi().info(
         "[C{} S{}] login: initiator {} isid {} -> {} from {} on reactor {} (digests {}/{}, "
@@ -483,6 +489,7 @@ bool Connection::HandleScsiCommand(const pdu::Frame& f) {
   st.expected_length = edtl;
   st.data_out_len = 0;
   st.slot = reactor_;
+  t->start_ns = Counters() ? runtime::NowNs() : 0;
 
   if (edtl > 0) {
     t->buf = gw_.pool().buffers(reactor_).Get(edtl, &t->buf_cap);
@@ -686,8 +693,41 @@ void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
     }
     return;
   }
+  c->CountCommand(t);
   c->QueueTaskResponse(t);
   if (was_async) c->Flush();
+}
+
+void Connection::CountCommand(const Task* t) {
+  if (t->start_ns == 0 || t->scsi.lun >= lun_stats_.size()) return;
+  runtime::LunStats*& ls = lun_stats_[t->scsi.lun];
+  if (ls == nullptr) {
+    // Once per LUN and connection: only configured LUNs get a series (bounded cardinality).
+    const scsi::TargetInfo& info = session_->target()->info;
+    if (info.FindLun(t->scsi.lun) == nullptr) return;
+    ls = runtime::Stats::Global().ForLun(info.name, t->scsi.lun);
+  }
+  runtime::LunShard* shard = ls->shard(reactor_);
+  if (shard == nullptr) return;
+  const scsi::Task& st = t->scsi;
+  const runtime::CmdClass cls = runtime::ClassifyCdb(st.cdb[0]);
+  uint64_t bytes = 0;
+  if (st.status == scsi::ScsiStatus::kGood) {
+    if (cls == runtime::CmdClass::kRead) bytes = t->read ? std::min(st.in_len, t->edtl) : 0;
+    if (cls == runtime::CmdClass::kWrite) bytes = t->received;
+  }
+  shard->Record(cls, bytes, runtime::NowNs() - t->start_ns);
+  if (st.status == scsi::ScsiStatus::kCheckCondition && st.sense_len >= 3) {
+    // SPC-4 4.5.2 / 4.5.3: descriptor format (72h/73h) keeps the key in byte 1, fixed in byte 2.
+    const bool descriptor = (st.sense[0] & 0x7f) >= 0x72;
+    runtime::Add(shard->check_conditions[(descriptor ? st.sense[1] : st.sense[2]) & 0x0f], 1);
+  } else if (st.status == scsi::ScsiStatus::kReservationConflict) {
+    runtime::Add(shard->reservation_conflicts, 1);
+  }
+}
+
+void Connection::CountLogin(uint16_t status) {
+  if (auto* s = Counters()) runtime::Add(s->logins[static_cast<size_t>(runtime::LoginResultFor(status))], 1);
 }
 
 void Connection::QueueTaskResponse(Task* t) {
@@ -965,6 +1005,7 @@ bool Connection::HandleText(const pdu::Frame& f) {
 bool Connection::HandleLogout(const pdu::Frame& f) {
   BhsView h(f.bhs);
   if (!AcceptCmdSn(h)) return true;
+  if (auto* s = Counters()) runtime::Add(s->logouts, 1);
   const auto reason = static_cast<pdu::LogoutReason>(h.logout_reason());
   auto resp = pdu::LogoutResponse::kSuccess;
   if (reason == pdu::LogoutReason::kRemoveConnectionForRecovery) {
@@ -1110,6 +1151,7 @@ bool Connection::EmitControl(ControlPdu* c) {
   c->hdr.SetDataSegmentLength(static_cast<uint32_t>(c->data.size()));
   std::memcpy(slot, c->hdr.data(), pdu::kBhsLength);
   PushHeader(bufs_, slot, hd);
+  CountTx(slot);
   const uint32_t len = static_cast<uint32_t>(c->data.size());
   AddData(c->data.data(), len);
   FinishData(len, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, c->data.data(), len) : 0, dd);
@@ -1141,6 +1183,7 @@ bool Connection::EmitTask(Task* t) {
       h.Set32(44, s.length);
       std::memcpy(slot, h.data(), pdu::kBhsLength);
       PushHeader(bufs_, slot, hd);
+      CountTx(slot);
       s.sent = true;
     }
     return true;
@@ -1196,6 +1239,7 @@ bool Connection::EmitTask(Task* t) {
     h.Set32(40, t->tx_offset);
     std::memcpy(slot, h.data(), pdu::kBhsLength);
     PushHeader(bufs_, slot, hd);
+    CountTx(slot);
 
     // Data straight from the engine's segments (store memory or the task buffer).
     uint32_t crc = pdu::kCrc32cInit;
@@ -1239,6 +1283,7 @@ bool Connection::EmitTask(Task* t) {
     h.SetDataSegmentLength(dlen);
     std::memcpy(slot, h.data(), pdu::kBhsLength);
     PushHeader(bufs_, slot, hd);
+    CountTx(slot);
     AddData(t->sense_data.data(), dlen);
     FinishData(dlen, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, t->sense_data.data(), dlen) : 0,
                dd);
@@ -1329,6 +1374,7 @@ asio::awaitable<void> Connection::TimerLoop() {
       if (now - ping_sent_ > std::chrono::milliseconds(opts.nop_timeout_ms)) {
         log::Iscsi().warn("[C{} S{}] NOP-In ping to {} unanswered for {} ms: dropping connection",
                           id_, session_ ? session_->tsih() : 0, peer_, opts.nop_timeout_ms);
+        if (auto* s = Counters()) runtime::Add(s->nop_timeouts, 1);
         Close();
         break;
       }

@@ -29,6 +29,7 @@
 #include "dataplane/pdu/bhs.h"
 #include "dataplane/pdu/frame.h"
 #include "dataplane/pdu/text.h"
+#include "dataplane/runtime/stats.h"
 
 namespace iscsigw::iscsi {
 
@@ -115,8 +116,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ApplyNegotiatedLimits();
   std::string PortalAddress() const;
 
+  // Metrics (dataplane/runtime/stats.h): this reactor's shard, or null while counting is off.
+  runtime::ReactorShard* Counters() const {
+    return runtime::Stats::Global().enabled() ? stats_ : nullptr;
+  }
+  void CountTx(const uint8_t* bhs) {
+    if (auto* s = Counters()) s->Pdu(1, bhs[0]);
+  }
+  void CountLogin(uint16_t status);
+  void CountCommand(const Task* t);
+
   Gateway& gw_;
   const unsigned reactor_;
+  runtime::ReactorShard* const stats_;  // this reactor's counters; written on this thread only
+  // Per-LUN counter blocks of this connection's target, by LUN id, looked up on first use.
+  std::array<runtime::LunStats*, 256> lun_stats_{};
   boost::asio::ip::tcp::socket socket_;
   const uint64_t id_;
   std::string peer_;

@@ -47,6 +47,7 @@ struct Task : TxItem {
   uint32_t cmd_sn = 0;
   uint64_t lun_raw = 0;
   uint32_t edtl = 0;
+  uint64_t start_ns = 0;  // runtime::NowNs() at arrival; 0 when not counted
   bool read = false;
   bool write = false;
 

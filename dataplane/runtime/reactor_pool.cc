@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "dataplane/runtime/stats.h"
+
 namespace iscsigw::runtime {
 namespace {
 thread_local int current_reactor = -1;
@@ -12,9 +14,21 @@ thread_local int current_reactor = -1;
 ReactorPool::ReactorPool(unsigned reactors) {
   if (reactors == 0) reactors = 1;
   for (unsigned i = 0; i < reactors; ++i) reactors_.push_back(std::make_unique<Reactor>());
+  // Metrics shards exist before any reactor runs, so the hot path never allocates them.
+  Stats::Global().Configure(reactors);
+  for (unsigned i = 0; i < reactors; ++i) {
+    Stats::Global().SetConnectionGauge(i, &reactors_[i]->connections);
+  }
 }
 
-ReactorPool::~ReactorPool() { Stop(); }
+ReactorPool::~ReactorPool() {
+  Stop();
+  for (unsigned i = 0; i < reactors_.size(); ++i) {
+    if (Stats::Global().connection_gauge(i) == &reactors_[i]->connections) {
+      Stats::Global().SetConnectionGauge(i, nullptr);
+    }
+  }
+}
 
 std::vector<boost::asio::io_context*> ReactorPool::contexts() {
   std::vector<boost::asio::io_context*> out;

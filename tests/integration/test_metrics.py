@@ -1,0 +1,210 @@
+"""Metrics end to end: iscsigwd's /metrics passes `promtool check metrics`, and a real Prometheus
+server on loopback, scraping it every second, answers PromQL queries with exactly the commands and
+bytes of a known workload. Also: --log-format json writes one parseable object per line.
+Ports are chosen by the kernel; every wait polls with a deadline.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import unittest
+import urllib.parse
+import urllib.request
+
+from harness import Daemon, IQN_PREFIX, simple_state, wait_for
+from iscsi_client import Initiator
+
+PROMETHEUS = "/usr/bin/prometheus"
+PROMTOOL = "/usr/bin/promtool"
+TARGET = IQN_PREFIX + "metrics"
+WRITES = 7   # WRITE(10) of one 512-byte block each
+READS = 5    # READ(10) of two blocks each
+
+
+def http_get(url, timeout=5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def free_port():
+    # Prometheus cannot report a port it picked itself; ask the kernel for one just before.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(state=simple_state("metrics")).start()
+        cls.metrics = cls.daemon.ports["metrics"]
+        cls.prom_dir = tempfile.mkdtemp(prefix="iscsigw-prom-")
+        cls.prom = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.prom is not None:
+            cls.prom.send_signal(signal.SIGTERM)
+            try:
+                cls.prom.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                cls.prom.kill()
+                cls.prom.wait()
+        shutil.rmtree(cls.prom_dir, ignore_errors=True)
+        rc = cls.daemon.stop()
+        log = cls.daemon.read_log()
+        cls.daemon.cleanup()
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+
+    def scrape(self):
+        return http_get(f"http://{self.metrics}/metrics")
+
+    def start_prometheus(self):
+        cfg = os.path.join(self.prom_dir, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: iscsigw\n"
+                    f"    static_configs:\n      - targets: ['{self.metrics}']\n")
+        port = free_port()
+        log = open(os.path.join(self.prom_dir, "prometheus.log"), "w")
+        self.addCleanup(log.close)
+        type(self).prom = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.prom_dir}/data",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        self.prom_url = f"http://127.0.0.1:{port}"
+
+        def ready():
+            try:
+                return http_get(self.prom_url + "/-/ready", timeout=1).strip() != ""
+            except OSError:
+                return False
+        wait_for(ready, 60, what="prometheus ready")
+
+    def query(self, promql):
+        url = self.prom_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        body = json.loads(http_get(url))
+        self.assertEqual(body["status"], "success", body)
+        return [(r["metric"], float(r["value"][1])) for r in body["data"]["result"]]
+
+    def wait_value(self, promql, expected, timeout=60):
+        last = []
+
+        def check():
+            last[:] = self.query(promql)
+            return len(last) == 1 and last[0][1] == expected
+        try:
+            wait_for(check, timeout, interval=0.2, what=promql)
+        except Exception:
+            self.fail(f"{promql}: expected {expected}, last answer {last}")
+
+    def test_workload_seen_exactly_by_prometheus(self):
+        # Process-wide counters may already hold the other tests' logins: measure from here.
+        logins0 = self.counter('iscsigw_iscsi_logins_total{result="success"}')
+        logouts0 = self.counter("iscsigw_iscsi_logouts_total")
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:metrics")
+        ini.login(TARGET)
+        # The first command of a new I_T nexus reports POWER ON (a unit attention): spend it on
+        # TEST UNIT READY so every READ and WRITE below succeeds. Each TUR counts as "other".
+        turs = 0
+        while True:
+            status, _ = ini.test_unit_ready(0)
+            turs += 1
+            if status == 0:
+                break
+            self.assertLess(turs, 5)
+        for i in range(WRITES):
+            status, _ = ini.write(0, i, bytes([i + 1]) * 512)
+            self.assertEqual(status, 0)
+        for i in range(READS):
+            status, data, _ = ini.read(0, i, 2)
+            self.assertEqual(status, 0)
+            self.assertEqual(len(data), 1024)
+        self.assertEqual(ini.logout(), 0)
+        ini.close()
+
+        text = self.scrape()
+        # promtool lints the live exposition: names, types, help, histogram shape.
+        r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn('iscsigw_build_info{commit="', text)
+        self.assertIn("process_resident_memory_bytes ", text)
+
+        self.start_prometheus()
+        sel = f'target="{TARGET}",lun="0"'
+        self.wait_value(f'iscsigw_scsi_commands_total{{{sel},class="write"}}', WRITES)
+        self.wait_value(f'iscsigw_scsi_commands_total{{{sel},class="read"}}', READS)
+        self.wait_value(f'iscsigw_scsi_commands_total{{{sel},class="other"}}', turs)
+        self.wait_value(f'iscsigw_scsi_written_bytes_total{{{sel}}}', WRITES * 512)
+        self.wait_value(f'iscsigw_scsi_read_bytes_total{{{sel}}}', READS * 1024)
+        self.wait_value(f'iscsigw_scsi_command_duration_seconds_count{{{sel},class="read"}}', READS)
+        self.wait_value(f'iscsigw_scsi_command_duration_seconds_bucket{{{sel},class="write",le="+Inf"}}',
+                        WRITES)
+        self.wait_value('sum(iscsigw_iscsi_pdus_total{opcode="scsi_command",direction="rx"})',
+                        WRITES + READS + turs)
+        self.wait_value('sum(iscsigw_iscsi_pdus_total{opcode="data_in",direction="tx"})', READS)
+        self.wait_value('iscsigw_iscsi_logins_total{result="success"}', logins0 + 1)
+        self.wait_value('iscsigw_iscsi_logouts_total', logouts0 + 1)
+        if turs > 1:
+            self.wait_value(
+                f'iscsigw_scsi_check_conditions_total{{{sel},sense_key="unit_attention"}}', turs - 1)
+        self.wait_value('up{job="iscsigw"}', 1)
+
+    def test_sessions_gauge_and_failed_login(self):
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:gauge")
+        ini.login(TARGET)
+        line = f'iscsigw_iscsi_sessions{{target="{TARGET}"}} 1'
+        wait_for(lambda: line in self.scrape(), 10, what=line)
+        ini.logout()
+        ini.close()
+        line0 = f'iscsigw_iscsi_sessions{{target="{TARGET}"}} 0'
+        wait_for(lambda: line0 in self.scrape() or
+                 f'iscsigw_iscsi_sessions{{target="{TARGET}"}}' not in self.scrape(), 10, what=line0)
+        before = self.counter('iscsigw_iscsi_logins_total{result="target_not_found"}')
+        bad = Initiator(self.daemon.portal, "iqn.2026-11.io.test:gauge")
+        with self.assertRaises(Exception):
+            bad.login(IQN_PREFIX + "no-such-target")
+        bad.close()
+        self.assertEqual(self.counter('iscsigw_iscsi_logins_total{result="target_not_found"}'),
+                         before + 1)
+
+    def counter(self, series):
+        for line in self.scrape().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+
+class JsonLogTest(unittest.TestCase):
+    def test_every_line_is_one_json_object_with_connection_context(self):
+        daemon = Daemon(state=simple_state("jsonlog"),
+                        extra_args=("--log-format", "json", "--log-level", "info")).start()
+        try:
+            ini = Initiator(daemon.portal, "iqn.2026-11.io.test:json")
+            ini.login(IQN_PREFIX + "jsonlog")
+            ini.logout()
+            ini.close()
+        finally:
+            rc = daemon.stop()
+            log = daemon.read_log()
+            daemon.cleanup()
+        self.assertEqual(rc, 0, log[-2000:])
+        lines = [l for l in log.splitlines() if l.strip()]
+        self.assertGreater(len(lines), 3)
+        records = [json.loads(l) for l in lines]  # raises on any line that is not JSON
+        for rec in records:
+            self.assertEqual(sorted(set(rec) & {"ts", "level", "logger", "msg"}),
+                             ["level", "logger", "msg", "ts"], rec)
+        logins = [r for r in records if r["msg"].startswith("login: initiator")]
+        self.assertEqual(len(logins), 1, records)
+        self.assertIn("conn", logins[0])
+        self.assertIn("tsih", logins[0])
+        self.assertIn("iqn.2026-11.io.test:json", logins[0]["msg"])
+
+
+if __name__ == "__main__":
+    unittest.main()

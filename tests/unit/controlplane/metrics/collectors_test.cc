@@ -1,0 +1,169 @@
+#include "controlplane/metrics/collectors.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "dataplane/runtime/stats.h"
+
+namespace iscsigw::metrics {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+
+const MetricFamily& FindFamily(const std::vector<MetricFamily>& fs, const std::string& name) {
+  for (const auto& f : fs) {
+    if (f.name == name) return f;
+  }
+  ADD_FAILURE() << "no family " << name;
+  static MetricFamily empty;
+  return empty;
+}
+
+std::string Label(const ClientMetric& m, const std::string& name) {
+  for (const auto& l : m.label) {
+    if (l.name == name) return l.value;
+  }
+  return "";
+}
+
+const ClientMetric* Find(const MetricFamily& f, const std::string& target, const std::string& lun,
+                         const std::string& cls) {
+  for (const auto& m : f.metric) {
+    if (Label(m, "target") == target && Label(m, "lun") == lun &&
+        (cls.empty() || Label(m, "class") == cls)) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+TEST(LatencyBucket, BoundsAreInclusiveUpperLimits) {
+  EXPECT_EQ(runtime::LatencyBucket(0), 0u);
+  EXPECT_EQ(runtime::LatencyBucket(10'000), 0u);  // le="1e-05"
+  EXPECT_EQ(runtime::LatencyBucket(10'001), 1u);
+  EXPECT_EQ(runtime::LatencyBucket(1'000'000), 6u);        // 1 ms
+  EXPECT_EQ(runtime::LatencyBucket(10'000'000'000), 18u);  // 10 s
+  EXPECT_EQ(runtime::LatencyBucket(10'000'000'001), 19u);  // +Inf
+}
+
+TEST(ClassifyCdb, ReadWriteOther) {
+  EXPECT_EQ(runtime::ClassifyCdb(0x28), runtime::CmdClass::kRead);
+  EXPECT_EQ(runtime::ClassifyCdb(0x88), runtime::CmdClass::kRead);
+  EXPECT_EQ(runtime::ClassifyCdb(0x2a), runtime::CmdClass::kWrite);
+  EXPECT_EQ(runtime::ClassifyCdb(0x8a), runtime::CmdClass::kWrite);
+  EXPECT_EQ(runtime::ClassifyCdb(0x12), runtime::CmdClass::kOther);  // INQUIRY
+  EXPECT_EQ(runtime::ClassifyCdb(0x00), runtime::CmdClass::kOther);  // TEST UNIT READY
+}
+
+TEST(StatsCollector, SumsLunShardsOfEveryReactor) {
+  runtime::Stats stats;
+  stats.Configure(3);
+  runtime::LunStats* ls = stats.ForLun("iqn.2026-11.io.iscsigw:a", 2);
+  ASSERT_EQ(ls->shards(), 3u);
+  EXPECT_EQ(stats.ForLun("iqn.2026-11.io.iscsigw:a", 2), ls);       // one block per (target, lun)
+  ls->shard(0)->Record(runtime::CmdClass::kRead, 4096, 5'000);      // bucket le=1e-05
+  ls->shard(2)->Record(runtime::CmdClass::kRead, 8192, 30'000);     // bucket le=5e-05
+  ls->shard(1)->Record(runtime::CmdClass::kWrite, 512, 2'000'000);  // bucket le=0.0025
+  ls->shard(1)->Record(runtime::CmdClass::kOther, 0, 20'000'000'000);  // +Inf
+  EXPECT_EQ(ls->shard(3), nullptr);
+
+  StatsCollector c(&stats);
+  const auto fs = c.Collect();
+  const auto& cmds = FindFamily(fs, "iscsigw_scsi_commands_total");
+  ASSERT_EQ(cmds.metric.size(), 3u);
+  EXPECT_EQ(Find(cmds, "iqn.2026-11.io.iscsigw:a", "2", "read")->counter.value, 2);
+  EXPECT_EQ(Find(cmds, "iqn.2026-11.io.iscsigw:a", "2", "write")->counter.value, 1);
+  EXPECT_EQ(Find(cmds, "iqn.2026-11.io.iscsigw:a", "2", "other")->counter.value, 1);
+  EXPECT_EQ(
+      Find(FindFamily(fs, "iscsigw_scsi_read_bytes_total"), "iqn.2026-11.io.iscsigw:a", "2", "")
+          ->counter.value,
+      12288);
+  EXPECT_EQ(
+      Find(FindFamily(fs, "iscsigw_scsi_written_bytes_total"), "iqn.2026-11.io.iscsigw:a", "2", "")
+          ->counter.value,
+      512);
+
+  const auto& lat = FindFamily(fs, "iscsigw_scsi_command_duration_seconds");
+  const auto& rh = Find(lat, "iqn.2026-11.io.iscsigw:a", "2", "read")->histogram;
+  ASSERT_EQ(rh.bucket.size(), runtime::kLatencyBuckets);
+  EXPECT_EQ(rh.sample_count, 2u);
+  EXPECT_DOUBLE_EQ(rh.sample_sum, 35e-6);
+  EXPECT_DOUBLE_EQ(rh.bucket[0].upper_bound, 1e-5);
+  EXPECT_EQ(rh.bucket[0].cumulative_count, 1u);  // 5 us
+  EXPECT_EQ(rh.bucket[1].cumulative_count, 1u);  // le 25 us
+  EXPECT_EQ(rh.bucket[2].cumulative_count, 2u);  // le 50 us: the 30 us one
+  EXPECT_EQ(rh.bucket.back().cumulative_count, 2u);
+  EXPECT_TRUE(std::isinf(rh.bucket.back().upper_bound));
+  const auto& oh = Find(lat, "iqn.2026-11.io.iscsigw:a", "2", "other")->histogram;
+  EXPECT_EQ(oh.bucket[18].cumulative_count, 0u);  // le 10 s
+  EXPECT_EQ(oh.bucket[19].cumulative_count, 1u);  // +Inf
+}
+
+TEST(StatsCollector, SumsReactorShards) {
+  runtime::Stats stats;
+  stats.Configure(2);
+  stats.reactor(0)->Pdu(0, 0x01);
+  stats.reactor(1)->Pdu(0, 0x01);
+  stats.reactor(1)->Pdu(0, 0x41);  // immediate bit is not part of the opcode
+  stats.reactor(0)->Pdu(1, 0x31);
+  runtime::Add(stats.reactor(1)->logins[static_cast<size_t>(runtime::LoginResultFor(0x0201))], 1);
+  runtime::Add(stats.reactor(0)->logins[0], 2);
+  std::atomic<int> conns{5};
+  stats.SetConnectionGauge(1, &conns);
+  StatsCollector c(&stats, [] { return std::map<std::string, uint64_t>{{"t", 3}}; });
+  const auto fs = c.Collect();
+  double scsi_rx = -1, r2t_tx = -1;
+  for (const auto& m : FindFamily(fs, "iscsigw_iscsi_pdus_total").metric) {
+    if (Label(m, "opcode") == "scsi_command" && Label(m, "direction") == "rx")
+      scsi_rx = m.counter.value;
+    if (Label(m, "opcode") == "r2t" && Label(m, "direction") == "tx") r2t_tx = m.counter.value;
+  }
+  EXPECT_EQ(scsi_rx, 3);
+  EXPECT_EQ(r2t_tx, 1);
+  EXPECT_EQ(FindFamily(fs, "iscsigw_iscsi_r2ts_total").metric[0].counter.value, 1);
+  std::map<std::string, double> logins;
+  for (const auto& m : FindFamily(fs, "iscsigw_iscsi_logins_total").metric) {
+    logins[Label(m, "result")] = m.counter.value;
+  }
+  EXPECT_EQ(logins["success"], 2);
+  EXPECT_EQ(logins["authentication_failure"], 1);
+  EXPECT_EQ(logins["target_not_found"], 0);
+  const auto& conn = FindFamily(fs, "iscsigw_runtime_connections");
+  ASSERT_EQ(conn.metric.size(), 2u);
+  EXPECT_EQ(conn.metric[1].gauge.value, 5);
+  EXPECT_EQ(Label(conn.metric[1], "reactor"), "1");
+  EXPECT_EQ(FindFamily(fs, "iscsigw_iscsi_sessions").metric[0].gauge.value, 3);
+}
+
+TEST(LoginResultFor, MapsRfc7143StatusDetails) {
+  EXPECT_EQ(runtime::LoginResultFor(0x0000), runtime::LoginResult::kSuccess);
+  EXPECT_EQ(runtime::LoginResultFor(0x0202), runtime::LoginResult::kAuthorizationFailure);
+  EXPECT_EQ(runtime::LoginResultFor(0x0203), runtime::LoginResult::kTargetNotFound);
+  EXPECT_EQ(runtime::LoginResultFor(0x0207), runtime::LoginResult::kInitiatorError);
+  EXPECT_EQ(runtime::LoginResultFor(0x0302), runtime::LoginResult::kTargetError);
+}
+
+TEST(BuildInfoCollector, OneGaugeWithVersionAndCommit) {
+  BuildInfoCollector b("1.2.3", "abc");
+  const auto fs = b.Collect();
+  ASSERT_EQ(fs.size(), 1u);
+  const std::string text = prometheus::TextSerializer().Serialize(fs);
+  EXPECT_NE(text.find("iscsigw_build_info{commit=\"abc\",version=\"1.2.3\"} 1"), std::string::npos)
+      << text;
+}
+
+TEST(ProcessCollector, ReadsProcSelf) {
+  ProcessCollector p;
+  const auto fs = p.Collect();
+  EXPECT_GT(FindFamily(fs, "process_resident_memory_bytes").metric[0].gauge.value, 0);
+  EXPECT_GE(FindFamily(fs, "process_open_fds").metric[0].gauge.value, 3);
+  EXPECT_GT(FindFamily(fs, "process_start_time_seconds").metric[0].gauge.value, 1.7e9);
+}
+
+}  // namespace
+}  // namespace iscsigw::metrics
