@@ -1,6 +1,7 @@
-// iscsigwd: wires the data plane and the state files together; no protocol logic lives here.
-// Start-up order: flags, logging, state directory, data plane (portals bound), configuration
-// (bootstrap), ports.json; then wait for SIGINT/SIGTERM and shut down in reverse.
+// iscsigwd: wires the data plane, the state store and the gRPC control plane together; no protocol
+// logic lives here. Start-up order: flags, logging, state directory, persisted state (+ bootstrap),
+// data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
+// for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,8 +13,10 @@
 #include <map>
 #include <string>
 
+#include "controlplane/service/server.h"
 #include "controlplane/metrics/exposer.h"
 #include "controlplane/state/state_file.h"
+#include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/log.h"
 #include "server/flags.h"
@@ -32,10 +35,11 @@ std::string JsonString(const std::string& s) {
 
 // Writes <state-dir>/ports.json atomically (temp file, fsync, rename) so tests can poll for it.
 bool WritePortsFile(const std::string& dir, const std::vector<std::string>& portals,
-                    const std::string& metrics) {
+                    const std::string& grpc, const std::string& metrics) {
   std::string json = "{\"iscsi\": [";
   for (size_t i = 0; i < portals.size(); ++i) json += (i ? ", " : "") + JsonString(portals[i]);
   json += "]";
+  if (!grpc.empty()) json += ", \"grpc\": " + JsonString(grpc);
   if (!metrics.empty()) json += ", \"metrics\": " + JsonString(metrics);
   json += "}\n";
   const std::string tmp = dir + "/ports.json.tmp";
@@ -70,15 +74,29 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
-  // The configuration is read and checked before anything listens.
-  iscsigw::v1::State desired;
+  // The configuration is read and checked before anything listens. A state file that cannot be
+  // read stops the start, and is left exactly as it is for the operator to inspect.
+  auto loaded = state::LoadStateDir(flags.state_dir);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "iscsigwd: %s; not starting (the file is left untouched)\n",
+                 loaded.status().message().c_str());
+    return 1;
+  }
+  iscsigw::v1::State desired = std::move(loaded).value();
   if (!flags.bootstrap.empty()) {
     auto boot = state::LoadStateFile(flags.bootstrap);
     if (!boot.ok()) {
       std::fprintf(stderr, "iscsigwd: bootstrap %s\n", boot.status().message().c_str());
       return 1;
     }
+    state::Normalize(&boot.value());
+    if (auto checked = state::ToConfig(boot.value()); !checked.ok()) {
+      std::fprintf(stderr, "iscsigwd: bootstrap %s: %s\n", flags.bootstrap.c_str(),
+                   checked.status().message().c_str());
+      return 1;
+    }
     state::MergeBootstrap(boot.value(), &desired);
+    state::Normalize(&desired);
   }
   auto config = state::ToConfig(desired);
   if (!config.ok()) {
@@ -91,6 +109,7 @@ int Run(int argc, char** argv) {
   api::Options opts;
   opts.portals = flags.portals;
   opts.reactors = flags.reactors;
+  opts.state_dir = flags.state_dir;  // per-LUN state (APTPL reservations, saved mode pages)
   opts.gateway.nop_interval_ms = flags.nop_interval_s * 1000;
   opts.gateway.nop_timeout_ms = flags.nop_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
@@ -100,19 +119,33 @@ int Run(int argc, char** argv) {
     return 1;
   }
   auto& dataplane = *dp.value();
-  if (Status s = dataplane.Apply(config.value()); !s.ok()) {
+  state::StateStore store(flags.state_dir, desired, &dataplane);
+  if (Status s = store.Start(); !s.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", s.message().c_str());
     dataplane.Stop();
     return 1;
   }
   for (const auto& p : dataplane.portals()) ctl.info("iSCSI portal listening on {}", p);
   for (const auto& t : config.value().targets) {
-    ctl.info("target {}: {} LUN(s), {}", t.name, t.luns.size(),
+    ctl.info("target {}: {} LUN(s), {}{}", t.name, t.luns.size(),
              t.allow_any_initiator ? "open to any initiator"
-                                   : std::to_string(t.initiators.size()) + " initiator(s) in ACL");
+                                   : std::to_string(t.acl.size()) + " initiator(s) in ACL",
+             t.chap.enabled() ? ", CHAP" : "");
   }
-  ctl.info("{} reactor(s); gRPC control plane ({}) and metrics ({}) are not part of this build",
-           dataplane.reactors(), flags.grpc_listen, flags.metrics_listen);
+
+  service::ServiceOptions sopts;
+  sopts.version = ISCSIGW_VERSION;
+  auto grpc_server = service::ControlServer::Start(
+      flags.grpc_listen, {flags.tls_cert, flags.tls_key, flags.tls_client_ca},
+      std::make_unique<service::GatewayServiceImpl>(&store, &dataplane, sopts));
+  if (!grpc_server.ok()) {
+    std::fprintf(stderr, "iscsigwd: %s\n", grpc_server.status().message().c_str());
+    dataplane.Stop();
+    return 1;
+  }
+  ctl.info("gRPC control plane listening on {}{}", grpc_server.value()->address(),
+           flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
+  ctl.info("{} reactor(s); state in {}", dataplane.reactors(), store.path());
   // Metrics last: a scrape sees a running data plane. Sessions per target are read at scrape.
   runtime::Stats::Global().SetEnabled(flags.metrics_counting);
   metrics::MetricsOptions mopts;
@@ -134,7 +167,8 @@ int Run(int argc, char** argv) {
   }
   ctl.info("Prometheus metrics on http://{}/metrics{}", metrics_server.value()->address(),
            flags.metrics_counting ? "" : " (per-command counting off)");
-  if (!WritePortsFile(flags.state_dir, dataplane.portals(), metrics_server.value()->address())) {
+  if (!WritePortsFile(flags.state_dir, dataplane.portals(), grpc_server.value()->address(),
+                      metrics_server.value()->address())) {
     ctl.error("cannot write {}/ports.json: {}", flags.state_dir, std::strerror(errno));
   }
 
@@ -142,6 +176,7 @@ int Run(int argc, char** argv) {
   sigwait(&sigs, &sig);
   ctl.info("signal {}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
   metrics_server.value().reset();
+  grpc_server.value()->Shutdown();
   dataplane.Stop();
   ctl.info("stopped");
   log::Shutdown();

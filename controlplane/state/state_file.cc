@@ -48,7 +48,17 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
     }
     ts.alias = t.alias();
     ts.allow_any_initiator = t.allow_any_initiator();
-    ts.initiators.assign(t.initiators().begin(), t.initiators().end());
+    for (const auto& name : t.initiators()) ts.acl.push_back({name, {}});
+    for (const auto& e : t.acl()) {
+      ts.acl.push_back({e.initiator(), {e.sources().begin(), e.sources().end()}});
+    }
+    for (const auto& e : ts.acl) {
+      if (Status s = api::ValidateAclEntry(ts.name, e); !s.ok()) return s;
+    }
+    ts.chap = ToChap(t.chap());
+    if (Status s = iscsi::ValidateChapCredentials(ts.chap, "target " + ts.name + ": "); !s.ok()) {
+      return s;
+    }
     for (int j = 0; j < t.luns_size(); ++j) {
       const auto& l = t.luns(j);
       api::LunSpec ls;
@@ -69,6 +79,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
           ls.backing = api::BackingKind::kFile;
           ls.path = l.file().path();
           ls.create = l.file().create();
+          ls.thick = l.file().thick();
           break;
         default:
           return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +
@@ -79,10 +90,47 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
     }
     cfg.targets.push_back(std::move(ts));
   }
+  cfg.discovery_chap = ToChap(state.discovery_chap());
+  if (Status s = iscsi::ValidateChapCredentials(cfg.discovery_chap, "discovery: "); !s.ok()) {
+    return s;
+  }
   return cfg;
 }
 
+iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& c) {
+  return iscsi::ChapCredentials{c.user(), c.secret(), c.mutual_user(), c.mutual_secret()};
+}
+
+void Normalize(iscsigw::v1::State* state) {
+  for (auto& t : *state->mutable_targets()) {
+    t.set_name(QualifyTargetName(t.name()));
+    for (const auto& name : t.initiators()) {
+      bool have = false;
+      for (const auto& e : t.acl()) have = have || e.initiator() == name;
+      if (!have) t.add_acl()->set_initiator(name);
+    }
+    t.clear_initiators();
+    for (auto& l : *t.mutable_luns()) {
+      if (l.block_size() == 0) l.set_block_size(512);
+    }
+    // Output-only flags are never stored; an all-empty CHAP block is no CHAP.
+    if (t.has_chap()) {
+      t.mutable_chap()->clear_secret_set();
+      t.mutable_chap()->clear_mutual_secret_set();
+      if (t.chap().ByteSizeLong() == 0) t.clear_chap();
+    }
+  }
+  if (state->has_discovery_chap()) {
+    state->mutable_discovery_chap()->clear_secret_set();
+    state->mutable_discovery_chap()->clear_mutual_secret_set();
+    if (state->discovery_chap().ByteSizeLong() == 0) state->clear_discovery_chap();
+  }
+}
+
 void MergeBootstrap(const iscsigw::v1::State& bootstrap, iscsigw::v1::State* into) {
+  if (!into->has_discovery_chap() || into->discovery_chap().user().empty()) {
+    if (bootstrap.has_discovery_chap()) *into->mutable_discovery_chap() = bootstrap.discovery_chap();
+  }
   for (const auto& bt : bootstrap.targets()) {
     const std::string name = QualifyTargetName(bt.name());
     iscsigw::v1::Target* existing = nullptr;

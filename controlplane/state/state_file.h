@@ -23,6 +23,12 @@ std::string QualifyTargetName(const std::string& name);
 // Converts and validates (names, LUN ids, sizes, block sizes); the message names the field.
 Result<api::Config> ToConfig(const iscsigw::v1::State& state);
 
+// Fully qualified target names, the `initiators` shorthand folded into `acl`, block size 0 made
+// 512: the form the control plane keeps and persists.
+void Normalize(iscsigw::v1::State* state);
+
+iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
+
 // Adds to `into` every target of `bootstrap` that it does not have yet, and every LUN of an
 // existing target that it does not have yet (the bootstrap is idempotent, DESIGN.md).
 void MergeBootstrap(const iscsigw::v1::State& bootstrap, iscsigw::v1::State* into);

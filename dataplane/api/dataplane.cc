@@ -8,8 +8,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <set>
@@ -76,6 +82,47 @@ bool SameBacking(const LunSpec& a, const LunSpec& b) {
          a.device_id == b.device_id;
 }
 
+// Same LUN except for a larger size: grown online rather than reopened.
+bool IsGrow(const LunSpec& old, const LunSpec& now) {
+  LunSpec same = now;
+  same.size_bytes = old.size_bytes;
+  return SameBacking(old, same) && now.size_bytes > old.size_bytes;
+}
+
+// Creates a missing file-backed LUN's file (thick: every block allocated), or refuses when the
+// spec does not ask for creation. Existing files and devices are left alone.
+Status PrepareFile(const std::string& who, const LunSpec& l) {
+  struct stat st {};
+  if (::stat(l.path.c_str(), &st) == 0) return Status::Ok();
+  if (errno != ENOENT) {
+    return IoError(who + "file.path " + l.path + ": " + std::strerror(errno));
+  }
+  if (!l.create) {
+    return NotFound(who + "file.path " + l.path + " does not exist (set file.create to create it)");
+  }
+  if (l.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create a file");
+  if (l.read_only) return InvalidArgument(who + "cannot create a file for a read-only LUN");
+  if (!l.thick) return Status::Ok();  // FileStore creates it sparse
+  const int fd = ::open(l.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return IoError(who + "file.path " + l.path + ": create: " + std::strerror(errno));
+  const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(l.size_bytes));
+  ::close(fd);
+  if (err != 0) {
+    ::unlink(l.path.c_str());
+    return IoError(who + "file.path " + l.path + ": allocate " + std::to_string(l.size_bytes) +
+                   " bytes: " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+void RaiseOnTarget(const std::vector<std::shared_ptr<scsi::Lun>>& luns, scsi::UnitAttention ua,
+                   const std::set<uint32_t>& except_ids) {
+  for (const auto& lun : luns) {
+    if (except_ids.count(static_cast<uint32_t>(lun->id()))) continue;
+    lun->RaiseUnitAttention(ua, nullptr);
+  }
+}
+
 }  // namespace
 
 Status ValidateIscsiName(const std::string& name) {
@@ -137,6 +184,22 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
     return InvalidArgument(who + "file.path is empty");
   }
   if (lun.serial.size() > 32) return InvalidArgument(who + "serial is longer than 32 characters");
+  if (lun.backing != BackingKind::kFile && (lun.thick || lun.create)) {
+    return InvalidArgument(who + "thick and create apply to file backing only");
+  }
+  return Status::Ok();
+}
+
+Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry) {
+  if (Status s = ValidateIscsiName(entry.initiator); !s.ok()) {
+    return InvalidArgument("acl of " + target + ": initiator " + s.message());
+  }
+  for (const auto& src : entry.sources) {
+    if (!iscsi::SourceNet::Parse(src)) {
+      return InvalidArgument("acl entry " + entry.initiator + " of " + target + ": source '" + src +
+                             "' is not an address or CIDR with zero host bits");
+    }
+  }
   return Status::Ok();
 }
 
@@ -189,15 +252,17 @@ struct Dataplane::Impl {
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> next_conn_id{0};
-  std::mutex conns_mu;
+  mutable std::mutex conns_mu;
   std::vector<std::pair<unsigned, std::weak_ptr<iscsi::Connection>>> conns;  // guarded
 
-  std::mutex config_mu;
+  mutable std::mutex config_mu;
   struct LunEntry {
     LunSpec spec;
     std::shared_ptr<scsi::Lun> lun;
   };
   std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
+  std::map<std::string, uint16_t> port_ids;                     // guarded by config_mu
+  uint16_t next_port_id = 1;                                    // guarded by config_mu
   bool stopped = false;
   // Declared last: its writer drains (posting to the reactors) before the pool goes.
   std::unique_ptr<LunStateFiles> lun_state;
@@ -252,27 +317,54 @@ Status Dataplane::Apply(const Config& config) {
         return AlreadyExists("lun " + std::to_string(l.id) + " of " + t.name + " is listed twice");
       }
     }
-    for (const auto& i : t.initiators) {
-      if (Status s = ValidateIscsiName(i); !s.ok()) {
-        return InvalidArgument("target " + t.name + ": initiator " + s.message());
-      }
+    for (const auto& e : t.acl) {
+      if (Status s = ValidateAclEntry(t.name, e); !s.ok()) return s;
     }
+    if (Status s = iscsi::ValidateChapCredentials(t.chap, "target " + t.name + ": "); !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = iscsi::ValidateChapCredentials(config.discovery_chap, "discovery: "); !s.ok()) {
+    return s;
   }
 
   // Build the new LUN set first; only when every store opened is anything published.
   std::map<std::pair<std::string, uint32_t>, Impl::LunEntry> next;
   auto snapshot = std::make_shared<iscsi::Snapshot>();
-  uint16_t port_id = 1;
+  snapshot->discovery_chap = config.discovery_chap;
+  // Unit attentions are raised only once everything opened and the snapshot is about to go out.
+  struct Grow {
+    std::shared_ptr<scsi::Lun> lun;
+    uint64_t size;
+    std::string who;
+  };
+  std::vector<Grow> grows;
+  std::vector<std::shared_ptr<iscsi::TargetConfig>> changed_inventory;
+  std::vector<std::set<uint32_t>> new_ids;
   for (const auto& t : config.targets) {
     auto tc = std::make_shared<iscsi::TargetConfig>();
     tc->info.name = t.name;
     tc->info.tpgt = 1;
-    tc->info.relative_port_id = port_id;
+    // Relative port ids stay with the target's name for the life of the process, so deleting
+    // one target does not renumber the others' ports (VPD 0x83).
+    auto pid = impl_->port_ids.find(t.name);
+    if (pid == impl_->port_ids.end()) {
+      pid = impl_->port_ids.emplace(t.name, impl_->next_port_id++).first;
+    }
+    tc->info.relative_port_id = pid->second;
     tc->alias = t.alias;
     tc->allow_any_initiator = t.allow_any_initiator;
-    tc->initiators = t.initiators;
+    for (const auto& e : t.acl) {
+      iscsi::AclEntry entry;
+      entry.initiator = e.initiator;
+      for (const auto& src : e.sources) entry.sources.push_back(*iscsi::SourceNet::Parse(src));
+      tc->acl.push_back(std::move(entry));
+    }
+    tc->chap = t.chap;
     std::vector<LunSpec> luns = t.luns;
     std::sort(luns.begin(), luns.end(), [](auto& a, auto& b) { return a.id < b.id; });
+    bool inventory_changed = false;
+    std::set<uint32_t> added;
     for (const auto& l : luns) {
       const auto key = std::make_pair(t.name, l.id);
       auto old = impl_->luns.find(key);
@@ -280,6 +372,23 @@ Status Dataplane::Apply(const Config& config) {
         next[key] = old->second;
         tc->info.luns.push_back(old->second.lun);
         continue;
+      }
+      if (old != impl_->luns.end() && IsGrow(old->second.spec, l)) {
+        next[key] = Impl::LunEntry{l, old->second.lun};
+        tc->info.luns.push_back(old->second.lun);
+        grows.push_back({old->second.lun, l.size_bytes,
+                         "lun " + std::to_string(l.id) + " of " + t.name + ": "});
+        continue;
+      }
+      if (old == impl_->luns.end()) {
+        inventory_changed = true;
+        added.insert(l.id);
+      }
+      if (l.backing == BackingKind::kFile) {
+        if (Status s = PrepareFile("lun " + std::to_string(l.id) + " of " + t.name + ": ", l);
+            !s.ok()) {
+          return s;
+        }
       }
       std::shared_ptr<backing::BackingStore> store;
       uint64_t size = l.size_bytes;
@@ -336,12 +445,51 @@ Status Dataplane::Apply(const Config& config) {
                                                         : "file " + l.path,
                       size, l.block_size, l.read_only ? ", read-only" : "");
     }
+    for (const auto& [key, entry] : impl_->luns) {
+      if (key.first == t.name && !next.count(key)) inventory_changed = true;  // removed
+    }
+    if (inventory_changed) {
+      changed_inventory.push_back(tc);
+      new_ids.push_back(std::move(added));
+    }
     snapshot->targets.push_back(std::move(tc));
-    ++port_id;
+  }
+  for (const auto& g : grows) {
+    if (g.size % g.lun->block_size() != 0) {
+      return InvalidArgument(g.who + "size_bytes " + std::to_string(g.size) +
+                             " is not a multiple of block_size " +
+                             std::to_string(g.lun->block_size()));
+    }
+    if (const int err = g.lun->store().Grow(g.size); err != 0) {
+      return Status(err == ENOSPC ? StatusCode::kResourceExhausted : StatusCode::kIoError,
+                    g.who + "cannot grow to " + std::to_string(g.size) +
+                        " bytes: " + std::strerror(err));
+    }
+    // SBC-3 4.7 / SPC-4 6.x: every I_T nexus learns of the new capacity.
+    g.lun->RaiseUnitAttention(scsi::UnitAttention{0x2a, 0x09}, nullptr);
+    log::Ctl().info("{}grown to {} bytes", g.who, g.size);
+  }
+  for (size_t i = 0; i < changed_inventory.size(); ++i) {
+    // SPC-4 7.x REPORT LUNS: REPORTED LUNS DATA HAS CHANGED on the LUNs that existed before.
+    RaiseOnTarget(changed_inventory[i]->info.luns, scsi::UnitAttention{0x3f, 0x0e}, new_ids[i]);
   }
   impl_->luns = std::move(next);
   impl_->gateway.Publish(std::move(snapshot));
   return Status::Ok();
+}
+
+std::optional<uint64_t> Dataplane::LunSizeBytes(const std::string& target, uint32_t lun) const {
+  std::lock_guard lock(impl_->config_mu);
+  auto it = impl_->luns.find({target, lun});
+  if (it == impl_->luns.end()) return std::nullopt;
+  return it->second.lun->store().size_bytes();
+}
+
+size_t Dataplane::connections() const {
+  std::lock_guard lock(impl_->conns_mu);
+  size_t n = 0;
+  for (const auto& [r, weak] : impl_->conns) n += weak.expired() ? 0 : 1;
+  return n;
 }
 
 std::vector<iscsi::SessionInfo> Dataplane::ListSessions() const {
@@ -349,6 +497,32 @@ std::vector<iscsi::SessionInfo> Dataplane::ListSessions() const {
 }
 
 bool Dataplane::DropSession(uint16_t tsih) { return impl_->gateway.DropSession(tsih); }
+
+size_t Dataplane::DropSessions(const std::string& target, const std::string& initiator,
+                               bool only_disallowed) {
+  auto snap = impl_->gateway.snapshot();
+  size_t n = 0;
+  for (const auto& info : impl_->gateway.ListSessions()) {
+    if (info.discovery) continue;
+    if (!target.empty() && info.target_name != target) continue;
+    if (!initiator.empty() && info.initiator_name != initiator) continue;
+    if (only_disallowed) {
+      auto tc = snap->Find(info.target_name);
+      if (tc && tc->Allows(info.initiator_name, info.peer)) continue;
+    }
+    if (impl_->gateway.DropSession(info.tsih)) ++n;
+  }
+  return n;
+}
+
+bool Dataplane::RequestLogout(uint16_t tsih, std::chrono::seconds within) {
+  auto s = impl_->gateway.FindSession(tsih);
+  if (!s) return false;
+  asio::post(impl_->pool.context(s->reactor()), [s, within] {
+    if (auto* c = s->connection()) c->RequestLogout(within);
+  });
+  return true;
+}
 
 void Dataplane::Stop() {
   if (!impl_ || impl_->stopped) return;

@@ -6,9 +6,11 @@
 // serialised by the caller (the control plane owns the configuration).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,20 +29,28 @@ struct LunSpec {
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;
   bool read_only = false;
+  bool thick = false;    // file backing: allocate every block when the file is created
   std::string serial;
   uint64_t device_id = 0;
+};
+
+struct AclEntrySpec {
+  std::string initiator;             // IQN / EUI / NAA name
+  std::vector<std::string> sources;  // CIDRs the initiator may connect from; empty: any
 };
 
 struct TargetSpec {
   std::string name;
   std::string alias;
   bool allow_any_initiator = false;
-  std::vector<std::string> initiators;
+  std::vector<AclEntrySpec> acl;
+  iscsi::ChapCredentials chap;  // user empty: no CHAP
   std::vector<LunSpec> luns;
 };
 
 struct Config {
   std::vector<TargetSpec> targets;
+  iscsi::ChapCredentials discovery_chap;  // user empty: discovery without CHAP
 };
 
 struct Options {
@@ -64,11 +74,27 @@ class Dataplane {
 
   // Validates and applies a whole configuration. LUNs whose spec is unchanged keep their store
   // and state; new ones are created (files opened); removed ones go once no session uses them.
-  // On error nothing changes and the Status names the target, LUN and field.
+  // A LUN whose only change is a larger size_bytes grows online and raises CAPACITY DATA HAS
+  // CHANGED (SBC-3 4.7, 2Ah/09h); adding or removing LUNs raises REPORTED LUNS DATA HAS CHANGED
+  // (3Fh/0Eh) on the target's other LUNs. Live sessions see the new configuration. On error
+  // nothing is published and the Status names the target, LUN and field.
   Status Apply(const Config& config);
+
+  // The current size of a LUN as its store reports it (for a file LUN created with size 0, the
+  // file's size); nullopt when the LUN is not configured.
+  std::optional<uint64_t> LunSizeBytes(const std::string& target, uint32_t lun) const;
+  size_t connections() const;
 
   std::vector<iscsi::SessionInfo> ListSessions() const;
   bool DropSession(uint16_t tsih);
+  // Drops every session of `target` (all targets if empty) whose initiator is `initiator` (any
+  // initiator if empty), or, with `only_disallowed`, only those the current ACL no longer admits.
+  // Returns how many were dropped.
+  size_t DropSessions(const std::string& target, const std::string& initiator,
+                      bool only_disallowed = false);
+  // RFC 7143 11.9.1: asks the session's initiator to log out (Async Message, AsyncEvent 1) and
+  // drops the session if it has not done so within `within`. False when no such session exists.
+  bool RequestLogout(uint16_t tsih, std::chrono::seconds within);
 
   // Stops accepting, closes every connection (in-flight commands are failed or finished), flushes
   // the file stores and joins the reactors. Idempotent.
@@ -85,5 +111,7 @@ class Dataplane {
 Status ValidateLun(const std::string& target, const LunSpec& lun);
 // RFC 7143 4.2.7: iqn., eui. and naa. names, lower case, at most 223 bytes.
 Status ValidateIscsiName(const std::string& name);
+// Checks one ACL entry of `target`: the initiator name and each source CIDR.
+Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry);
 
 }  // namespace iscsigw::api

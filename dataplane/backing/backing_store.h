@@ -113,6 +113,14 @@ class BackingStore {
                      IoCompletion done) = 0;
   // Makes every completed write durable (fdatasync for files).
   virtual void Flush(unsigned slot, IoCompletion done) = 0;
+
+  // Grows the store online to new_size_bytes (>= size_bytes()) while I/O runs on any reactor; the
+  // new range reads as zeros. Returns 0 or a positive errno value (ENOTSUP: this store cannot grow).
+  // Any non-reactor thread; calls to Grow are serialised by the caller.
+  virtual int Grow(uint64_t new_size_bytes) {
+    (void)new_size_bytes;
+    return ENOTSUP;
+  }
 };
 
 }  // namespace iscsigw::backing

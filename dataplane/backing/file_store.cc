@@ -239,6 +239,24 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
 FileStore::FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd)
     : path_(std::move(path)), size_bytes_(size_bytes), read_only_(read_only), fd_(fd) {}
 
+int FileStore::Grow(uint64_t new_size_bytes) {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return errno;
+  uint64_t actual = 0;
+  if (S_ISREG(st.st_mode)) {
+    actual = static_cast<uint64_t>(st.st_size);
+    if (actual < new_size_bytes) {
+      if (read_only_) return EROFS;
+      if (::ftruncate(fd_, static_cast<off_t>(new_size_bytes)) != 0) return errno;
+    }
+  } else {
+    if (::ioctl(fd_, BLKGETSIZE64, &actual) != 0) return errno;
+    if (actual < new_size_bytes) return ENOSPC;
+  }
+  size_bytes_.store(new_size_bytes, std::memory_order_relaxed);
+  return 0;
+}
+
 FileStore::~FileStore() {
   slots_.clear();  // closes the per-slot descriptors
   ::close(fd_);

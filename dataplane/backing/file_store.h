@@ -16,6 +16,7 @@
 // it (the LUN that owns the store is kept alive by the tasks that use it). No exception escapes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,7 +56,7 @@ class FileStore final : public BackingStore {
   FileStore& operator=(const FileStore&) = delete;
 
   std::string_view kind() const override { return "file"; }
-  uint64_t size_bytes() const override { return size_bytes_; }
+  uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
   bool persistent() const override { return true; }
   bool read_only() const { return read_only_; }
   const std::string& path() const { return path_; }
@@ -77,13 +78,15 @@ class FileStore final : public BackingStore {
                        ModifyFn modify, IoCompletion done) override;
   // posix_fadvise(WILLNEED) on the pool.
   void Prefetch(uint64_t offset, uint64_t len) override;
+  // A regular file is extended with ftruncate (sparse); a block device must already be that big.
+  int Grow(uint64_t new_size_bytes) override;
 
  private:
   struct Slot;
   FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd);
 
   const std::string path_;
-  const uint64_t size_bytes_;
+  std::atomic<uint64_t> size_bytes_;
   const bool read_only_;
   const int fd_;                              // owned; used for fdatasync on the pool
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread

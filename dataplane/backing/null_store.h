@@ -2,6 +2,7 @@
 // protocol tests. Every call completes inline on the caller's thread; no allocation, no lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -16,7 +17,7 @@ class NullStore final : public BackingStore {
   explicit NullStore(uint64_t size_bytes) : size_bytes_(size_bytes) {}
 
   std::string_view kind() const override { return "null"; }
-  uint64_t size_bytes() const override { return size_bytes_; }
+  uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
   bool persistent() const override { return false; }
 
   // Points every piece (<= kZeroBufferSize bytes each) at the shared zero buffer.
@@ -33,9 +34,13 @@ class NullStore final : public BackingStore {
                        IoCompletion done) override;
   void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
                        ModifyFn modify, IoCompletion done) override;
+  int Grow(uint64_t new_size_bytes) override {
+    size_bytes_.store(new_size_bytes, std::memory_order_relaxed);
+    return 0;
+  }
 
  private:
-  const uint64_t size_bytes_;
+  std::atomic<uint64_t> size_bytes_;
 };
 
 std::unique_ptr<NullStore> NewNullStore(uint64_t size_bytes);

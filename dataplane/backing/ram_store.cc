@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "dataplane/backing/zero_buffer.h"
 
@@ -15,33 +16,55 @@ static_assert(RamStore::kChunkSize <= kZeroBufferSize,
 
 RamStore::RamStore(uint64_t size_bytes)
     : size_bytes_(size_bytes),
-      num_chunks_((size_bytes + kChunkSize - 1) / kChunkSize),
-      chunks_(new std::atomic<uint8_t*>[num_chunks_]) {
-  for (uint64_t i = 0; i < num_chunks_; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+      num_leaves_(std::max<uint64_t>(
+          kMinLeaves, (size_bytes + kLeafChunks * kChunkSize - 1) / (kLeafChunks * kChunkSize))),
+      leaves_(new std::atomic<Leaf*>[num_leaves_]) {
+  for (uint64_t i = 0; i < num_leaves_; ++i) leaves_[i].store(nullptr, std::memory_order_relaxed);
 }
 
 RamStore::~RamStore() {
-  for (uint64_t i = 0; i < num_chunks_; ++i) std::free(chunks_[i].load(std::memory_order_acquire));
+  for (uint64_t i = 0; i < num_leaves_; ++i) {
+    Leaf* leaf = leaves_[i].load(std::memory_order_acquire);
+    if (leaf == nullptr) continue;
+    for (auto& c : *leaf) std::free(c.load(std::memory_order_acquire));
+    delete[] leaf;
+  }
 }
 
 uint64_t RamStore::ChunkLen(uint64_t index) const {
-  return std::min(kChunkSize, size_bytes_ - index * kChunkSize);
+  return std::min(kChunkSize, size_bytes() - index * kChunkSize);
 }
 
 uint8_t* RamStore::Chunk(uint64_t index) const {
-  return chunks_[index].load(std::memory_order_acquire);
+  const Leaf* leaf = leaves_[index / kLeafChunks].load(std::memory_order_acquire);
+  return leaf == nullptr ? nullptr : (*leaf)[index % kLeafChunks].load(std::memory_order_acquire);
 }
 
 uint8_t* RamStore::GetOrAllocate(uint64_t index) {
-  uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+  std::atomic<Leaf*>& top = leaves_[index / kLeafChunks];
+  Leaf* leaf = top.load(std::memory_order_acquire);
+  if (leaf == nullptr) {
+    // Once per GiB of address space written: the leaf of chunk pointers.
+    Leaf* fresh_leaf = new (std::nothrow) Leaf[1];
+    if (fresh_leaf == nullptr) return nullptr;
+    for (auto& c : *fresh_leaf) c.store(nullptr, std::memory_order_relaxed);
+    if (top.compare_exchange_strong(leaf, fresh_leaf, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      leaf = fresh_leaf;
+    } else {
+      delete[] fresh_leaf;
+    }
+  }
+  std::atomic<uint8_t*>& slot = (*leaf)[index % kLeafChunks];
+  uint8_t* chunk = slot.load(std::memory_order_acquire);
   if (chunk != nullptr) return chunk;
   // calloc: large zeroed allocations come straight from mmap, so untouched pages of a chunk stay
-  // unbacked until written.
-  auto* fresh = static_cast<uint8_t*>(std::calloc(1, ChunkLen(index)));
+  // unbacked until written. Always a whole chunk, so that a grown store can use all of it.
+  auto* fresh = static_cast<uint8_t*>(std::calloc(1, kChunkSize));
   if (fresh == nullptr) return nullptr;
   uint8_t* expected = nullptr;
-  if (chunks_[index].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel,
-                                             std::memory_order_acquire)) {
+  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel,
+                                   std::memory_order_acquire)) {
     allocated_bytes_.fetch_add(ChunkLen(index), std::memory_order_relaxed);
     return fresh;
   }
@@ -49,8 +72,23 @@ uint8_t* RamStore::GetOrAllocate(uint64_t index) {
   return expected;
 }
 
+int RamStore::Grow(uint64_t new_size_bytes) {
+  const uint64_t old = size_bytes();
+  if (new_size_bytes < old) return EINVAL;
+  if (new_size_bytes > max_size_bytes()) return ENOSPC;
+  // A partial last chunk already holds a whole chunk of memory; count what it now covers.
+  if (old % kChunkSize != 0 && Chunk(old / kChunkSize) != nullptr) {
+    const uint64_t before = old % kChunkSize;
+    const uint64_t after = std::min(kChunkSize, new_size_bytes - (old / kChunkSize) * kChunkSize);
+    allocated_bytes_.fetch_add(after - before, std::memory_order_relaxed);
+  }
+  size_bytes_.store(new_size_bytes, std::memory_order_release);
+  return 0;
+}
+
 size_t RamStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
-  if (len == 0 || offset > size_bytes_ || len > size_bytes_ - offset) return 0;
+  const uint64_t size = size_bytes();
+  if (len == 0 || offset > size || len > size - offset) return 0;
   const uint64_t first = offset / kChunkSize;
   const uint64_t last = (offset + len - 1) / kChunkSize;
   if (last - first + 1 > segs.size()) return 0;
@@ -61,7 +99,7 @@ size_t RamStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs)
     const uint64_t index = pos / kChunkSize;
     const uint64_t in_chunk = pos % kChunkSize;
     const uint64_t piece = std::min(end - pos, kChunkSize - in_chunk);
-    const uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+    const uint8_t* chunk = Chunk(index);
     const uint8_t* base = chunk != nullptr ? chunk + in_chunk : ZeroBuffer();
     segs[n++] = Segment{base, static_cast<uint32_t>(piece)};
     pos += piece;
@@ -78,7 +116,7 @@ void RamStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCo
     const uint64_t in_chunk = pos % kChunkSize;
     const size_t piece =
         static_cast<size_t>(std::min<uint64_t>(buf.size() - copied, kChunkSize - in_chunk));
-    const uint8_t* chunk = chunks_[index].load(std::memory_order_acquire);
+    const uint8_t* chunk = Chunk(index);
     if (chunk != nullptr) {
       std::memcpy(buf.data() + copied, chunk + in_chunk, piece);
     } else {

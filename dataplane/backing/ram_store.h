@@ -1,11 +1,12 @@
 // RamStore: a sparse, volatile LUN in process memory.
 //
 // Memory is kept in fixed 1 MiB chunks, each allocated on the first write that touches it; a chunk
-// that was never written reads as zeros (MapRead points at the shared zero buffer for it). Chunks
-// are published with a compare-and-swap on a per-chunk atomic pointer, so reactors write
-// concurrently without a lock; the loser of an allocation race frees its chunk. Chunks are freed
-// only by the destructor, which is what makes MapRead's zero-copy segments valid while the store
-// lives.
+// that was never written reads as zeros (MapRead points at the shared zero buffer for it). Chunk
+// pointers sit in 1 GiB leaves (1024 pointers) under a fixed top-level table with room to grow
+// (Grow: online resize); leaves and chunks are published with a compare-and-swap on atomic
+// pointers, so reactors write concurrently without a lock; the loser of an allocation race frees
+// its allocation. Chunks are freed only by the destructor, which is what makes MapRead's zero-copy
+// segments valid while the store lives.
 //
 // Every call completes inline on the caller's thread. The steady state (chunks already present)
 // allocates nothing.
@@ -32,7 +33,7 @@ class RamStore final : public BackingStore {
   RamStore& operator=(const RamStore&) = delete;
 
   std::string_view kind() const override { return "ram"; }
-  uint64_t size_bytes() const override { return size_bytes_; }
+  uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
   bool persistent() const override { return false; }
 
   // One piece per chunk touched (zero buffer for unwritten chunks).
@@ -42,6 +43,9 @@ class RamStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  // Up to max_size_bytes() (ENOSPC beyond).
+  int Grow(uint64_t new_size_bytes) override;
+  uint64_t max_size_bytes() const { return num_leaves_ * kLeafChunks * kChunkSize; }
 
   // Thin provisioning at chunk granularity (ram_store_provisioning.cc). A chunk is mapped from
   // the write that allocates it until an Unmap covers all of it; Unmap then releases its pages to
@@ -60,13 +64,17 @@ class RamStore final : public BackingStore {
   // Bytes of chunk memory in use: grows on writes to unallocated or unmapped chunks, shrinks when
   // Unmap releases a whole chunk.
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
-  uint64_t max_size_bytes() const { return num_chunks_ * kChunkSize; }
 
  private:
+  static constexpr uint64_t kLeafChunks = 1024;
+  // Top-level room beyond the initial size: a store can grow to at least 2 TiB.
+  static constexpr uint64_t kMinLeaves = 2048;
+  using Leaf = std::atomic<uint8_t*>[kLeafChunks];
+
   uint64_t ChunkLen(uint64_t index) const;
   // The chunk at index, or nullptr when it was never written.
   uint8_t* Chunk(uint64_t index) const;
-  // Returns the chunk, allocating it if needed; nullptr when out of memory.
+  // Returns the chunk, allocating it (and its leaf) if needed; nullptr when out of memory.
   uint8_t* GetOrAllocate(uint64_t index);
   // Copies buf to offset, allocating (or re-mapping) chunks; 0 or ENOMEM. Caller holds the gate.
   int CopyIn(uint64_t offset, std::span<const uint8_t> buf);
@@ -74,9 +82,9 @@ class RamStore final : public BackingStore {
   bool ChunkMapped(uint64_t index) const;
   void Remap(uint64_t index);
 
-  const uint64_t size_bytes_;
-  const uint64_t num_chunks_;
-  const std::unique_ptr<std::atomic<uint8_t*>[]> chunks_;  // written by CAS, any thread
+  std::atomic<uint64_t> size_bytes_;
+  const uint64_t num_leaves_;
+  const std::unique_ptr<std::atomic<Leaf*>[]> leaves_;  // written by CAS, any thread
   std::atomic<uint64_t> allocated_bytes_{0};
 
   WriteGate gate_;

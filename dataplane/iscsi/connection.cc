@@ -303,7 +303,7 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   }
   const uint8_t csg = h.csg();
   const uint8_t nsg = h.nsg();
-  const bool transit = h.transit();
+  bool transit = h.transit();
   if (csg == 2 || csg == 3 || csg < login_stage_) {
     return SendLoginReject(h, LoginStatus::kInitiatorError);
   }
@@ -327,6 +327,10 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     return SendLoginReject(h, LoginStatus::kInitiatorError);
   }
   login_stage_ = csg;
+  if (!auth_prepared_) {
+    auth_prepared_ = true;
+    PrepareAuth(keys.value());
+  }
 
   std::vector<pdu::KeyValue> out;
   LoginStatus st = negotiator_->Process(keys.value(), static_cast<Stage>(csg), &out);
@@ -342,13 +346,13 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
       if (!negotiator_->target_name_given()) {
         return SendLoginReject(h, LoginStatus::kMissingParameter);
       }
-      login_target_ = gw_.snapshot()->Find(p.target_name);
+      if (!login_target_) login_target_ = gw_.snapshot()->Find(p.target_name);
       if (!login_target_) {
         log::Iscsi().info("[C{}] login from {} ({}): target {} not found", id_, peer_,
                           p.initiator_name, p.target_name);
         return SendLoginReject(h, LoginStatus::kNotFound);
       }
-      if (!login_target_->Allows(p.initiator_name)) {
+      if (!login_target_->Allows(p.initiator_name, peer_)) {
         log::Iscsi().info("[C{}] login from {} ({}) to {}: not in the ACL", id_, peer_,
                           p.initiator_name, p.target_name);
         return SendLoginReject(h, LoginStatus::kAuthorizationFailure);
@@ -359,6 +363,27 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
       return SendLoginReject(h, gw_.FindSession(login_tsih_) ? LoginStatus::kTooManyConnections
                                                              : LoginStatus::kSessionDoesNotExist);
     }
+  }
+
+  // RFC 7143 12.1.3: CHAP runs in the security stage once AuthMethod=CHAP is agreed; the login
+  // stays in that stage (T=0 in the response) until the initiator, and the target if asked, are
+  // authenticated. Failures are 0x0201 (11.13.5); the reason is logged, secrets never are.
+  if (chap_ && static_cast<Stage>(csg) == Stage::kSecurity) {
+    if (negotiator_->auth_method() != "CHAP") {
+      log::Iscsi().info("[C{}] login from {} ({}): CHAP required, AuthMethod not agreed", id_,
+                        peer_, negotiator_->params().initiator_name);
+      return SendLoginReject(h, LoginStatus::kAuthenticationFailure);
+    }
+    const auto outcome = chap_->Step(keys.value(), &out);
+    if (outcome == ChapAuthenticator::Outcome::kAuthFailed ||
+        outcome == ChapAuthenticator::Outcome::kProtocolError) {
+      log::Iscsi().info("[C{}] login from {} ({}): CHAP failed: {}", id_, peer_,
+                        negotiator_->params().initiator_name, chap_->error());
+      return SendLoginReject(h, outcome == ChapAuthenticator::Outcome::kAuthFailed
+                                    ? LoginStatus::kAuthenticationFailure
+                                    : LoginStatus::kInitiatorError);
+    }
+    if (!chap_->done()) transit = false;
   }
 
   const uint16_t tpgt = login_target_ ? login_target_->info.tpgt : 1;
@@ -416,6 +441,42 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     login_stage_ = nsg;
   }
   return true;
+}
+
+void Connection::PrepareAuth(const std::vector<pdu::KeyValue>& first_request) {
+  bool discovery = false;
+  const std::string* target_name = nullptr;
+  for (const auto& kv : first_request) {
+    if (kv.key == "SessionType") discovery = kv.value == "Discovery";
+    if (kv.key == "TargetName") target_name = &kv.value;
+  }
+  auto snap = gw_.snapshot();
+  const ChapCredentials* creds = nullptr;
+  if (discovery) {
+    creds = &snap->discovery_chap;
+  } else if (target_name != nullptr) {
+    login_target_ = snap->Find(*target_name);
+    if (login_target_) creds = &login_target_->chap;
+  }
+  if (creds != nullptr && creds->enabled()) {
+    chap_ = std::make_unique<ChapAuthenticator>(*creds);
+    negotiator_->SetAuthMethods({"CHAP"});
+  }
+}
+
+void Connection::RequestLogout(std::chrono::seconds within) {
+  if (closed_ || phase_ != Phase::kFullFeature || logout_deadline_) return;
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kAsyncMessage);
+  c->hdr.SetFlags(0x80);
+  c->hdr.SetItt(pdu::kReservedTag);
+  c->hdr.Set8(36, static_cast<uint8_t>(pdu::AsyncEvent::kLogoutRequest));
+  // Parameter3: seconds the initiator has to log out before the target drops the connection.
+  c->hdr.Set16(42, static_cast<uint16_t>(within.count()));
+  c->assign_stat_sn = true;
+  logout_deadline_ = std::chrono::steady_clock::now() + within;
+  QueueControl(c);
+  Flush();
 }
 
 void Connection::ApplyNegotiatedLimits() {
@@ -954,7 +1015,7 @@ bool Connection::HandleText(const pdu::Frame& f) {
               : kv.value.empty()
                   ? (session_->target() && session_->target()->info.name == tc->info.name)
                   : kv.value == tc->info.name;
-          if (!wanted || !tc->Allows(session_->initiator_name())) continue;
+          if (!wanted || !tc->Allows(session_->initiator_name(), peer_)) continue;
           pdu::AppendKey("TargetName", tc->info.name, &text_out_);
           if (!portal.empty()) {
             pdu::AppendKey("TargetAddress", portal + "," + std::to_string(tc->info.tpgt),
@@ -1370,6 +1431,12 @@ asio::awaitable<void> Connection::TimerLoop() {
       continue;
     }
     if (phase_ != Phase::kFullFeature) continue;
+    if (logout_deadline_ && now >= *logout_deadline_) {
+      log::Iscsi().info("[C{} S{}] {} did not log out when asked: dropping connection", id_,
+                        session_ ? session_->tsih() : 0, peer_);
+      Close();
+      break;
+    }
     if (ping_outstanding_) {
       if (now - ping_sent_ > std::chrono::milliseconds(opts.nop_timeout_ms)) {
         log::Iscsi().warn("[C{} S{}] NOP-In ping to {} unanswered for {} ms: dropping connection",

@@ -20,9 +20,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/negotiation.h"
 #include "dataplane/iscsi/task.h"
@@ -54,6 +56,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes the socket and releases the session; safe to call more than once.
   void Close();
   bool closed() const { return closed_; }
+
+  // RFC 7143 11.9.1 AsyncEvent 1: asks the initiator to log out within `within`; the connection is
+  // closed if it has not by then. Reactor thread only.
+  void RequestLogout(std::chrono::seconds within);
 
   // Aborts this connection's tasks addressed to lun_id (all LUNs when lun_id is ~0), without
   // responses (RFC 7143 4.2.3 / SAM-5 5.6: aborted by a reset or by another I_T nexus).
@@ -88,6 +94,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Login helpers.
   bool SendLoginReject(const pdu::BhsView& req, LoginStatus status);
+  // Before the first request is negotiated: the authentication the target (or discovery) demands.
+  void PrepareAuth(const std::vector<pdu::KeyValue>& first_request);
   bool FinishLogin(const pdu::BhsView& req);
 
   // SCSI task flow.
@@ -160,6 +168,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<const TargetConfig> login_target_;
   SessionType session_type_ = SessionType::kUnknown;
   SessionParams params_;
+  bool auth_prepared_ = false;
+  std::unique_ptr<ChapAuthenticator> chap_;  // set when CHAP is required for this login
 
   // Full-feature text (SendTargets and negotiation, with continuation both ways).
   pdu::TextAccumulator text_in_;
@@ -194,6 +204,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint32_t ping_ttt_ = 0;
   std::chrono::steady_clock::time_point ping_sent_;
   std::chrono::steady_clock::time_point started_;
+  // Set by RequestLogout: the connection closes at this time unless the initiator logged out.
+  std::optional<std::chrono::steady_clock::time_point> logout_deadline_;
 
   uint32_t ttt_serial_ = 0;  // R2T transfer tags: (serial << 8) | task index
   uint32_t async_pending_ = 0;

@@ -2,15 +2,91 @@
 
 #include <boost/asio/post.hpp>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 
 #include "dataplane/iscsi/session.h"
 
 namespace iscsigw::iscsi {
 
-bool TargetConfig::Allows(std::string_view initiator) const {
+namespace {
+
+// Parses a textual IPv4 or IPv6 address (an "ip:port" or "[v6]:port" suffix is stripped) into the
+// IPv6 form; IPv4 becomes ::ffff:a.b.c.d.
+std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view s) {
+  if (!s.empty() && s.front() == '[') {
+    const auto close = s.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    s = s.substr(1, close - 1);
+  } else if (std::count(s.begin(), s.end(), ':') == 1) {
+    s = s.substr(0, s.find(':'));  // a.b.c.d:port
+  }
+  const std::string text(s);
+  std::array<uint8_t, 16> out{};
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    out[10] = out[11] = 0xff;
+    std::memcpy(&out[12], &v4, 4);
+    return out;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    std::memcpy(out.data(), &v6, 16);
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<SourceNet> SourceNet::Parse(std::string_view cidr) {
+  const auto slash = cidr.find('/');
+  const std::string_view host = cidr.substr(0, slash);
+  if (host.empty() || host.front() == '[') return std::nullopt;
+  const bool v4 = host.find(':') == std::string_view::npos;
+  auto addr = ParseAddress(v4 ? host : "[" + std::string(host) + "]");
+  if (!addr) return std::nullopt;
+  SourceNet net;
+  net.addr = *addr;
+  if (slash != std::string_view::npos) {
+    const std::string_view len = cidr.substr(slash + 1);
+    unsigned n = 0;
+    auto [p, ec] = std::from_chars(len.data(), len.data() + len.size(), n);
+    if (len.empty() || ec != std::errc() || p != len.data() + len.size() || n > (v4 ? 32u : 128u)) {
+      return std::nullopt;
+    }
+    net.prefix = static_cast<uint8_t>(v4 ? 96 + n : n);
+  }
+  // Host bits must be zero, so that "10.1.2.3/8" is not silently read as 10.0.0.0/8.
+  for (unsigned bit = net.prefix; bit < 128; ++bit) {
+    if (net.addr[bit / 8] & (0x80 >> (bit % 8))) return std::nullopt;
+  }
+  return net;
+}
+
+bool SourceNet::Contains(std::string_view ip) const {
+  const auto a = ParseAddress(ip);
+  if (!a) return false;
+  for (unsigned bit = 0; bit < prefix; ++bit) {
+    const uint8_t mask = static_cast<uint8_t>(0x80 >> (bit % 8));
+    if (((*a)[bit / 8] & mask) != (addr[bit / 8] & mask)) return false;
+  }
+  return true;
+}
+
+bool TargetConfig::Allows(std::string_view initiator, std::string_view peer) const {
   if (allow_any_initiator) return true;
-  return std::find(initiators.begin(), initiators.end(), initiator) != initiators.end();
+  for (const auto& e : acl) {
+    if (e.initiator != initiator) continue;
+    if (e.sources.empty()) return true;
+    for (const auto& net : e.sources) {
+      if (net.Contains(peer)) return true;
+    }
+  }
+  return false;
 }
 
 std::shared_ptr<const TargetConfig> Snapshot::Find(std::string_view name) const {
@@ -29,8 +105,23 @@ std::shared_ptr<const Snapshot> Gateway::snapshot() const {
 }
 
 void Gateway::Publish(std::shared_ptr<const Snapshot> snapshot) {
-  std::lock_guard lock(snapshot_mu_);
-  snapshot_ = std::move(snapshot);
+  {
+    std::lock_guard lock(snapshot_mu_);
+    snapshot_ = snapshot;
+  }
+  // Live sessions see the new configuration of their target (new LUNs, new sizes); a session
+  // whose target is gone is dropped.
+  for (auto& s : Sessions()) {
+    if (s->discovery()) continue;
+    auto tc = snapshot->Find(s->target_name());
+    boost::asio::post(pool_.context(s->reactor()), [s, tc] {
+      if (tc) {
+        s->set_target(tc);
+      } else {
+        s->Drop();
+      }
+    });
+  }
 }
 
 uint16_t Gateway::Register(const std::shared_ptr<Session>& session,
@@ -45,7 +136,7 @@ uint16_t Gateway::Register(const std::shared_ptr<Session>& session,
       continue;
     }
     if (old->initiator_name() == session->initiator_name() && old->isid() == session->isid() &&
-        old->target() == session->target() && old->discovery() == session->discovery()) {
+        old->target_name() == session->target_name() && old->discovery() == session->discovery()) {
       *replaced = old;
       it = sessions_.erase(it);
       continue;
@@ -101,7 +192,7 @@ bool Gateway::DropSession(uint16_t tsih) {
 
 void Gateway::ForEachSession(const std::string& target, std::function<void(Session&)> fn) {
   for (auto& s : Sessions()) {
-    if (!target.empty() && (!s->target() || s->target()->info.name != target)) continue;
+    if (!target.empty() && s->target_name() != target) continue;
     boost::asio::post(pool_.context(s->reactor()), [s, fn] { fn(*s); });
   }
 }

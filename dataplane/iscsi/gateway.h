@@ -8,14 +8,18 @@
 // to a session from elsewhere is posted to that reactor.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/negotiation.h"
 #include "dataplane/runtime/reactor_pool.h"
 #include "dataplane/scsi/engine.h"
@@ -24,18 +28,38 @@ namespace iscsigw::iscsi {
 
 class Session;
 
+// A source network in CIDR notation ("10.0.0.0/8", "fd00::/64", or one address).
+struct SourceNet {
+  std::array<uint8_t, 16> addr{};  // IPv4 as an IPv4-mapped IPv6 address
+  uint8_t prefix = 128;            // in IPv6 bits (IPv4 /n is 96 + n)
+
+  static std::optional<SourceNet> Parse(std::string_view cidr);
+  // `ip` is a textual address; "ip:port" and "[v6]:port" are accepted too.
+  bool Contains(std::string_view ip) const;
+};
+
+// One ACL entry: an initiator name and, optionally, the networks it may connect from.
+struct AclEntry {
+  std::string initiator;
+  std::vector<SourceNet> sources;  // empty: any source address
+};
+
 struct TargetConfig {
   scsi::TargetInfo info;  // name, tpgt, relative port id, LUNs
   std::string alias;
   bool allow_any_initiator = false;
-  std::vector<std::string> initiators;  // ACL
+  std::vector<AclEntry> acl;
+  ChapCredentials chap;  // user empty: no CHAP required
 
-  // True when `initiator` may log in to (and discover) this target.
-  bool Allows(std::string_view initiator) const;
+  // True when `initiator` connecting from `peer` ("ip:port") may log in to (and discover) this
+  // target (DESIGN.md security defaults: nobody until an ACL entry names it, or
+  // allow_any_initiator).
+  bool Allows(std::string_view initiator, std::string_view peer) const;
 };
 
 struct Snapshot {
   std::vector<std::shared_ptr<const TargetConfig>> targets;
+  ChapCredentials discovery_chap;  // required of discovery sessions when set
 
   std::shared_ptr<const TargetConfig> Find(std::string_view name) const;
 };

@@ -1,5 +1,6 @@
 #include "dataplane/iscsi/session.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "dataplane/iscsi/connection.h"
@@ -21,6 +22,7 @@ Session::Session(Gateway& gw, unsigned reactor, std::string initiator_name,
       initiator_name_(std::move(initiator_name)),
       isid_(isid),
       target_(std::move(target)),
+      target_name_(target_ ? target_->info.name : std::string()),
       params_(std::move(params)),
       peer_(std::move(peer)),
       nexus_(initiator_name_ + ",i,0x" + IsidHex(isid_),
@@ -46,12 +48,23 @@ SessionInfo Session::Info() const {
   info.tsih = tsih_;
   info.initiator_name = initiator_name_;
   info.isid = IsidHex(isid_);
-  info.target_name = target_ ? target_->info.name : std::string();
+  info.target_name = target_name_;
   info.discovery = discovery();
   info.reactor = reactor_;
   info.peer = peer_;
   info.params = params_;
   return info;
+}
+
+void Session::set_target(std::shared_ptr<const TargetConfig> target) {
+  const bool busy = std::any_of(tasks_.begin(), tasks_.end(),
+                                [](const Task& t) { return t.state != Task::State::kFree; });
+  if (busy) {
+    retired_targets_.push_back(std::move(target_));
+  } else {
+    retired_targets_.clear();
+  }
+  target_ = std::move(target);
 }
 
 void Session::Drop() {

@@ -4,8 +4,9 @@
 // ErrorRecoveryLevel 0 and MaxConnections 1: the session ends when its connection does.
 //
 // Threading: created on the reactor that accepted its leading connection and used only there. The
-// identity fields are immutable after construction, so the control plane may read them through
-// Info() from any thread while it holds a shared_ptr.
+// identity fields (including the target's name) are immutable after construction, so the control
+// plane may read them through Info() from any thread while it holds a shared_ptr. The target's
+// configuration is swapped on the session's reactor when a new snapshot is published.
 #pragma once
 
 #include <array>
@@ -40,7 +41,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool discovery() const { return params_.session_type == SessionType::kDiscovery; }
   const std::string& initiator_name() const { return initiator_name_; }
   const std::array<uint8_t, 6>& isid() const { return isid_; }
+  // Reactor thread only.
   const std::shared_ptr<const TargetConfig>& target() const { return target_; }
+  // Any thread: the name of the target (empty for discovery).
+  const std::string& target_name() const { return target_name_; }
+  // Reactor thread only: a new configuration of the same target (LUNs added, resized, removed).
+  void set_target(std::shared_ptr<const TargetConfig> target);
   const SessionParams& params() const { return params_; }
   scsi::Nexus& nexus() { return nexus_; }
   SessionInfo Info() const;
@@ -68,7 +74,11 @@ class Session : public std::enable_shared_from_this<Session> {
   const unsigned reactor_;
   const std::string initiator_name_;
   const std::array<uint8_t, 6> isid_;
-  const std::shared_ptr<const TargetConfig> target_;
+  std::shared_ptr<const TargetConfig> target_;
+  const std::string target_name_;
+  // Configurations replaced while commands were in flight: they keep the LUNs (and their stores)
+  // those commands use alive. Cleared at the next swap that finds the session idle.
+  std::vector<std::shared_ptr<const TargetConfig>> retired_targets_;
   const SessionParams params_;
   const std::string peer_;
   uint16_t tsih_ = 0;

@@ -83,6 +83,20 @@ class Daemon:
         name = target if target.startswith(("iqn.", "eui.", "naa.")) else IQN_PREFIX + target
         return f"iscsi://{self.portal}/{name}/{lun}"
 
+    @property
+    def grpc(self):
+        return self.ports["grpc"]
+
+    def ctl(self, *args, check=True, input=None, output=None):
+        """Runs iscsigwctl against this daemon's gRPC port; returns CompletedProcess."""
+        cmd = [binary("iscsigwctl"), "--server", self.grpc]
+        if output:
+            cmd += ["-o", output]
+        return run(cmd + [str(a) for a in args], check=check, input=input)
+
+    def ctl_json(self, *args):
+        return json.loads(self.ctl(*args, output="json").stdout)
+
     def read_log(self):
         try:
             with open(self.log_path, errors="replace") as f:

@@ -1,0 +1,678 @@
+#include "controlplane/service/gateway_service.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <set>
+#include <thread>
+
+#include "controlplane/service/status_map.h"
+#include "controlplane/state/state_file.h"
+#include "dataplane/base/log.h"
+#include "dataplane/iscsi/chap.h"
+
+namespace iscsigw::service {
+
+namespace {
+
+constexpr size_t kMaxRememberedRequests = 1024;
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+
+v1::Target* FindTarget(v1::State* st, const std::string& name) {
+  const std::string q = state::QualifyTargetName(name);
+  for (auto& t : *st->mutable_targets()) {
+    if (t.name() == q) return &t;
+  }
+  return nullptr;
+}
+
+const v1::Target* FindTarget(const v1::State& st, const std::string& name) {
+  return FindTarget(const_cast<v1::State*>(&st), name);
+}
+
+Status TargetNotFound(const std::string& name) {
+  if (name.empty()) return InvalidArgument("target name is empty");
+  return NotFound("target " + state::QualifyTargetName(name) + " not found");
+}
+
+v1::Lun* FindLun(v1::Target* t, uint32_t id) {
+  for (auto& l : *t->mutable_luns()) {
+    if (l.id() == id) return &l;
+  }
+  return nullptr;
+}
+
+std::string LunName(uint32_t id, const std::string& target) {
+  return "lun " + std::to_string(id) + " of " + state::QualifyTargetName(target);
+}
+
+uint64_t RandomU64() {
+  uint64_t v = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&v), sizeof(v)) != 1) {
+    v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return v;
+}
+
+std::string YesNo(bool b) { return b ? "Yes" : "No"; }
+
+}  // namespace
+
+v1::ChapConfig Redacted(const v1::ChapConfig& chap) {
+  v1::ChapConfig out;
+  out.set_user(chap.user());
+  out.set_mutual_user(chap.mutual_user());
+  out.set_secret_set(!chap.secret().empty());
+  out.set_mutual_secret_set(!chap.mutual_secret().empty());
+  return out;
+}
+
+v1::Target Redacted(const v1::Target& target) {
+  v1::Target out = target;
+  *out.mutable_chap() = Redacted(target.chap());
+  if (out.chap().user().empty()) out.clear_chap();
+  return out;
+}
+
+GatewayServiceImpl::GatewayServiceImpl(state::StateStore* store, api::Dataplane* dataplane,
+                                       ServiceOptions options)
+    : store_(store), dataplane_(dataplane), options_(std::move(options)) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+GatewayServiceImpl::~GatewayServiceImpl() { Stop(); }
+
+void GatewayServiceImpl::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void GatewayServiceImpl::WorkerLoop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+namespace {
+
+Status Guarded(const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Internal(std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Internal("internal error");
+  }
+}
+
+}  // namespace
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::Inline(Ctx* ctx,
+                                                        const std::function<Status()>& fn) {
+  Reactor* r = ctx->DefaultReactor();
+  r->Finish(ToGrpcStatus(Guarded(fn)));
+  return r;
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, std::function<Status()> fn) {
+  Reactor* r = ctx->DefaultReactor();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
+      return r;
+    }
+    queue_.push_back([r, fn = std::move(fn)] { r->Finish(ToGrpcStatus(Guarded(fn))); });
+  }
+  cv_.notify_one();
+  return r;
+}
+
+bool GatewayServiceImpl::Replay(const std::string& request_id, const std::string& request,
+                                google::protobuf::Message* response, Status* status) {
+  if (request_id.empty()) return false;
+  auto it = request_ids_.find(request_id);
+  if (it == request_ids_.end()) return false;
+  if (it->second.request != request) {
+    *status = InvalidArgument("request_id " + request_id + " was used for a different request");
+    return true;
+  }
+  response->ParseFromString(it->second.response);
+  *status = Status::Ok();
+  return true;
+}
+
+void GatewayServiceImpl::Remember(const std::string& request_id, const std::string& request,
+                                  const google::protobuf::Message& response) {
+  if (request_id.empty()) return;
+  if (request_ids_.size() >= kMaxRememberedRequests) {
+    request_ids_.erase(request_id_order_.front());
+    request_id_order_.pop_front();
+  }
+  request_ids_[request_id] = Remembered{request, response.SerializeAsString()};
+  request_id_order_.push_back(request_id);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Targets
+
+Status GatewayServiceImpl::DoCreateTarget(const v1::CreateTargetRequest& req, v1::Target* resp) {
+  v1::CreateTargetRequest key = req;
+  key.clear_request_id();
+  const std::string fingerprint = key.SerializeAsString();
+  Status replayed;
+  if (Replay(req.request_id(), fingerprint, resp, &replayed)) return replayed;
+
+  v1::Target t = req.target();
+  if (t.name().empty()) return InvalidArgument("target.name is empty");
+  t.set_name(state::QualifyTargetName(t.name()));
+  if (Status s = api::ValidateIscsiName(t.name()); !s.ok()) {
+    return InvalidArgument("target " + t.name() + ": " + s.message());
+  }
+  if (t.luns_size() > 0) {
+    return InvalidArgument("target " + t.name() + ": luns are added with CreateLun");
+  }
+  Status s = store_->Update([&](v1::State* st) {
+    if (FindTarget(st, t.name()) != nullptr) {
+      return AlreadyExists("target " + t.name() + " already exists");
+    }
+    *st->add_targets() = t;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  const v1::State st = store_->Get();
+  *resp = Redacted(*FindTarget(st, t.name()));
+  Remember(req.request_id(), fingerprint, *resp);
+  log::Ctl().info("target {} created", t.name());
+  return Status::Ok();
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateTarget(Ctx* ctx,
+                                                              const v1::CreateTargetRequest* req,
+                                                              v1::Target* resp) {
+  return Serialized(ctx, [this, req, resp] { return DoCreateTarget(*req, resp); });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::GetTarget(Ctx* ctx,
+                                                           const v1::GetTargetRequest* req,
+                                                           v1::Target* resp) {
+  return Inline(ctx, [&] {
+    const v1::State st = store_->Get();
+    const v1::Target* t = FindTarget(st, req->name());
+    if (t == nullptr) return TargetNotFound(req->name());
+    *resp = Redacted(*t);
+    for (auto& l : *resp->mutable_luns()) {
+      if (auto size = dataplane_ ? dataplane_->LunSizeBytes(t->name(), l.id()) : std::nullopt) {
+        l.set_size_bytes(*size);
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ListTargets(Ctx* ctx,
+                                                             const v1::ListTargetsRequest* req,
+                                                             v1::ListTargetsResponse* resp) {
+  return Inline(ctx, [&] {
+    if (req->page_size() < 0) {
+      return InvalidArgument("page_size " + std::to_string(req->page_size()) + " is negative");
+    }
+    const int size =
+        req->page_size() == 0 ? kDefaultPageSize : std::min(req->page_size(), kMaxPageSize);
+    const v1::State st = store_->Get();
+    std::vector<const v1::Target*> sorted;
+    for (const auto& t : st.targets()) sorted.push_back(&t);
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name() < b->name(); });
+    // The page token is the name of the last target of the previous page.
+    auto it = sorted.begin();
+    if (!req->page_token().empty()) {
+      it = std::upper_bound(sorted.begin(), sorted.end(), req->page_token(),
+                            [](const std::string& tok, auto* t) { return tok < t->name(); });
+    }
+    for (; it != sorted.end() && resp->targets_size() < size; ++it) {
+      *resp->add_targets() = Redacted(**it);
+    }
+    if (it != sorted.end()) resp->set_next_page_token(resp->targets().rbegin()->name());
+    return Status::Ok();
+  });
+}
+
+Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
+                                          v1::DeleteTargetResponse* resp) {
+  const std::string name = state::QualifyTargetName(req.name());
+  if (FindTarget(store_->Get(), name) == nullptr) return TargetNotFound(req.name());
+  auto sessions_of = [&] {
+    std::vector<uint16_t> out;
+    if (dataplane_ == nullptr) return out;
+    for (const auto& s : dataplane_->ListSessions()) {
+      if (!s.discovery && s.target_name == name) out.push_back(s.tsih);
+    }
+    return out;
+  };
+  auto live = sessions_of();
+  if (!live.empty() && !req.force()) {
+    return FailedPrecondition("target " + name + " has " + std::to_string(live.size()) +
+                              " session(s); log them out or delete with force");
+  }
+  if (!live.empty()) {
+    // RFC 7143 11.9.1: ask each initiator to log out, give them a moment, then drop the rest.
+    const auto wait = std::chrono::duration_cast<std::chrono::seconds>(options_.force_logout_wait);
+    for (uint16_t tsih : live) {
+      dataplane_->RequestLogout(tsih, std::max(std::chrono::seconds(1), wait));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + options_.force_logout_wait;
+    while (!sessions_of().empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (uint16_t tsih : sessions_of()) dataplane_->DropSession(tsih);
+    resp->set_sessions_terminated(static_cast<uint32_t>(live.size()));
+  }
+  Status s = store_->Update([&](v1::State* st) {
+    auto* targets = st->mutable_targets();
+    for (int i = 0; i < targets->size(); ++i) {
+      if (targets->Get(i).name() == name) {
+        targets->DeleteSubrange(i, 1);
+        return Status::Ok();
+      }
+    }
+    return TargetNotFound(name);
+  });
+  if (s.ok()) log::Ctl().info("target {} deleted", name);
+  return s;
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteTarget(Ctx* ctx,
+                                                              const v1::DeleteTargetRequest* req,
+                                                              v1::DeleteTargetResponse* resp) {
+  return Serialized(ctx, [this, req, resp] { return DoDeleteTarget(*req, resp); });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::SetAllowAnyInitiator(
+    Ctx* ctx, const v1::SetAllowAnyInitiatorRequest* req, v1::Target* resp) {
+  return Serialized(ctx, [this, req, resp] {
+    Status s = store_->Update([&](v1::State* st) {
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      t->set_allow_any_initiator(req->allow_any_initiator());
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    *resp = Redacted(*FindTarget(store_->Get(), req->target()));
+    return Status::Ok();
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// LUNs
+
+Status GatewayServiceImpl::LunView(const std::string& target, const v1::Lun& lun,
+                                   v1::Lun* out) const {
+  *out = lun;
+  if (dataplane_ != nullptr) {
+    if (auto size = dataplane_->LunSizeBytes(state::QualifyTargetName(target), lun.id())) {
+      out->set_size_bytes(*size);
+    }
+  }
+  return Status::Ok();
+}
+
+Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun* resp) {
+  v1::CreateLunRequest key = req;
+  key.clear_request_id();
+  const std::string fingerprint = key.SerializeAsString();
+  Status replayed;
+  if (Replay(req.request_id(), fingerprint, resp, &replayed)) return replayed;
+
+  v1::Lun lun = req.lun();
+  const std::string who = LunName(lun.id(), req.target());
+  if (lun.id() > 255) {
+    return InvalidArgument(who + ": id " + std::to_string(lun.id()) + " is out of range 0..255");
+  }
+  if (lun.backing_case() == v1::Lun::BACKING_NOT_SET) {
+    return InvalidArgument(who + ": backing is not set (ram, null or file)");
+  }
+  if (lun.block_size() == 0) lun.set_block_size(512);
+  // Identity is fixed at creation and persisted, so it survives restarts and a re-created LUN
+  // never reuses the identity an initiator may have cached.
+  if (lun.serial().empty()) {
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(RandomU64()));
+    lun.set_serial(buf);
+  }
+  if (lun.device_id() == 0) {
+    // NAA 6 (IEEE Registered Extended), locally administered identifier bits.
+    lun.set_device_id((uint64_t{6} << 60) | (RandomU64() & 0x0fffffffffffffffull));
+  }
+  Status s = store_->Update([&](v1::State* st) {
+    v1::Target* t = FindTarget(st, req.target());
+    if (t == nullptr) return TargetNotFound(req.target());
+    if (FindLun(t, lun.id()) != nullptr) return AlreadyExists(who + " already exists");
+    *t->add_luns() = lun;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  (void)LunView(req.target(), lun, resp);
+  Remember(req.request_id(), fingerprint, *resp);
+  log::Ctl().info("{} created", who);
+  return Status::Ok();
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateLun(Ctx* ctx,
+                                                           const v1::CreateLunRequest* req,
+                                                           v1::Lun* resp) {
+  return Serialized(ctx, [this, req, resp] { return DoCreateLun(*req, resp); });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLun(Ctx* ctx, const v1::GetLunRequest* req,
+                                                        v1::Lun* resp) {
+  return Inline(ctx, [&] {
+    v1::State st = store_->Get();
+    v1::Target* t = FindTarget(&st, req->target());
+    if (t == nullptr) return TargetNotFound(req->target());
+    const v1::Lun* l = FindLun(t, req->id());
+    if (l == nullptr) return NotFound(LunName(req->id(), req->target()) + " not found");
+    return LunView(req->target(), *l, resp);
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ListLuns(Ctx* ctx, const v1::ListLunsRequest* req,
+                                                          v1::ListLunsResponse* resp) {
+  return Inline(ctx, [&] {
+    const v1::State st = store_->Get();
+    const v1::Target* t = FindTarget(st, req->target());
+    if (t == nullptr) return TargetNotFound(req->target());
+    std::vector<const v1::Lun*> luns;
+    for (const auto& l : t->luns()) luns.push_back(&l);
+    std::sort(luns.begin(), luns.end(), [](auto* a, auto* b) { return a->id() < b->id(); });
+    for (const auto* l : luns) (void)LunView(t->name(), *l, resp->add_luns());
+    return Status::Ok();
+  });
+}
+
+Status GatewayServiceImpl::DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun* resp) {
+  const std::string who = LunName(req.id(), req.target());
+  v1::Lun result;
+  Status s = store_->Update([&](v1::State* st) {
+    v1::Target* t = FindTarget(st, req.target());
+    if (t == nullptr) return TargetNotFound(req.target());
+    v1::Lun* l = FindLun(t, req.id());
+    if (l == nullptr) return NotFound(who + " not found");
+    uint64_t current = l->size_bytes();
+    if (dataplane_ != nullptr) {
+      if (auto size = dataplane_->LunSizeBytes(t->name(), l->id())) current = *size;
+    }
+    if (req.size_bytes() < current) {
+      return FailedPrecondition(who + ": size_bytes " + std::to_string(req.size_bytes()) +
+                                " is smaller than the current " + std::to_string(current) +
+                                "; shrinking is not supported");
+    }
+    const uint32_t bs = l->block_size() ? l->block_size() : 512;
+    if (req.size_bytes() % bs != 0) {
+      return InvalidArgument(who + ": size_bytes " + std::to_string(req.size_bytes()) +
+                             " is not a multiple of block_size " + std::to_string(bs));
+    }
+    // A file LUN sized by its file (0) is first pinned to the size it has now, so that the data
+    // plane sees a grow rather than a new LUN.
+    l->set_size_bytes(req.size_bytes());
+    result = *l;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  log::Ctl().info("{} resized to {} bytes", who, req.size_bytes());
+  return LunView(req.target(), result, resp);
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ResizeLun(Ctx* ctx,
+                                                           const v1::ResizeLunRequest* req,
+                                                           v1::Lun* resp) {
+  return Serialized(ctx, [this, req, resp] { return DoResizeLun(*req, resp); });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
+                                                           const v1::DeleteLunRequest* req,
+                                                           v1::DeleteLunResponse*) {
+  return Serialized(ctx, [this, req] {
+    const std::string who = LunName(req->id(), req->target());
+    Status s = store_->Update([&](v1::State* st) {
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      auto* luns = t->mutable_luns();
+      for (int i = 0; i < luns->size(); ++i) {
+        if (luns->Get(i).id() == req->id()) {
+          luns->DeleteSubrange(i, 1);
+          return Status::Ok();
+        }
+      }
+      return NotFound(who + " not found");
+    });
+    if (s.ok()) log::Ctl().info("{} deleted", who);
+    return s;
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// Access: ACL and CHAP
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::AddAclEntry(Ctx* ctx,
+                                                             const v1::AddAclEntryRequest* req,
+                                                             v1::AclEntry* resp) {
+  return Serialized(ctx, [this, req, resp] {
+    const std::string target = state::QualifyTargetName(req->target());
+    api::AclEntrySpec spec{req->entry().initiator(),
+                           {req->entry().sources().begin(), req->entry().sources().end()}};
+    if (spec.initiator.empty()) return InvalidArgument("acl of " + target + ": initiator is empty");
+    Status s = store_->Update([&](v1::State* st) {
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      if (Status v = api::ValidateAclEntry(target, spec); !v.ok()) return v;
+      for (const auto& e : t->acl()) {
+        if (e.initiator() == spec.initiator) {
+          return AlreadyExists("acl entry " + spec.initiator + " of " + target + " already exists");
+        }
+      }
+      *t->add_acl() = req->entry();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    *resp = req->entry();
+    log::Ctl().info("acl of {}: {} added", target, spec.initiator);
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ListAclEntries(
+    Ctx* ctx, const v1::ListAclEntriesRequest* req, v1::ListAclEntriesResponse* resp) {
+  return Inline(ctx, [&] {
+    const v1::State st = store_->Get();
+    const v1::Target* t = FindTarget(st, req->target());
+    if (t == nullptr) return TargetNotFound(req->target());
+    resp->set_allow_any_initiator(t->allow_any_initiator());
+    for (const auto& e : t->acl()) *resp->add_entries() = e;
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::RemoveAclEntry(
+    Ctx* ctx, const v1::RemoveAclEntryRequest* req, v1::RemoveAclEntryResponse* resp) {
+  return Serialized(ctx, [this, req, resp] {
+    const std::string target = state::QualifyTargetName(req->target());
+    Status s = store_->Update([&](v1::State* st) {
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      auto* acl = t->mutable_acl();
+      for (int i = 0; i < acl->size(); ++i) {
+        if (acl->Get(i).initiator() == req->initiator()) {
+          acl->DeleteSubrange(i, 1);
+          return Status::Ok();
+        }
+      }
+      return NotFound("acl entry " + req->initiator() + " of " + target + " not found");
+    });
+    if (!s.ok()) return s;
+    if (req->drop_sessions() && dataplane_ != nullptr) {
+      resp->set_sessions_dropped(static_cast<uint32_t>(
+          dataplane_->DropSessions(target, req->initiator(), /*only_disallowed=*/true)));
+    }
+    log::Ctl().info("acl of {}: {} removed, {} session(s) dropped", target, req->initiator(),
+                    resp->sessions_dropped());
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::SetChapRequest* req,
+                                                         v1::ChapConfig* resp) {
+  return Serialized(ctx, [this, req, resp] {
+    const std::string who = req->target().empty()
+                                ? "discovery: "
+                                : "target " + state::QualifyTargetName(req->target()) + ": ";
+    v1::ChapConfig chap = req->chap();
+    chap.clear_secret_set();
+    chap.clear_mutual_secret_set();
+    if (chap.user().empty()) return InvalidArgument(who + "chap.user is empty");
+    if (Status v = iscsi::ValidateChapCredentials(state::ToChap(chap), who); !v.ok()) return v;
+    Status s = store_->Update([&](v1::State* st) {
+      if (req->target().empty()) {
+        *st->mutable_discovery_chap() = chap;
+        return Status::Ok();
+      }
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      *t->mutable_chap() = chap;
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    *resp = Redacted(chap);
+    log::Ctl().info("{}CHAP set for user {}{}", who, chap.user(),
+                    chap.mutual_user().empty() ? "" : " (mutual)");
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ClearChap(Ctx* ctx,
+                                                           const v1::ClearChapRequest* req,
+                                                           v1::ChapConfig* resp) {
+  return Serialized(ctx, [this, req, resp] {
+    Status s = store_->Update([&](v1::State* st) {
+      if (req->target().empty()) {
+        st->clear_discovery_chap();
+        return Status::Ok();
+      }
+      v1::Target* t = FindTarget(st, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      t->clear_chap();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    resp->Clear();
+    return Status::Ok();
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// Sessions and the gateway
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::ListSessions(Ctx* ctx,
+                                                              const v1::ListSessionsRequest* req,
+                                                              v1::ListSessionsResponse* resp) {
+  return Inline(ctx, [&] {
+    if (dataplane_ == nullptr) return Status::Ok();
+    const std::string target =
+        req->target().empty() ? std::string() : state::QualifyTargetName(req->target());
+    auto sessions = dataplane_->ListSessions();
+    std::sort(sessions.begin(), sessions.end(),
+              [](const auto& a, const auto& b) { return a.tsih < b.tsih; });
+    for (const auto& s : sessions) {
+      if (!target.empty() && s.target_name != target) continue;
+      v1::Session* out = resp->add_sessions();
+      out->set_tsih(s.tsih);
+      out->set_target(s.target_name);
+      out->set_initiator_name(s.initiator_name);
+      out->set_isid(s.isid);
+      out->set_discovery(s.discovery);
+      out->set_reactor(s.reactor);
+      auto* c = out->add_connections();
+      c->set_cid(0);
+      c->set_peer(s.peer);
+      auto& p = *out->mutable_parameters();
+      const auto& n = s.params;
+      p["HeaderDigest"] = n.header_digest ? "CRC32C" : "None";
+      p["DataDigest"] = n.data_digest ? "CRC32C" : "None";
+      p["MaxConnections"] = std::to_string(n.max_connections);
+      p["InitialR2T"] = YesNo(n.initial_r2t);
+      p["ImmediateData"] = YesNo(n.immediate_data);
+      p["MaxRecvDataSegmentLength"] = std::to_string(n.target_max_recv_data_segment_length);
+      p["InitiatorMaxRecvDataSegmentLength"] =
+          std::to_string(n.initiator_max_recv_data_segment_length);
+      p["MaxBurstLength"] = std::to_string(n.max_burst_length);
+      p["FirstBurstLength"] = std::to_string(n.first_burst_length);
+      p["DefaultTime2Wait"] = std::to_string(n.default_time2wait);
+      p["DefaultTime2Retain"] = std::to_string(n.default_time2retain);
+      p["MaxOutstandingR2T"] = std::to_string(n.max_outstanding_r2t);
+      p["DataPDUInOrder"] = YesNo(n.data_pdu_in_order);
+      p["DataSequenceInOrder"] = YesNo(n.data_sequence_in_order);
+      p["ErrorRecoveryLevel"] = std::to_string(n.error_recovery_level);
+      if (!n.initiator_alias.empty()) p["InitiatorAlias"] = n.initiator_alias;
+    }
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::TerminateSession(
+    Ctx* ctx, const v1::TerminateSessionRequest* req, v1::TerminateSessionResponse*) {
+  return Inline(ctx, [&] {
+    if (req->tsih() == 0 || req->tsih() > 0xffff) {
+      return InvalidArgument("session tsih " + std::to_string(req->tsih()) +
+                             " is out of range 1..65535");
+    }
+    const auto within = std::chrono::seconds(
+        req->logout_timeout_seconds() == 0 ? 2 : std::min(req->logout_timeout_seconds(), 3600u));
+    if (dataplane_ == nullptr ||
+        !dataplane_->RequestLogout(static_cast<uint16_t>(req->tsih()), within)) {
+      return NotFound("session " + std::to_string(req->tsih()) + " not found");
+    }
+    log::Ctl().info("session {}: logout requested, dropped in {} s unless it logs out", req->tsih(),
+                    within.count());
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(Ctx* ctx,
+                                                                const v1::GetGatewayInfoRequest*,
+                                                                v1::GatewayInfo* resp) {
+  return Inline(ctx, [&] {
+    resp->set_version(options_.version);
+    resp->set_uptime_seconds(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::steady_clock::now() - options_.started)
+                                  .count()));
+    resp->set_state_dir(store_->dir());
+    const Status health = store_->health();
+    resp->set_state_dir_healthy(health.ok());
+    if (!health.ok()) resp->set_state_dir_error(health.message());
+    resp->set_targets(static_cast<uint32_t>(store_->Get().targets_size()));
+    if (dataplane_ != nullptr) {
+      for (const auto& p : dataplane_->portals()) resp->add_portals(p);
+      resp->set_reactors(dataplane_->reactors());
+      resp->set_sessions(static_cast<uint32_t>(dataplane_->ListSessions().size()));
+      resp->set_connections(static_cast<uint32_t>(dataplane_->connections()));
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace iscsigw::service

@@ -1,0 +1,110 @@
+// GatewayServiceImpl: the iscsigw.v1.GatewayService gRPC service (callback API). Requests are
+// validated here, turned into edits of the desired state (controlplane/state) and, through it,
+// applied to the data plane; session operations go to the data plane directly.
+//
+// Threading: gRPC calls the handlers on its own threads. Reads answer inline; every change runs
+// on one worker thread owned by this object, in arrival order, so the gRPC threads never block on
+// disk or on the data plane. No exception crosses the gRPC edge: a handler that throws answers
+// INTERNAL. Secrets are never put in a response or a log line.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "controlplane/state/state_store.h"
+#include "dataplane/api/dataplane.h"
+#include "iscsigw/v1/gateway.grpc.pb.h"
+
+namespace iscsigw::service {
+
+struct ServiceOptions {
+  std::string version;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // How long a forced delete waits for initiators to log out before dropping their sessions.
+  std::chrono::milliseconds force_logout_wait{3000};
+};
+
+class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackService {
+ public:
+  GatewayServiceImpl(state::StateStore* store, api::Dataplane* dataplane, ServiceOptions options);
+  ~GatewayServiceImpl() override;
+
+  // Runs the changes already queued, then answers UNAVAILABLE to new ones. Idempotent. Call before
+  // the gRPC server shuts down, so that no queued call is left unfinished.
+  void Stop();
+
+  using Ctx = grpc::CallbackServerContext;
+  using Reactor = grpc::ServerUnaryReactor;
+
+  Reactor* CreateTarget(Ctx*, const v1::CreateTargetRequest*, v1::Target*) override;
+  Reactor* GetTarget(Ctx*, const v1::GetTargetRequest*, v1::Target*) override;
+  Reactor* ListTargets(Ctx*, const v1::ListTargetsRequest*, v1::ListTargetsResponse*) override;
+  Reactor* DeleteTarget(Ctx*, const v1::DeleteTargetRequest*, v1::DeleteTargetResponse*) override;
+  Reactor* SetAllowAnyInitiator(Ctx*, const v1::SetAllowAnyInitiatorRequest*, v1::Target*) override;
+  Reactor* CreateLun(Ctx*, const v1::CreateLunRequest*, v1::Lun*) override;
+  Reactor* GetLun(Ctx*, const v1::GetLunRequest*, v1::Lun*) override;
+  Reactor* ListLuns(Ctx*, const v1::ListLunsRequest*, v1::ListLunsResponse*) override;
+  Reactor* ResizeLun(Ctx*, const v1::ResizeLunRequest*, v1::Lun*) override;
+  Reactor* DeleteLun(Ctx*, const v1::DeleteLunRequest*, v1::DeleteLunResponse*) override;
+  Reactor* AddAclEntry(Ctx*, const v1::AddAclEntryRequest*, v1::AclEntry*) override;
+  Reactor* ListAclEntries(Ctx*, const v1::ListAclEntriesRequest*,
+                          v1::ListAclEntriesResponse*) override;
+  Reactor* RemoveAclEntry(Ctx*, const v1::RemoveAclEntryRequest*,
+                          v1::RemoveAclEntryResponse*) override;
+  Reactor* SetChap(Ctx*, const v1::SetChapRequest*, v1::ChapConfig*) override;
+  Reactor* ClearChap(Ctx*, const v1::ClearChapRequest*, v1::ChapConfig*) override;
+  Reactor* ListSessions(Ctx*, const v1::ListSessionsRequest*, v1::ListSessionsResponse*) override;
+  Reactor* TerminateSession(Ctx*, const v1::TerminateSessionRequest*,
+                            v1::TerminateSessionResponse*) override;
+  Reactor* GetGatewayInfo(Ctx*, const v1::GetGatewayInfoRequest*, v1::GatewayInfo*) override;
+
+ private:
+  // Runs fn on the calling thread (reads) or the worker (changes) and finishes the call with its
+  // Status; exceptions become INTERNAL.
+  Reactor* Inline(Ctx* ctx, const std::function<Status()>& fn);
+  Reactor* Serialized(Ctx* ctx, std::function<Status()> fn);
+  void WorkerLoop();
+
+  // Idempotent creates: a request_id seen before with the same request returns the stored
+  // response. Worker thread only.
+  bool Replay(const std::string& request_id, const std::string& request,
+              google::protobuf::Message* response, Status* status);
+  void Remember(const std::string& request_id, const std::string& request,
+                const google::protobuf::Message& response);
+
+  Status DoCreateTarget(const v1::CreateTargetRequest& req, v1::Target* resp);
+  Status DoDeleteTarget(const v1::DeleteTargetRequest& req, v1::DeleteTargetResponse* resp);
+  Status DoCreateLun(const v1::CreateLunRequest& req, v1::Lun* resp);
+  Status DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun* resp);
+  Status LunView(const std::string& target, const v1::Lun& lun, v1::Lun* out) const;
+
+  state::StateStore* const store_;
+  api::Dataplane* const dataplane_;
+  const ServiceOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  std::thread worker_;
+
+  struct Remembered {
+    std::string request;
+    std::string response;
+  };
+  std::map<std::string, Remembered> request_ids_;  // worker thread only; bounded
+  std::deque<std::string> request_id_order_;       // worker thread only
+};
+
+// Copies a target for a response: secrets removed, secret_set flags filled in.
+v1::Target Redacted(const v1::Target& target);
+v1::ChapConfig Redacted(const v1::ChapConfig& chap);
+
+}  // namespace iscsigw::service

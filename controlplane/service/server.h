@@ -1,0 +1,45 @@
+// The control plane's gRPC server: GatewayService, grpc.health.v1.Health and server reflection on
+// one listening address, plaintext (loopback by default) or TLS / mutual TLS from PEM files.
+// Built and owned by iscsigwd; Shutdown() before the data plane stops.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "controlplane/service/gateway_service.h"
+#include "dataplane/base/status.h"
+
+namespace iscsigw::service {
+
+struct TlsOptions {
+  std::string cert_file;       // server certificate chain (PEM); empty: plaintext
+  std::string key_file;        // private key (PEM)
+  std::string client_ca_file;  // set: clients must present a certificate signed by this CA
+};
+
+class ControlServer {
+ public:
+  // Binds `listen` ("host:port", port 0 picks one). Errors name the address or the file.
+  static Result<std::unique_ptr<ControlServer>> Start(const std::string& listen,
+                                                      const TlsOptions& tls,
+                                                      std::unique_ptr<GatewayServiceImpl> service);
+  ~ControlServer();
+
+  // "host:port" with the bound port.
+  const std::string& address() const { return address_; }
+  // A channel to this server that bypasses the network (tests, in-process clients).
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  // Stops accepting calls and waits (bounded) for running ones. Idempotent.
+  void Shutdown();
+
+ private:
+  ControlServer() = default;
+  std::unique_ptr<GatewayServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace iscsigw::service

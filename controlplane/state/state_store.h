@@ -1,0 +1,63 @@
+// StateStore: the gateway's desired state (iscsigw.v1.State) in memory, persisted to
+// <state-dir>/state.json and applied to the data plane. Every change goes through Update(): the
+// edited copy is validated, applied to the data plane, and written to disk (temp file, fsync,
+// rename, fsync of the directory); when any step fails nothing changes, neither in memory, nor on
+// disk, nor in the data plane. The file holds CHAP secrets and is created with mode 0600.
+//
+// Threading: any thread; Update calls are serialised by an internal mutex (they are rare), Get
+// copies under the same mutex.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dataplane/api/dataplane.h"
+#include "dataplane/base/status.h"
+#include "iscsigw/v1/state.pb.h"
+
+namespace iscsigw::state {
+
+// Writes `contents` to `path` atomically: <path>.tmp (mode), fsync, rename, fsync of the directory.
+Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);
+
+// The state as persisted: protobuf JSON, secrets included.
+std::string StateToJson(const iscsigw::v1::State& state);
+
+// Loads <dir>/state.json. A missing file is an empty state; an unreadable, malformed or invalid
+// file is an error whose message names the file and the problem (the caller must not overwrite
+// it).
+Result<iscsigw::v1::State> LoadStateDir(const std::string& dir);
+
+class StateStore {
+ public:
+  // `dataplane` may be null (tests of persistence alone). The state must already be normalised
+  // and valid (LoadStateDir + MergeBootstrap + Normalize).
+  StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane);
+
+  const std::string& dir() const { return dir_; }
+  std::string path() const { return dir_ + "/state.json"; }
+
+  // Applies the initial state to the data plane and persists it. Called once at start.
+  Status Start();
+
+  // Runs `edit` on a copy of the state; on Ok the copy is validated, applied and persisted.
+  Status Update(const std::function<Status(iscsigw::v1::State*)>& edit);
+
+  iscsigw::v1::State Get() const;
+
+  // Ok when the last write succeeded (or none was needed); otherwise why it failed.
+  Status health() const;
+
+ private:
+  Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous);
+
+  const std::string dir_;
+  api::Dataplane* const dataplane_;
+  mutable std::mutex mu_;
+  iscsigw::v1::State state_;  // guarded by mu_
+  Status health_;             // guarded by mu_
+};
+
+}  // namespace iscsigw::state

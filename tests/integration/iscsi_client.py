@@ -1,0 +1,283 @@
+"""A minimal iSCSI initiator for tests (RFC 7143): login with optional CHAP (any CHAP_A, mutual,
+a chosen challenge), SendTargets, READ(10)/WRITE(10) with immediate data, logout, and waiting for
+an Async Message. Just enough to assert exact login status codes and data round trips that
+libiscsi's command-line tools cannot show. Blocking sockets with timeouts; never sleeps.
+"""
+import hashlib
+import os
+import socket
+import struct
+
+ALGORITHMS = {5: "md5", 6: "sha1", 7: "sha256", 8: "sha3_256"}
+
+
+class LoginError(Exception):
+    def __init__(self, status, keys=None):
+        super().__init__(f"login failed with status 0x{status:04x}")
+        self.status = status
+        self.keys = keys or {}
+
+
+def _pad(data):
+    return data + b"\0" * (-len(data) % 4)
+
+
+def encode_keys(pairs):
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in pairs)
+
+
+def decode_keys(data):
+    out = {}
+    for item in data.split(b"\0"):
+        if item:
+            k, _, v = item.decode().partition("=")
+            out[k] = v
+    return out
+
+
+def chap_response(algorithm, ident, secret, challenge):
+    h = hashlib.new(ALGORITHMS[algorithm])
+    h.update(bytes([ident]) + secret.encode() + challenge)
+    return h.digest()
+
+
+class Pdu:
+    def __init__(self, bhs, data):
+        self.bhs = bhs
+        self.data = data
+
+    @property
+    def opcode(self):
+        return self.bhs[0] & 0x3F
+
+    @property
+    def flags(self):
+        return self.bhs[1]
+
+
+OPERATIONAL = [("HeaderDigest", "None"), ("DataDigest", "None"),
+               ("MaxRecvDataSegmentLength", "262144"), ("ImmediateData", "Yes"),
+               ("InitialR2T", "No"), ("MaxBurstLength", "262144"),
+               ("FirstBurstLength", "65536"), ("DefaultTime2Wait", "0"),
+               ("DefaultTime2Retain", "0"), ("ErrorRecoveryLevel", "0"),
+               ("MaxConnections", "1"), ("MaxOutstandingR2T", "1"),
+               ("DataPDUInOrder", "Yes"), ("DataSequenceInOrder", "Yes")]
+
+
+class Initiator:
+    def __init__(self, portal, initiator_name, timeout=10.0):
+        host, _, port = portal.rpartition(":")
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        self.name = initiator_name
+        self.isid = b"\x80" + os.urandom(5)
+        self.tsih = 0
+        self.itt = 1
+        self.cmd_sn = 1
+        self.exp_stat_sn = 0
+        self.target_mrdsl = 8192
+        self.mutual_verified = False
+
+    # -- framing
+    def send(self, bhs, data=b""):
+        bhs = bytearray(bhs)
+        bhs[5:8] = len(data).to_bytes(3, "big")
+        self.sock.sendall(bytes(bhs) + _pad(data))
+
+    def _recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by the target")
+            buf += chunk
+        return buf
+
+    def recv(self):
+        bhs = self._recv_exact(48)
+        ahs = bhs[4] * 4
+        dsl = int.from_bytes(bhs[5:8], "big")
+        if ahs:
+            self._recv_exact(ahs)
+        data = self._recv_exact(dsl + (-dsl % 4))[:dsl]
+        return Pdu(bhs, data)
+
+    def recv_skipping_nops(self):
+        while True:
+            p = self.recv()
+            if p.opcode == 0x20 and struct.unpack(">I", p.bhs[20:24])[0] != 0xFFFFFFFF:
+                self._answer_ping(p)
+                continue
+            return p
+
+    def _answer_ping(self, p):
+        bhs = bytearray(48)
+        bhs[0] = 0x40
+        bhs[1] = 0x80
+        bhs[8:16] = p.bhs[8:16]
+        bhs[16:20] = b"\xff\xff\xff\xff"
+        bhs[20:24] = p.bhs[20:24]
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.send(bhs)
+
+    # -- login
+    def _login_pdu(self, csg, nsg, transit, pairs):
+        bhs = bytearray(48)
+        bhs[0] = 0x43
+        bhs[1] = (0x80 if transit else 0) | (csg << 2) | nsg
+        bhs[8:14] = self.isid
+        struct.pack_into(">H", bhs, 14, self.tsih)
+        struct.pack_into(">I", bhs, 16, self.itt)
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.send(bhs, encode_keys(pairs))
+        r = self.recv()
+        if r.opcode != 0x23:
+            raise ConnectionError(f"expected a login response, got opcode 0x{r.opcode:02x}")
+        status = struct.unpack(">H", r.bhs[36:38])[0]
+        keys = decode_keys(r.data)
+        if status != 0:
+            raise LoginError(status, keys)
+        self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+        self.tsih = struct.unpack(">H", r.bhs[14:16])[0]
+        if "MaxRecvDataSegmentLength" in keys:
+            self.target_mrdsl = int(keys["MaxRecvDataSegmentLength"])
+        return bool(r.flags & 0x80), keys
+
+    def login(self, target=None, chap=None, algorithms="5", mutual=None, reflect=False):
+        """chap=(user, secret); mutual=(target_user, target_secret). Raises LoginError."""
+        names = [("InitiatorName", self.name)]
+        names += [("TargetName", target)] if target else [("SessionType", "Discovery")]
+        if chap:
+            _, keys = self._login_pdu(0, 1, False, names + [("AuthMethod", "CHAP,None")])
+            if keys.get("AuthMethod") != "CHAP":
+                raise LoginError(-1, keys)
+            _, keys = self._login_pdu(0, 1, False, [("CHAP_A", algorithms)])
+            alg = int(keys["CHAP_A"])
+            ident = int(keys["CHAP_I"])
+            challenge = bytes.fromhex(keys["CHAP_C"][2:])
+            pairs = [("CHAP_N", chap[0]),
+                     ("CHAP_R", "0x" + chap_response(alg, ident, chap[1], challenge).hex())]
+            my_challenge = challenge if reflect else os.urandom(16)
+            if mutual or reflect:
+                pairs += [("CHAP_I", "3"), ("CHAP_C", "0x" + my_challenge.hex())]
+            transit, keys = self._login_pdu(0, 1, True, pairs)
+            if mutual:
+                want = chap_response(alg, 3, mutual[1], my_challenge)
+                if keys.get("CHAP_N") != mutual[0] or keys.get("CHAP_R") != "0x" + want.hex():
+                    raise AssertionError(f"target failed mutual CHAP: {keys}")
+                self.mutual_verified = True
+            if not transit:
+                raise AssertionError(f"target did not leave the security stage: {keys}")
+            pairs = OPERATIONAL
+        else:
+            pairs = names + OPERATIONAL
+        transit, keys = self._login_pdu(1, 3, True, pairs)
+        while not transit:
+            transit, keys = self._login_pdu(1, 3, True, [])
+        self.itt += 1
+        return keys
+
+    # -- full feature phase
+    def _next_itt(self):
+        itt = self.itt
+        self.itt += 1
+        return itt
+
+    def send_targets(self):
+        bhs = bytearray(48)
+        bhs[0] = 0x44
+        bhs[1] = 0x80
+        struct.pack_into(">I", bhs, 16, self._next_itt())
+        bhs[20:24] = b"\xff\xff\xff\xff"
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.send(bhs, encode_keys([("SendTargets", "All")]))
+        r = self.recv_skipping_nops()
+        assert r.opcode == 0x24, r.opcode
+        self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+        return [item.decode().partition("=")[2] for item in r.data.split(b"\0")
+                if item.startswith(b"TargetName=")]
+
+    def _command(self, lun, cdb, read_len=0, data=b""):
+        bhs = bytearray(48)
+        bhs[0] = 0x01
+        bhs[1] = 0x80 | (0x40 if read_len else 0) | (0x20 if data else 0) | 0x01
+        bhs[9] = lun
+        itt = self._next_itt()
+        struct.pack_into(">I", bhs, 16, itt)
+        struct.pack_into(">I", bhs, 20, read_len or len(data))
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.cmd_sn += 1
+        bhs[32:32 + len(cdb)] = cdb
+        assert len(data) <= min(self.target_mrdsl, 65536), "immediate data only"
+        self.send(bhs, data)
+        buf = bytearray(read_len)
+        while True:
+            r = self.recv_skipping_nops()
+            if r.opcode == 0x25:  # Data-In
+                offset = struct.unpack(">I", r.bhs[40:44])[0]
+                buf[offset:offset + len(r.data)] = r.data
+                if r.flags & 0x01:
+                    self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+                    return r.bhs[3], bytes(buf), b""
+            elif r.opcode == 0x21:  # SCSI Response
+                self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+                return r.bhs[3], bytes(buf), r.data
+            elif r.opcode == 0x32:  # Async Message: remember it, keep waiting
+                self.async_events = getattr(self, "async_events", []) + [r]
+            else:
+                raise AssertionError(f"unexpected opcode 0x{r.opcode:02x}")
+
+    def write(self, lun, lba, data, block=512):
+        cdb = struct.pack(">BBIBHB", 0x2A, 0, lba, 0, len(data) // block, 0)
+        status, _, sense = self._command(lun, cdb, data=data)
+        return status, sense
+
+    def read(self, lun, lba, blocks, block=512):
+        cdb = struct.pack(">BBIBHB", 0x28, 0, lba, 0, blocks, 0)
+        status, data, sense = self._command(lun, cdb, read_len=blocks * block)
+        return status, data, sense
+
+    def test_unit_ready(self, lun):
+        status, _, sense = self._command(lun, bytes(6))
+        return status, sense
+
+    def read_capacity(self, lun):
+        status, data, sense = self._command(lun, struct.pack(">B9x", 0x25), read_len=8)
+        if status != 0:
+            return status, None, sense
+        last, block = struct.unpack(">II", data)
+        return status, (last + 1) * block, sense
+
+    def wait_async(self):
+        """Returns (AsyncEvent, Parameter3) of the next Async Message."""
+        pending = getattr(self, "async_events", [])
+        r = pending.pop(0) if pending else self.recv_skipping_nops()
+        assert r.opcode == 0x32, f"expected an Async Message, got 0x{r.opcode:02x}"
+        self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+        return r.bhs[36], struct.unpack(">H", r.bhs[42:44])[0]
+
+    def logout(self):
+        bhs = bytearray(48)
+        bhs[0] = 0x46
+        bhs[1] = 0x80
+        struct.pack_into(">I", bhs, 16, self._next_itt())
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.send(bhs)
+        r = self.recv_skipping_nops()
+        assert r.opcode == 0x26, r.opcode
+        return r.bhs[2]
+
+    def closed(self):
+        """True when the target has closed the connection (reads EOF)."""
+        try:
+            return self.sock.recv(65536) == b""
+        except (ConnectionError, socket.timeout):
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
+def sense_key_asc(sense):
+    """Sense key, ASC and ASCQ of a SCSI Response data segment (2-byte length + fixed sense)."""
+    s = sense[2:]
+    return s[2] & 0x0F, s[12], s[13]

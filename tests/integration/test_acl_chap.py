@@ -1,0 +1,168 @@
+"""ACLs and CHAP, enforced at login and in discovery: libiscsi's tools and the test initiator
+against the real iscsigwd, configured through iscsigwctl."""
+import os
+import unittest
+from urllib.parse import quote
+
+from harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
+from iscsi_client import Initiator, LoginError
+
+OTHER = "iqn.2026-11.io.iscsigw.test:other"
+SECRET = "initiator-secret-1"
+TARGET_SECRET = "target-secret-22"
+
+
+class AclChapTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon().start()
+        d = cls.d
+        for name in ("acl", "cidr", "chap", "mutual", "drop"):
+            d.ctl("target", "create", name)
+            d.ctl("lun", "create", name, "0", "--size", "8M")
+        d.ctl("acl", "add", "acl", INITIATOR)
+        d.ctl("acl", "add", "cidr", INITIATOR, "--source", "10.0.0.0/8")
+        d.ctl("acl", "add", "cidr", OTHER, "--source", "127.0.0.0/8")
+        d.ctl("acl", "add", "drop", INITIATOR)
+        for t in ("chap", "mutual"):
+            d.ctl("acl", "allow-any", t, "on")
+        d.ctl("auth", "set", "chap", "--user", "alice", "--secret-file", "-", input=SECRET + "\n")
+        cls.target_secret_file = os.path.join(d.state_dir, "tsecret")
+        with open(cls.target_secret_file, "w") as f:
+            f.write(TARGET_SECRET)
+        d.ctl("auth", "set", "mutual", "--user", "bob", "--secret-file", "-",
+              "--mutual-user", "gw", "--mutual-secret-file", cls.target_secret_file,
+              input=SECRET)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        log = cls.d.read_log()
+        cls.d.cleanup()
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+        for secret in (SECRET, TARGET_SECRET):
+            if secret in log:
+                raise AssertionError("a CHAP secret appeared in the daemon log")
+
+    def login_status(self, target, initiator=INITIATOR, **kw):
+        c = Initiator(self.d.portal, initiator)
+        try:
+            c.login(IQN_PREFIX + target if target else None, **kw)
+            return 0
+        except LoginError as e:
+            return e.status
+        finally:
+            c.close()
+
+    # ---- ACL
+    def test_listed_initiator_logs_in_and_others_are_refused_0x0202(self):
+        self.assertEqual(self.login_status("acl"), 0)
+        self.assertEqual(self.login_status("acl", OTHER), 0x0202)
+        p = run(["iscsi-inq", "-i", OTHER, self.d.url("acl", 0)], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("Authorization failure", p.stdout + p.stderr)
+        self.assertIn("DIRECT_ACCESS", run(["iscsi-inq", "-i", INITIATOR, self.d.url("acl", 0)]).stdout)
+
+    def test_discovery_lists_only_what_the_initiator_may_log_in_to(self):
+        mine = run(["iscsi-ls", "-i", INITIATOR, f"iscsi://{self.d.portal}"]).stdout
+        theirs = run(["iscsi-ls", "-i", OTHER, f"iscsi://{self.d.portal}"]).stdout
+        self.assertIn(IQN_PREFIX + "acl ", mine)
+        self.assertNotIn(IQN_PREFIX + "acl ", theirs)
+        # Source CIDRs: INITIATOR is listed for cidr only from 10/8, OTHER from 127/8.
+        self.assertNotIn(IQN_PREFIX + "cidr ", mine)
+        self.assertIn(IQN_PREFIX + "cidr ", theirs)
+        c = Initiator(self.d.portal, OTHER)
+        c.login()
+        names = c.send_targets()
+        c.close()
+        self.assertIn(IQN_PREFIX + "cidr", names)
+        self.assertNotIn(IQN_PREFIX + "acl", names)
+
+    def test_source_networks_are_enforced(self):
+        self.assertEqual(self.login_status("cidr", INITIATOR), 0x0202)
+        self.assertEqual(self.login_status("cidr", OTHER), 0)
+
+    def test_removed_acl_entry_stops_logins_and_drops_sessions_when_asked(self):
+        d = self.d
+        c = Initiator(d.portal, INITIATOR)
+        self.addCleanup(c.close)
+        c.login(IQN_PREFIX + "drop")
+        self.assertEqual(c.test_unit_ready(0)[0], 2)  # power-on attention: the session works
+        out = d.ctl("acl", "remove", "drop", INITIATOR, "--drop-sessions").stdout
+        self.assertIn("1 session(s) dropped", out)
+        self.assertTrue(wait_for(c.closed, timeout=10, what="the dropped session"))
+        self.assertEqual(self.login_status("drop"), 0x0202)
+        d.ctl("acl", "add", "drop", INITIATOR)
+        self.assertEqual(self.login_status("drop"), 0)
+
+    # ---- CHAP
+    def chap_url(self, target, user="alice", secret=SECRET, query=""):
+        return (f"iscsi://{user}%{quote(secret)}@{self.d.portal}/{IQN_PREFIX}{target}/0"
+                + query)
+
+    def test_chap_with_libiscsi(self):
+        self.assertIn("DIRECT_ACCESS", run(["iscsi-inq", self.chap_url("chap")]).stdout)
+        p = run(["iscsi-inq", self.chap_url("chap", secret="wrong-secret-123")], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("Authentication failure", p.stdout + p.stderr)
+        p = run(["iscsi-inq", self.d.url("chap", 0)], check=False)  # no credentials at all
+        self.assertNotEqual(p.returncode, 0)
+
+    def test_chap_status_codes_and_algorithms(self):
+        self.assertEqual(self.login_status("chap", chap=("alice", SECRET)), 0)
+        self.assertEqual(self.login_status("chap", chap=("alice", "wrong-secret-123")), 0x0201)
+        self.assertEqual(self.login_status("chap", chap=("mallory", SECRET)), 0x0201)
+        self.assertEqual(self.login_status("chap"), 0x0201)  # AuthMethod=None only
+        for algs in ("5", "6", "7", "8", "7,6,5"):
+            self.assertEqual(self.login_status("chap", chap=("alice", SECRET), algorithms=algs), 0,
+                             algs)
+        self.assertEqual(self.login_status("chap", chap=("alice", SECRET), algorithms="1,2"),
+                         0x0201)
+
+    def test_reflected_challenge_is_refused(self):
+        self.assertEqual(self.login_status("mutual", chap=("bob", SECRET), reflect=True), 0x0201)
+
+    def test_mutual_chap(self):
+        c = Initiator(self.d.portal, INITIATOR)
+        c.login(IQN_PREFIX + "mutual", chap=("bob", SECRET), mutual=("gw", TARGET_SECRET),
+                algorithms="7")
+        self.assertTrue(c.mutual_verified)
+        c.close()
+        # libiscsi: target_user / target_password URL arguments.
+        good = self.chap_url("mutual", "bob", SECRET,
+                             f"?target_user=gw&target_password={TARGET_SECRET}")
+        self.assertIn("DIRECT_ACCESS", run(["iscsi-inq", good]).stdout)
+        bad = self.chap_url("mutual", "bob", SECRET, "?target_user=gw&target_password=not-the-secret")
+        p = run(["iscsi-inq", bad], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("CHAP_R", p.stdout + p.stderr)
+
+    def test_short_secret_is_refused_at_configuration(self):
+        p = self.d.ctl("auth", "set", "chap", "--user", "alice", "--secret-file", "-",
+                       input="elevenbytes", check=False)
+        self.assertEqual(p.returncode, 3)
+        self.assertIn("chap.secret is 11 bytes; RFC 7143 requires at least 12", p.stderr)
+        self.assertEqual(self.login_status("chap", chap=("alice", SECRET)), 0)  # unchanged
+
+    def test_discovery_chap(self):
+        d = self.d
+        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file",
+              self.target_secret_file)
+        try:
+            self.assertEqual(self.login_status(None), 0x0201)
+            c = Initiator(d.portal, INITIATOR)
+            c.login(chap=("disco", TARGET_SECRET))
+            self.assertIn(IQN_PREFIX + "acl", c.send_targets())
+            c.close()
+            p = run(["iscsi-ls", f"iscsi://{d.portal}"], check=False)
+            self.assertNotEqual(p.returncode, 0)
+            out = run(["iscsi-ls", f"iscsi://disco%{TARGET_SECRET}@{d.portal}"]).stdout
+            self.assertIn(IQN_PREFIX + "chap", out)
+        finally:
+            d.ctl("auth", "clear", "--discovery")
+        self.assertEqual(self.login_status(None), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,490 @@
+// GatewayService through a real gRPC server: an in-process channel and a TCP channel on a port the
+// server picked, over a real data plane on loopback and a state directory of its own.
+#include "controlplane/service/gateway_service.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "controlplane/service/server.h"
+#include "controlplane/service/status_map.h"
+#include "controlplane/state/state_store.h"
+
+namespace iscsigw::service {
+namespace {
+
+namespace fs = std::filesystem;
+using grpc::StatusCode;
+
+constexpr const char* kPrefix = "iqn.2026-11.io.iscsigw:";
+
+class ServiceTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/iscsigw-service-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    api::Options opts;
+    opts.portals = {"127.0.0.1:0"};
+    opts.reactors = 1;
+    auto dp = api::Dataplane::Start(opts);
+    ASSERT_TRUE(dp.ok()) << dp.status().message();
+    dp_ = std::move(dp).value();
+    store_ = std::make_unique<state::StateStore>(dir_, v1::State(), dp_.get());
+    ASSERT_TRUE(store_->Start().ok());
+    ServiceOptions so;
+    so.version = "test";
+    auto srv = ControlServer::Start(
+        "127.0.0.1:0", {}, std::make_unique<GatewayServiceImpl>(store_.get(), dp_.get(), so));
+    ASSERT_TRUE(srv.ok()) << srv.status().message();
+    server_ = std::move(srv).value();
+    channel_ = GetParam()
+                   ? server_->InProcessChannel()
+                   : grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    stub_ = v1::GatewayService::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    stub_.reset();
+    channel_.reset();
+    server_.reset();
+    dp_->Stop();
+    dp_.reset();
+    fs::remove_all(dir_);
+  }
+
+  template <typename Req, typename Resp, typename Method>
+  grpc::Status Call(Method m, const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return ((*stub_).*m)(&ctx, req, resp);
+  }
+
+  grpc::Status CreateTarget(const std::string& name, v1::Target* out = nullptr,
+                            const std::string& request_id = "") {
+    v1::CreateTargetRequest req;
+    req.mutable_target()->set_name(name);
+    req.set_request_id(request_id);
+    v1::Target resp;
+    auto s = Call(&v1::GatewayService::Stub::CreateTarget, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+
+  grpc::Status CreateRamLun(const std::string& target, uint32_t id, uint64_t size,
+                            v1::Lun* out = nullptr, const std::string& request_id = "",
+                            uint32_t block_size = 512) {
+    v1::CreateLunRequest req;
+    req.set_target(target);
+    req.set_request_id(request_id);
+    req.mutable_lun()->set_id(id);
+    req.mutable_lun()->mutable_ram();
+    req.mutable_lun()->set_size_bytes(size);
+    req.mutable_lun()->set_block_size(block_size);
+    v1::Lun resp;
+    auto s = Call(&v1::GatewayService::Stub::CreateLun, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+
+  std::string StateFile() {
+    std::ifstream in(dir_ + "/state.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::string dir_;
+  std::unique_ptr<api::Dataplane> dp_;
+  std::unique_ptr<state::StateStore> store_;
+  std::unique_ptr<ControlServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::GatewayService::Stub> stub_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Channels, ServiceTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+
+TEST_P(ServiceTest, CreateGetAndDuplicateTarget) {
+  v1::Target t;
+  ASSERT_TRUE(CreateTarget("db", &t).ok());
+  EXPECT_EQ(t.name(), std::string(kPrefix) + "db");
+
+  v1::GetTargetRequest get;
+  get.set_name("db");
+  v1::Target got;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::GetTarget, get, &got).ok());
+  EXPECT_EQ(got.name(), std::string(kPrefix) + "db");
+  EXPECT_FALSE(got.allow_any_initiator());
+
+  auto s = CreateTarget(std::string(kPrefix) + "db");
+  EXPECT_EQ(s.error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(s.error_message(), "target iqn.2026-11.io.iscsigw:db already exists");
+}
+
+TEST_P(ServiceTest, InvalidTargetNamesAreRefusedWithTheReason) {
+  auto s = CreateTarget("Upper");
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "target iqn.2026-11.io.iscsigw:Upper: name iqn.2026-11.io.iscsigw:Upper: character "
+            "'U' is not allowed (lower-case letters, digits, '.', '-', ':')");
+  s = CreateTarget("iqn.2026.bad");
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("iqn.YYYY-MM.reversed.domain"), std::string::npos);
+  s = CreateTarget("");
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "target.name is empty");
+  s = CreateTarget("eui.0123");
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_P(ServiceTest, NotFoundNamesTheObject) {
+  v1::GetTargetRequest get;
+  get.set_name("nope");
+  v1::Target t;
+  auto s = Call(&v1::GatewayService::Stub::GetTarget, get, &t);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "target iqn.2026-11.io.iscsigw:nope not found");
+
+  ASSERT_TRUE(CreateTarget("t").ok());
+  v1::GetLunRequest gl;
+  gl.set_target("t");
+  gl.set_id(3);
+  v1::Lun l;
+  s = Call(&v1::GatewayService::Stub::GetLun, gl, &l);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "lun 3 of iqn.2026-11.io.iscsigw:t not found");
+
+  v1::DeleteTargetRequest dt;
+  dt.set_name("gone");
+  v1::DeleteTargetResponse dr;
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::DeleteTarget, dt, &dr).error_code(),
+            StatusCode::NOT_FOUND);
+
+  v1::TerminateSessionRequest ts;
+  ts.set_tsih(77);
+  v1::TerminateSessionResponse tr;
+  s = Call(&v1::GatewayService::Stub::TerminateSession, ts, &tr);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "session 77 not found");
+  ts.set_tsih(0);
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::TerminateSession, ts, &tr).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_P(ServiceTest, RetriedCreateWithRequestIdDoesNotFailOrDuplicate) {
+  v1::Target a, b;
+  ASSERT_TRUE(CreateTarget("idem", &a, "req-1").ok());
+  ASSERT_TRUE(CreateTarget("idem", &b, "req-1").ok());
+  EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+  v1::Lun l1, l2;
+  ASSERT_TRUE(CreateRamLun("idem", 0, 1 << 20, &l1, "req-2").ok());
+  ASSERT_TRUE(CreateRamLun("idem", 0, 1 << 20, &l2, "req-2").ok());
+  EXPECT_EQ(l1.serial(), l2.serial());
+  EXPECT_EQ(l1.device_id(), l2.device_id());
+  v1::ListLunsRequest ll;
+  ll.set_target("idem");
+  v1::ListLunsResponse lr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListLuns, ll, &lr).ok());
+  EXPECT_EQ(lr.luns_size(), 1);
+  // The same request id for a different request is a client bug.
+  auto s = CreateTarget("other", nullptr, "req-1");
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "request_id req-1 was used for a different request");
+  // Without a request id, a repeat is ALREADY_EXISTS.
+  EXPECT_EQ(CreateRamLun("idem", 0, 1 << 20).error_code(), StatusCode::ALREADY_EXISTS);
+}
+
+TEST_P(ServiceTest, LunValidationMessages) {
+  ASSERT_TRUE(CreateTarget("v").ok());
+  auto s = CreateRamLun("v", 0, 1000);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "lun 0 of iqn.2026-11.io.iscsigw:v: size_bytes 1000 is not a multiple of block_size "
+            "512");
+  s = CreateRamLun("v", 256, 1 << 20);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "lun 256 of iqn.2026-11.io.iscsigw:v: id 256 is out of range 0..255");
+  s = CreateRamLun("v", 1, 1 << 20, nullptr, "", 1024);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "lun 1 of iqn.2026-11.io.iscsigw:v: block_size 1024 is not 512 or 4096");
+  s = CreateRamLun("missing", 0, 1 << 20);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  v1::CreateLunRequest nob;
+  nob.set_target("v");
+  nob.mutable_lun()->set_size_bytes(4096);
+  v1::Lun out;
+  s = Call(&v1::GatewayService::Stub::CreateLun, nob, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "lun 0 of iqn.2026-11.io.iscsigw:v: backing is not set (ram, null or file)");
+  v1::CreateLunRequest file;
+  file.set_target("v");
+  file.mutable_lun()->set_id(2);
+  file.mutable_lun()->mutable_file()->set_path(dir_ + "/absent.img");
+  file.mutable_lun()->set_size_bytes(1 << 20);
+  s = Call(&v1::GatewayService::Stub::CreateLun, file, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "lun 2 of iqn.2026-11.io.iscsigw:v: file.path " + dir_ +
+                                   "/absent.img does not exist (set file.create to create it)");
+}
+
+TEST_P(ServiceTest, LunIdentityIsGeneratedAndPersisted) {
+  ASSERT_TRUE(CreateTarget("ident").ok());
+  v1::Lun l;
+  ASSERT_TRUE(CreateRamLun("ident", 5, 4 << 20, &l).ok());
+  EXPECT_EQ(l.serial().size(), 16u);
+  EXPECT_EQ(l.device_id() >> 60, 6u);
+  EXPECT_EQ(l.size_bytes(), 4u << 20);
+  auto persisted = state::LoadStateDir(dir_);
+  ASSERT_TRUE(persisted.ok());
+  EXPECT_EQ(persisted->targets(0).luns(0).serial(), l.serial());
+  EXPECT_EQ(persisted->targets(0).luns(0).device_id(), l.device_id());
+}
+
+TEST_P(ServiceTest, ThickFileLunIsCreatedAndAllocated) {
+  ASSERT_TRUE(CreateTarget("files").ok());
+  v1::CreateLunRequest req;
+  req.set_target("files");
+  req.mutable_lun()->set_id(0);
+  req.mutable_lun()->mutable_file()->set_path(dir_ + "/thick.img");
+  req.mutable_lun()->mutable_file()->set_create(true);
+  req.mutable_lun()->mutable_file()->set_thick(true);
+  req.mutable_lun()->set_size_bytes(8 << 20);
+  v1::Lun out;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::CreateLun, req, &out).ok());
+  struct stat sb {};
+  ASSERT_EQ(::stat((dir_ + "/thick.img").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_size, 8 << 20);
+  EXPECT_GE(static_cast<uint64_t>(sb.st_blocks) * 512, 8u << 20);
+}
+
+TEST_P(ServiceTest, ResizeGrowsOnlineAndRefusesShrink) {
+  ASSERT_TRUE(CreateTarget("grow").ok());
+  ASSERT_TRUE(CreateRamLun("grow", 0, 1 << 20).ok());
+  v1::ResizeLunRequest req;
+  req.set_target("grow");
+  req.set_id(0);
+  req.set_size_bytes(3 << 20);
+  v1::Lun out;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ResizeLun, req, &out).ok());
+  EXPECT_EQ(out.size_bytes(), 3u << 20);
+  EXPECT_EQ(dp_->LunSizeBytes(std::string(kPrefix) + "grow", 0), 3u << 20);
+  req.set_size_bytes(2 << 20);
+  auto s = Call(&v1::GatewayService::Stub::ResizeLun, req, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "lun 0 of iqn.2026-11.io.iscsigw:grow: size_bytes 2097152 is smaller than the current "
+            "3145728; shrinking is not supported");
+  req.set_size_bytes((4 << 20) + 100);
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::ResizeLun, req, &out).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  req.set_id(9);
+  req.set_size_bytes(8 << 20);
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::ResizeLun, req, &out).error_code(),
+            StatusCode::NOT_FOUND);
+}
+
+TEST_P(ServiceTest, AclAddListRemove) {
+  ASSERT_TRUE(CreateTarget("acl").ok());
+  v1::AddAclEntryRequest add;
+  add.set_target("acl");
+  add.mutable_entry()->set_initiator("iqn.2026-11.io.test:host1");
+  add.mutable_entry()->add_sources("10.0.0.0/8");
+  v1::AclEntry e;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::AddAclEntry, add, &e).ok());
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::AddAclEntry, add, &e).error_code(),
+            StatusCode::ALREADY_EXISTS);
+  add.mutable_entry()->set_initiator("iqn.2026-11.io.test:host2");
+  add.mutable_entry()->set_sources(0, "10.1.2.3/8");
+  auto s = Call(&v1::GatewayService::Stub::AddAclEntry, add, &e);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "acl entry iqn.2026-11.io.test:host2 of iqn.2026-11.io.iscsigw:acl: source "
+            "'10.1.2.3/8' is not an address or CIDR with zero host bits");
+  add.mutable_entry()->clear_sources();
+  add.mutable_entry()->set_initiator("Not An IQN");
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::AddAclEntry, add, &e).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+
+  v1::ListAclEntriesRequest list;
+  list.set_target("acl");
+  v1::ListAclEntriesResponse lr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListAclEntries, list, &lr).ok());
+  ASSERT_EQ(lr.entries_size(), 1);
+  EXPECT_EQ(lr.entries(0).initiator(), "iqn.2026-11.io.test:host1");
+  EXPECT_EQ(lr.entries(0).sources(0), "10.0.0.0/8");
+
+  v1::RemoveAclEntryRequest rm;
+  rm.set_target("acl");
+  rm.set_initiator("iqn.2026-11.io.test:host1");
+  v1::RemoveAclEntryResponse rr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::RemoveAclEntry, rm, &rr).ok());
+  s = Call(&v1::GatewayService::Stub::RemoveAclEntry, rm, &rr);
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(),
+            "acl entry iqn.2026-11.io.test:host1 of iqn.2026-11.io.iscsigw:acl not found");
+
+  v1::SetAllowAnyInitiatorRequest any;
+  any.set_target("acl");
+  any.set_allow_any_initiator(true);
+  v1::Target t;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetAllowAnyInitiator, any, &t).ok());
+  EXPECT_TRUE(t.allow_any_initiator());
+}
+
+TEST_P(ServiceTest, ChapSecretsAreWriteOnlyAndStored0600) {
+  ASSERT_TRUE(CreateTarget("sec").ok());
+  v1::SetChapRequest req;
+  req.set_target("sec");
+  req.mutable_chap()->set_user("alice");
+  req.mutable_chap()->set_secret("short");
+  v1::ChapConfig out;
+  auto s = Call(&v1::GatewayService::Stub::SetChap, req, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "target iqn.2026-11.io.iscsigw:sec: chap.secret is 5 bytes; RFC 7143 requires at "
+            "least 12");
+  req.mutable_chap()->set_secret("alice-secret-xyz");
+  req.mutable_chap()->set_mutual_user("tgt");
+  req.mutable_chap()->set_mutual_secret("alice-secret-xyz");
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::SetChap, req, &out).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  req.mutable_chap()->set_mutual_secret("target-secret-xyz");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetChap, req, &out).ok());
+  EXPECT_EQ(out.user(), "alice");
+  EXPECT_TRUE(out.secret().empty());
+  EXPECT_TRUE(out.mutual_secret().empty());
+  EXPECT_TRUE(out.secret_set());
+  EXPECT_TRUE(out.mutual_secret_set());
+
+  v1::GetTargetRequest get;
+  get.set_name("sec");
+  v1::Target t;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::GetTarget, get, &t).ok());
+  EXPECT_EQ(t.DebugString().find("secret-xyz"), std::string::npos) << t.DebugString();
+  EXPECT_TRUE(t.chap().secret_set());
+  v1::ListTargetsResponse lr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListTargets, v1::ListTargetsRequest(), &lr).ok());
+  EXPECT_EQ(lr.DebugString().find("secret-xyz"), std::string::npos);
+
+  // On disk, for the next start, with mode 0600.
+  EXPECT_NE(StateFile().find("alice-secret-xyz"), std::string::npos);
+  struct stat sb {};
+  ASSERT_EQ(::stat((dir_ + "/state.json").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+
+  // Discovery CHAP, then clear both.
+  v1::SetChapRequest disc;
+  disc.mutable_chap()->set_user("disc");
+  disc.mutable_chap()->set_secret("discovery-secret");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetChap, disc, &out).ok());
+  EXPECT_NE(StateFile().find("discovery-secret"), std::string::npos);
+  v1::ClearChapRequest clear;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ClearChap, clear, &out).ok());
+  clear.set_target("sec");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ClearChap, clear, &out).ok());
+  EXPECT_EQ(StateFile().find("secret-xyz"), std::string::npos);
+  EXPECT_EQ(StateFile().find("discovery-secret"), std::string::npos);
+}
+
+TEST_P(ServiceTest, ListTargetsPages) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(CreateTarget("p" + std::to_string(i)).ok());
+  v1::ListTargetsRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> names;
+  int pages = 0;
+  for (;;) {
+    v1::ListTargetsResponse resp;
+    ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListTargets, req, &resp).ok());
+    ++pages;
+    for (const auto& t : resp.targets()) names.push_back(t.name());
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(names.size(), 5u);
+  EXPECT_EQ(names.front(), std::string(kPrefix) + "p0");
+  EXPECT_EQ(names.back(), std::string(kPrefix) + "p4");
+  req.set_page_size(-1);
+  v1::ListTargetsResponse resp;
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::ListTargets, req, &resp).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_P(ServiceTest, DeleteLunAndTarget) {
+  ASSERT_TRUE(CreateTarget("del").ok());
+  ASSERT_TRUE(CreateRamLun("del", 0, 1 << 20).ok());
+  v1::DeleteLunRequest dl;
+  dl.set_target("del");
+  dl.set_id(0);
+  v1::DeleteLunResponse dlr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::DeleteLun, dl, &dlr).ok());
+  EXPECT_FALSE(dp_->LunSizeBytes(std::string(kPrefix) + "del", 0).has_value());
+  EXPECT_EQ(Call(&v1::GatewayService::Stub::DeleteLun, dl, &dlr).error_code(),
+            StatusCode::NOT_FOUND);
+  v1::DeleteTargetRequest dt;
+  dt.set_name("del");
+  v1::DeleteTargetResponse dtr;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::DeleteTarget, dt, &dtr).ok());
+  EXPECT_EQ(dtr.sessions_terminated(), 0u);
+  EXPECT_EQ(store_->Get().targets_size(), 0);
+}
+
+TEST_P(ServiceTest, GatewayInfo) {
+  ASSERT_TRUE(CreateTarget("info").ok());
+  v1::GatewayInfo info;
+  ASSERT_TRUE(
+      Call(&v1::GatewayService::Stub::GetGatewayInfo, v1::GetGatewayInfoRequest(), &info).ok());
+  EXPECT_EQ(info.version(), "test");
+  EXPECT_EQ(info.reactors(), 1u);
+  ASSERT_EQ(info.portals_size(), 1);
+  EXPECT_EQ(info.portals(0), dp_->portals()[0]);
+  EXPECT_EQ(info.state_dir(), dir_);
+  EXPECT_TRUE(info.state_dir_healthy());
+  EXPECT_EQ(info.targets(), 1u);
+  EXPECT_EQ(info.sessions(), 0u);
+}
+
+TEST_P(ServiceTest, HealthServiceReportsServing) {
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty;  // an empty HealthCheckRequest: the whole server
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status s = done.get_future().get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+TEST(StatusMap, EveryCodeMapsToItsGrpcCode) {
+  EXPECT_EQ(ToGrpcStatus(Status::Ok()).error_code(), StatusCode::OK);
+  EXPECT_EQ(ToGrpcStatus(InvalidArgument("x")).error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ToGrpcStatus(NotFound("x")).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(ToGrpcStatus(AlreadyExists("x")).error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(ToGrpcStatus(FailedPrecondition("x")).error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ToGrpcStatus(Status(iscsigw::StatusCode::kUnavailable, "x")).error_code(),
+            StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ToGrpcStatus(IoError("disk")).error_code(), StatusCode::INTERNAL);
+  EXPECT_EQ(ToGrpcStatus(NotFound("target x not found")).error_message(), "target x not found");
+}
+
+}  // namespace
+}  // namespace iscsigw::service
