@@ -38,8 +38,7 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--tls-client-ca", f->tls_client_ca,
                  "CA bundle for client certificates (mutual TLS)")
       ->envname("ISCSIGW_TLS_CLIENT_CA");
-  app.add_option("--nop-interval", f->nop_interval_s,
-                 "Seconds of idle time before a NOP-In ping")
+  app.add_option("--nop-interval", f->nop_interval_s, "Seconds of idle time before a NOP-In ping")
       ->envname("ISCSIGW_NOP_INTERVAL")
       ->check(CLI::Range(1u, 3600u));
   app.add_option("--nop-timeout", f->nop_timeout_s,

@@ -13,8 +13,8 @@
 #include <map>
 #include <string>
 
-#include "controlplane/service/server.h"
 #include "controlplane/metrics/exposer.h"
+#include "controlplane/service/server.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
@@ -143,8 +143,9 @@ int Run(int argc, char** argv) {
     dataplane.Stop();
     return 1;
   }
-  ctl.info("gRPC control plane listening on {}{}", grpc_server.value()->address(),
-           flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
+  ctl.info(
+      "gRPC control plane listening on {}{}", grpc_server.value()->address(),
+      flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
   ctl.info("{} reactor(s); state in {}", dataplane.reactors(), store.path());
   // Metrics last: a scrape sees a running data plane. Sessions per target are read at scrape.
   runtime::Stats::Global().SetEnabled(flags.metrics_counting);

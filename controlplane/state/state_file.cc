@@ -129,7 +129,8 @@ void Normalize(iscsigw::v1::State* state) {
 
 void MergeBootstrap(const iscsigw::v1::State& bootstrap, iscsigw::v1::State* into) {
   if (!into->has_discovery_chap() || into->discovery_chap().user().empty()) {
-    if (bootstrap.has_discovery_chap()) *into->mutable_discovery_chap() = bootstrap.discovery_chap();
+    if (bootstrap.has_discovery_chap())
+      *into->mutable_discovery_chap() = bootstrap.discovery_chap();
   }
   for (const auto& bt : bootstrap.targets()) {
     const std::string name = QualifyTargetName(bt.name());

@@ -1,5 +1,11 @@
 #include "dataplane/api/dataplane.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -7,13 +13,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -72,7 +71,8 @@ Result<tcp::endpoint> ParsePortal(const std::string& portal) {
 }
 
 std::string EndpointString(const tcp::endpoint& ep) {
-  if (ep.address().is_v6()) return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
+  if (ep.address().is_v6())
+    return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
@@ -131,10 +131,11 @@ Status ValidateIscsiName(const std::string& name) {
   if (name.empty()) return InvalidArgument("name is empty");
   if (name.size() > 223) return InvalidArgument("name " + name + " is longer than 223 bytes");
   for (unsigned char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-                    c == ':';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':';
     if (!ok) {
-      return InvalidArgument("name " + name + ": character '" + std::string(1, static_cast<char>(c)) +
+      return InvalidArgument("name " + name + ": character '" +
+                             std::string(1, static_cast<char>(c)) +
                              "' is not allowed (lower-case letters, digits, '.', '-', ':')");
     }
   }
@@ -208,11 +209,10 @@ struct Dataplane::Impl {
       : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
         gateway(pool, o.gateway) {
     if (!o.state_dir.empty()) {
-      lun_state = std::make_unique<LunStateFiles>(
-          o.state_dir + "/lun-state",
-          [this](unsigned slot, std::function<void()> fn) {
-            asio::post(pool.context(slot), std::move(fn));
-          });
+      lun_state = std::make_unique<LunStateFiles>(o.state_dir + "/lun-state",
+                                                  [this](unsigned slot, std::function<void()> fn) {
+                                                    asio::post(pool.context(slot), std::move(fn));
+                                                  });
     }
   }
 
@@ -261,8 +261,8 @@ struct Dataplane::Impl {
     std::shared_ptr<scsi::Lun> lun;
   };
   std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
-  std::map<std::string, uint16_t> port_ids;                     // guarded by config_mu
-  uint16_t next_port_id = 1;                                    // guarded by config_mu
+  std::map<std::string, uint16_t> port_ids;                   // guarded by config_mu
+  uint16_t next_port_id = 1;                                  // guarded by config_mu
   bool stopped = false;
   // Declared last: its writer drains (posting to the reactors) before the pool goes.
   std::unique_ptr<LunStateFiles> lun_state;
@@ -293,8 +293,8 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
   Impl* raw = impl.get();
   for (auto& acc : impl->acceptors) {
     tcp::acceptor* a = acc.get();
-    asio::co_spawn(impl->pool.context(0), [raw, a] { return raw->AcceptLoop(a); },
-                   asio::detached);
+    asio::co_spawn(
+        impl->pool.context(0), [raw, a] { return raw->AcceptLoop(a); }, asio::detached);
   }
   impl->pool.Start();
   std::unique_ptr<Dataplane> dp(new Dataplane(std::move(impl)));
@@ -461,9 +461,9 @@ Status Dataplane::Apply(const Config& config) {
                              std::to_string(g.lun->block_size()));
     }
     if (const int err = g.lun->store().Grow(g.size); err != 0) {
-      return Status(err == ENOSPC ? StatusCode::kResourceExhausted : StatusCode::kIoError,
-                    g.who + "cannot grow to " + std::to_string(g.size) +
-                        " bytes: " + std::strerror(err));
+      return Status(
+          err == ENOSPC ? StatusCode::kResourceExhausted : StatusCode::kIoError,
+          g.who + "cannot grow to " + std::to_string(g.size) + " bytes: " + std::strerror(err));
     }
     // SBC-3 4.7 / SPC-4 6.x: every I_T nexus learns of the new capacity.
     g.lun->RaiseUnitAttention(scsi::UnitAttention{0x2a, 0x09}, nullptr);
@@ -556,11 +556,10 @@ void Dataplane::Stop() {
       std::promise<int> done;
       auto* lun = entry.lun.get();
       asio::post(impl_->pool.context(0), [lun, &done] {
-        lun->store().Flush(0, backing::IoCompletion{
-                                  [](void* ctx, int err) {
-                                    static_cast<std::promise<int>*>(ctx)->set_value(err);
-                                  },
-                                  &done});
+        lun->store().Flush(
+            0, backing::IoCompletion{
+                   [](void* ctx, int err) { static_cast<std::promise<int>*>(ctx)->set_value(err); },
+                   &done});
       });
       const int err = done.get_future().get();
       if (err != 0) {

@@ -24,12 +24,12 @@ enum class BackingKind { kRam, kNull, kFile };
 struct LunSpec {
   uint32_t id = 0;
   BackingKind backing = BackingKind::kRam;
-  std::string path;      // file backing
-  bool create = false;   // file backing: create if missing
+  std::string path;     // file backing
+  bool create = false;  // file backing: create if missing
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;
   bool read_only = false;
-  bool thick = false;    // file backing: allocate every block when the file is created
+  bool thick = false;  // file backing: allocate every block when the file is created
   std::string serial;
   uint64_t device_id = 0;
 };

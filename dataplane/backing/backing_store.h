@@ -1,10 +1,10 @@
-// BackingStore: where a LUN's blocks live. Implementations: RamStore (sparse memory), NullStore (reads
-// zeros, drops writes), FileStore (regular file or block device through io_uring).
+// BackingStore: where a LUN's blocks live. Implementations: RamStore (sparse memory), NullStore
+// (reads zeros, drops writes), FileStore (regular file or block device through io_uring).
 //
 // Threading: one store is shared by every reactor that serves its LUN. Each call names the reactor
-// ("slot") it is made from; completions run on that same reactor thread, either inline before the call
-// returns (ram, null) or later from that reactor's io_context (file). Calls on different slots may run
-// concurrently; implementations make that safe without a lock on the read/write path.
+// ("slot") it is made from; completions run on that same reactor thread, either inline before the
+// call returns (ram, null) or later from that reactor's io_context (file). Calls on different slots
+// may run concurrently; implementations make that safe without a lock on the read/write path.
 // Offsets and lengths are in bytes and already range-checked by the SCSI layer.
 #pragma once
 
@@ -63,8 +63,8 @@ class BackingStore {
     bool mapped = true;
     uint64_t len = 0;  // > 0 on success, <= max_len
   };
-  // Describes the extent that starts at offset (at most max_len bytes long) in *out, then runs done.
-  // *out must stay valid until done runs.
+  // Describes the extent that starts at offset (at most max_len bytes long) in *out, then runs
+  // done. *out must stay valid until done runs.
   virtual void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                                IoCompletion done) {
     (void)slot;
@@ -98,8 +98,8 @@ class BackingStore {
   }
 
   // Zero-copy read: describes [offset, offset+len) as up to segs.size() pieces of store memory.
-  // Returns the number of pieces used, or 0 when the store cannot map (file) or more pieces would be
-  // needed; the caller then uses Read().
+  // Returns the number of pieces used, or 0 when the store cannot map (file) or more pieces would
+  // be needed; the caller then uses Read().
   virtual size_t MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
     (void)offset;
     (void)len;
@@ -115,8 +115,8 @@ class BackingStore {
   virtual void Flush(unsigned slot, IoCompletion done) = 0;
 
   // Grows the store online to new_size_bytes (>= size_bytes()) while I/O runs on any reactor; the
-  // new range reads as zeros. Returns 0 or a positive errno value (ENOTSUP: this store cannot grow).
-  // Any non-reactor thread; calls to Grow are serialised by the caller.
+  // new range reads as zeros. Returns 0 or a positive errno value (ENOTSUP: this store cannot
+  // grow). Any non-reactor thread; calls to Grow are serialised by the caller.
   virtual int Grow(uint64_t new_size_bytes) {
     (void)new_size_bytes;
     return ENOTSUP;

@@ -6,12 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <string>
@@ -61,8 +61,8 @@ class Fd {
 int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
   size_t done = 0;
   while (done < buf.size()) {
-    const ssize_t n = ::pread(fd, buf.data() + done, buf.size() - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
     if (n == 0) return EIO;
@@ -74,8 +74,8 @@ int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
 int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf) {
   size_t done = 0;
   while (done < buf.size()) {
-    const ssize_t n = ::pwrite(fd, buf.data() + done, buf.size() - done,
-                               static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pwrite(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
     if (n == 0) return EIO;
@@ -327,8 +327,8 @@ void FileStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion
                   : errno;
     if (err == EOPNOTSUPP) {
       // A file system without holes: zeros are what an unmapped block must read as (LBPRZ=1).
-      err = ::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
-                        static_cast<off_t>(offset), static_cast<off_t>(len)) == 0
+      err = ::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                        static_cast<off_t>(len)) == 0
                 ? 0
                 : errno;
     }

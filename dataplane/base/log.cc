@@ -1,13 +1,13 @@
 #include "dataplane/base/log.h"
 
-#include "dataplane/base/log_format.h"
-
 #include <spdlog/async.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <array>
 #include <mutex>
+
+#include "dataplane/base/log_format.h"
 
 namespace iscsigw::log {
 namespace {

@@ -28,8 +28,8 @@ spdlog::logger& Ctl();
 }  // namespace iscsigw::log
 
 // Connection-scoped logging: LOG_CONN(logger, level, conn_id, tsih, fmt, args...)
-#define ISCSIGW_LOG_CONN(logger, lvl, cid, tsih, fmtstr, ...)                              \
-  do {                                                                                     \
-    auto& lg_ = (logger);                                                                  \
+#define ISCSIGW_LOG_CONN(logger, lvl, cid, tsih, fmtstr, ...)                             \
+  do {                                                                                    \
+    auto& lg_ = (logger);                                                                 \
     if (lg_.should_log(lvl)) lg_.log(lvl, "[C{} S{}] " fmtstr, cid, tsih, ##__VA_ARGS__); \
   } while (0)

@@ -1,13 +1,12 @@
 #include "dataplane/iscsi/connection.h"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-
-#include <algorithm>
 #include <cstring>
 
 #include "dataplane/base/log.h"
@@ -74,8 +73,10 @@ void Connection::Start() {
   started_ = last_rx_ = std::chrono::steady_clock::now();
   gw_.pool().AddConnection(reactor_, 1);
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->TimerLoop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->TimerLoop(); }, asio::detached);
 }
 
 void Connection::Close() {
@@ -127,9 +128,9 @@ asio::awaitable<void> Connection::ReadLoop() {
       rx_begin_ = 0;
     }
     if (rx_end_ == kRxBufferSize) break;  // cannot happen within the negotiated limits
-    auto [ec, n] = co_await socket_.async_read_some(
-        asio::buffer(rx_.get() + rx_end_, kRxBufferSize - rx_end_),
-        asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] =
+        co_await socket_.async_read_some(asio::buffer(rx_.get() + rx_end_, kRxBufferSize - rx_end_),
+                                         asio::as_tuple(asio::use_awaitable));
     if (ec || closed_) break;
     rx_end_ += n;
     last_rx_ = std::chrono::steady_clock::now();
@@ -260,7 +261,8 @@ bool Connection::AcceptCmdSn(const BhsView& h) {
 bool Connection::SendLoginReject(const BhsView& req, LoginStatus status) {
   CountLogin(static_cast<uint16_t>(status));
   log::Iscsi().info("[C{}] login from {} rejected: status {:#06x}{}{}", id_, peer_,
-                    static_cast<unsigned>(status), negotiator_ && !negotiator_->error().empty() ? ": " : "",
+                    static_cast<unsigned>(status),
+                    negotiator_ && !negotiator_->error().empty() ? ": " : "",
                     negotiator_ ? negotiator_->error() : "");
   ControlPdu* c = NewControl();
   pdu::Bhs& r = c->hdr;
@@ -340,8 +342,8 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   if (session_type_ == SessionType::kUnknown) {
     const SessionParams& p = negotiator_->params();
     if (p.initiator_name.empty()) return SendLoginReject(h, LoginStatus::kMissingParameter);
-    session_type_ = p.session_type == SessionType::kDiscovery ? SessionType::kDiscovery
-                                                               : SessionType::kNormal;
+    session_type_ =
+        p.session_type == SessionType::kDiscovery ? SessionType::kDiscovery : SessionType::kNormal;
     if (session_type_ == SessionType::kNormal) {
       if (!negotiator_->target_name_given()) {
         return SendLoginReject(h, LoginStatus::kMissingParameter);
@@ -410,7 +412,8 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   ControlPdu* c = NewControl();
   pdu::Bhs& r = c->hdr;
   r.SetOpcode(Opcode::kLoginResponse);
-  r.SetFlags(transit ? static_cast<uint8_t>(0x80 | (csg << 2) | nsg) : static_cast<uint8_t>(csg << 2));
+  r.SetFlags(transit ? static_cast<uint8_t>(0x80 | (csg << 2) | nsg)
+                     : static_cast<uint8_t>(csg << 2));
   r.Set8(2, 0);  // Version-max
   r.Set8(3, 0);  // Version-active
   std::memcpy(&r.b[8], isid_.data(), 6);
@@ -646,10 +649,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     // DataPDUInOrder=Yes the offsets are contiguous.
     if (dsn != t->unsolicited_data_sn || off != t->unsolicited_received ||
         uint64_t{off} + len > t->unsolicited_end) {
-      log::Iscsi().info("[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
-                        "(expected DataSN {} offset {} end {}): task aborted",
-                        id_, h.itt(), dsn, off, len, t->unsolicited_data_sn,
-                        t->unsolicited_received, t->unsolicited_end);
+      log::Iscsi().info(
+          "[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
+          "(expected DataSN {} offset {} end {}): task aborted",
+          id_, h.itt(), dsn, off, len, t->unsolicited_data_sn, t->unsolicited_received,
+          t->unsolicited_end);
       return FailDataOut(f, t);
     }
     if (f.data_digest_error) {
@@ -677,10 +681,10 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     if (slot == nullptr) return true;  // stale transfer tag: discarded (RFC 7143 4.2.3)
     if (dsn != slot->next_data_sn || off != slot->offset + slot->received ||
         slot->received + uint64_t{len} > slot->length) {
-      log::Iscsi().info("[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
-                        "(expected DataSN {} offset {}): task aborted",
-                        id_, h.itt(), ttt, dsn, off, len, slot->next_data_sn,
-                        slot->offset + slot->received);
+      log::Iscsi().info(
+          "[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
+          "(expected DataSN {} offset {}): task aborted",
+          id_, h.itt(), ttt, dsn, off, len, slot->next_data_sn, slot->offset + slot->received);
       return FailDataOut(f, t);
     }
     if (f.data_digest_error) {
@@ -788,7 +792,8 @@ void Connection::CountCommand(const Task* t) {
 }
 
 void Connection::CountLogin(uint16_t status) {
-  if (auto* s = Counters()) runtime::Add(s->logins[static_cast<size_t>(runtime::LoginResultFor(status))], 1);
+  if (auto* s = Counters())
+    runtime::Add(s->logins[static_cast<size_t>(runtime::LoginResultFor(status))], 1);
 }
 
 void Connection::QueueTaskResponse(Task* t) {
@@ -904,7 +909,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
         const bool in_window = pdu::SnLessEq(session_->exp_cmd_sn(), ref) &&
                                pdu::SnLessEq(ref, session_->max_cmd_sn());
         resp = (in_window && pdu::SnLess(ref, h.cmd_sn())) ? TmfResponse::kFunctionComplete
-                                                            : TmfResponse::kTaskDoesNotExist;
+                                                           : TmfResponse::kTaskDoesNotExist;
       }
       break;
     }
@@ -1010,11 +1015,10 @@ bool Connection::HandleText(const pdu::Frame& f) {
         auto snap = gw_.snapshot();
         const std::string portal = PortalAddress();
         for (const auto& tc : snap->targets) {
-          const bool wanted =
-              kv.value == "All" ? true
-              : kv.value.empty()
-                  ? (session_->target() && session_->target()->info.name == tc->info.name)
-                  : kv.value == tc->info.name;
+          const bool wanted = kv.value == "All"  ? true
+                              : kv.value.empty() ? (session_->target() &&
+                                                    session_->target()->info.name == tc->info.name)
+                                                 : kv.value == tc->info.name;
           if (!wanted || !tc->Allows(session_->initiator_name(), peer_)) continue;
           pdu::AppendKey("TargetName", tc->info.name, &text_out_);
           if (!portal.empty()) {
@@ -1135,7 +1139,8 @@ void Connection::Queue(TxItem* item) {
 
 void Connection::SendReject(const uint8_t* bhs, RejectReason reason) {
   ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_ ? session_->tsih() : 0,
-                   "reject opcode {:#x} reason {:#x}", bhs[0] & 0x3f, static_cast<unsigned>(reason));
+                   "reject opcode {:#x} reason {:#x}", bhs[0] & 0x3f,
+                   static_cast<unsigned>(reason));
   ControlPdu* c = NewControl();
   c->hdr.SetOpcode(Opcode::kReject);
   c->hdr.SetFlags(0x80);
@@ -1346,8 +1351,7 @@ bool Connection::EmitTask(Task* t) {
     PushHeader(bufs_, slot, hd);
     CountTx(slot);
     AddData(t->sense_data.data(), dlen);
-    FinishData(dlen, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, t->sense_data.data(), dlen) : 0,
-               dd);
+    FinishData(dlen, dd ? pdu::Crc32cUpdate(pdu::kCrc32cInit, t->sense_data.data(), dlen) : 0, dd);
     t->status_sent = true;
   }
   return true;

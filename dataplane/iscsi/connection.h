@@ -6,17 +6,16 @@
 // control PDUs); Flush() gathers as many as fit into one writev, generating Data-In headers on the
 // fly into a per-connection header area, so nothing is allocated per command.
 //
-// Failure tiers (DESIGN.md): SCSI errors are status + sense; protocol violations get a Reject PDU or
-// a login reject; a stream that cannot be trusted (header digest error, malformed framing) closes
-// the connection.
-// Threading: every member is used only on the reactor thread the connection was placed on.
+// Failure tiers (DESIGN.md): SCSI errors are status + sense; protocol violations get a Reject PDU
+// or a login reject; a stream that cannot be trusted (header digest error, malformed framing)
+// closes the connection. Threading: every member is used only on the reactor thread the connection
+// was placed on.
 #pragma once
 
+#include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -42,8 +41,8 @@ struct ControlPdu : TxItem {
   ControlPdu() : TxItem(Kind::kControl) {}
   pdu::Bhs hdr;
   std::vector<uint8_t> data;
-  bool no_digest = false;     // login responses never carry digests (RFC 7143 13.1)
-  bool close_after = false;   // close the connection once this PDU is written (logout, reject)
+  bool no_digest = false;       // login responses never carry digests (RFC 7143 13.1)
+  bool close_after = false;     // close the connection once this PDU is written (logout, reject)
   bool assign_stat_sn = false;  // set StatSN/ExpCmdSN/MaxCmdSN at send time
 };
 

@@ -1,10 +1,9 @@
 #include "dataplane/iscsi/gateway.h"
 
-#include <boost/asio/post.hpp>
-
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <charconv>
 #include <cstring>
 

@@ -3,9 +3,9 @@
 // name + ISID), the negotiation limits and the reactor pool connections run on.
 //
 // Threading: the snapshot is immutable and swapped whole under a small mutex; readers take a
-// shared_ptr at login time only, never per I/O. The session registry is touched at login, logout and
-// by the control plane; each session itself is used only on its own reactor thread, so anything done
-// to a session from elsewhere is posted to that reactor.
+// shared_ptr at login time only, never per I/O. The session registry is touched at login, logout
+// and by the control plane; each session itself is used only on its own reactor thread, so anything
+// done to a session from elsewhere is posted to that reactor.
 #pragma once
 
 #include <array>

@@ -1,6 +1,6 @@
-// iscsi::Task: one SCSI command in flight on a connection. It embeds the scsi::Task the engine sees,
-// and adds the transport state: ITT, CmdSN, the Data-Out reassembly (unsolicited burst and the
-// outstanding R2Ts), and the Data-In / response cursor the writer advances.
+// iscsi::Task: one SCSI command in flight on a connection. It embeds the scsi::Task the engine
+// sees, and adds the transport state: ITT, CmdSN, the Data-Out reassembly (unsolicited burst and
+// the outstanding R2Ts), and the Data-In / response cursor the writer advances.
 //
 // Tasks live in a fixed per-session array sized from the CmdSN window; nothing is allocated per
 // command. Threading: the owning connection's reactor thread only.
@@ -21,12 +21,12 @@ inline constexpr uint32_t kMaxOutstandingR2T = 16;
 struct R2tSlot {
   bool active = false;
   uint32_t ttt = 0;
-  uint32_t offset = 0;     // BufferOffset of the R2T
-  uint32_t length = 0;     // DesiredDataTransferLength
-  uint32_t received = 0;   // bytes of this burst received so far
+  uint32_t offset = 0;    // BufferOffset of the R2T
+  uint32_t length = 0;    // DesiredDataTransferLength
+  uint32_t received = 0;  // bytes of this burst received so far
   uint32_t next_data_sn = 0;
   uint32_t r2t_sn = 0;
-  bool sent = false;       // R2T PDU handed to the writer
+  bool sent = false;  // R2T PDU handed to the writer
 };
 
 struct Task : TxItem {
@@ -68,11 +68,11 @@ struct Task : TxItem {
   Task* unsol_next = nullptr;  // list of tasks still receiving unsolicited data
 
   // Response cursor (writer side).
-  uint32_t tx_len = 0;        // bytes of Data-In to send (min(in_len, edtl))
-  uint32_t tx_offset = 0;     // bytes of Data-In already emitted
-  uint32_t tx_seg = 0;        // segment cursor into scsi.in_segs
+  uint32_t tx_len = 0;     // bytes of Data-In to send (min(in_len, edtl))
+  uint32_t tx_offset = 0;  // bytes of Data-In already emitted
+  uint32_t tx_seg = 0;     // segment cursor into scsi.in_segs
   uint32_t tx_seg_off = 0;
-  uint32_t data_sn = 0;       // next DataSN for Data-In / R2T (shared numbering, RFC 7143 11.7.5)
+  uint32_t data_sn = 0;  // next DataSN for Data-In / R2T (shared numbering, RFC 7143 11.7.5)
   bool status_sent = false;
   std::array<uint8_t, 2 + scsi::kMaxSenseLength> sense_data{};  // SCSI Response data segment
 

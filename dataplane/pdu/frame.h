@@ -1,6 +1,7 @@
-// PDU framing: finds one complete PDU (BHS, AHS, header digest, data segment, padding, data digest) at
-// the front of a byte range. Bytes in; "need more", a frame, or an error out. No I/O, no allocation.
-// RFC 7143 11.2: the PDU layout; 13.1: digests cover the BHS+AHS and the padded data segment.
+// PDU framing: finds one complete PDU (BHS, AHS, header digest, data segment, padding, data digest)
+// at the front of a byte range. Bytes in; "need more", a frame, or an error out. No I/O, no
+// allocation. RFC 7143 11.2: the PDU layout; 13.1: digests cover the BHS+AHS and the padded data
+// segment.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +19,8 @@ struct FrameLimits {
 };
 
 enum class FrameStatus : uint8_t {
-  kNeedMore,            // not enough bytes yet; `needed` says how many the whole PDU takes (0 if unknown)
-  kComplete,            // `frame` describes a PDU of `frame.total_length` bytes
+  kNeedMore,  // not enough bytes yet; `needed` says how many the whole PDU takes (0 if unknown)
+  kComplete,  // `frame` describes a PDU of `frame.total_length` bytes
   kHeaderDigestError,   // the stream cannot be trusted any more: close the connection
   kDataSegmentTooLong,  // DataSegmentLength exceeds the declared limit: protocol error
   kDataDigestError,     // header is sound; the PDU must be rejected (RFC 7143 7.8 / 11.17.1)

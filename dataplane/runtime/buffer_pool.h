@@ -22,8 +22,8 @@ class BufferPool {
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  // A buffer of at least len bytes (len <= kMaxBuffer), its capacity in *cap; nullptr when memory is
-  // exhausted or len is too large.
+  // A buffer of at least len bytes (len <= kMaxBuffer), its capacity in *cap; nullptr when memory
+  // is exhausted or len is too large.
   uint8_t* Get(uint32_t len, uint32_t* cap);
   void Put(uint8_t* buf, uint32_t cap);
 

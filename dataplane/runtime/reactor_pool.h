@@ -1,13 +1,12 @@
 // ReactorPool: N reactor threads, each running its own Asio io_context (concurrency hint 1) and
 // owning a BufferPool. A connection is placed on the least-loaded reactor and stays there.
-// Threading: Start/Stop from the owner thread; Pick/AddConnection from any thread (atomics, once per
-// connection, never per I/O); context(i)/buffers(i) are used on reactor i's own thread.
+// Threading: Start/Stop from the owner thread; Pick/AddConnection from any thread (atomics, once
+// per connection, never per I/O); context(i)/buffers(i) are used on reactor i's own thread.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <thread>

@@ -1,11 +1,11 @@
 // scsi::Task: one SCSI command as the SCSI engine sees it. It knows nothing of iSCSI; the transport
-// (dataplane/iscsi) embeds one in its own task, fills the request fields, calls Engine::Execute and is
-// told through `complete` when status, sense and Data-In are ready.
+// (dataplane/iscsi) embeds one in its own task, fills the request fields, calls Engine::Execute and
+// is told through `complete` when status, sense and Data-In are ready.
 //
 // Ownership: the transport owns the Task and every buffer it points at. The engine may write into
-// `buf` (capacity `buf_cap`, at least `expected_length` bytes when expected_length > 0) and may point
-// `in_segs` into `buf` or into backing-store memory (zero-copy Data-In).
-// Threading: a Task is used only on the reactor thread that called Execute.
+// `buf` (capacity `buf_cap`, at least `expected_length` bytes when expected_length > 0) and may
+// point `in_segs` into `buf` or into backing-store memory (zero-copy Data-In). Threading: a Task is
+// used only on the reactor thread that called Execute.
 #pragma once
 
 #include <array>
@@ -40,11 +40,11 @@ struct Task {
   // Request, filled by the transport.
   std::array<uint8_t, kMaxCdbLength> cdb{};
   uint8_t cdb_len = 0;
-  uint64_t lun = 0;               // decoded LUN number (SAM flat / peripheral addressing)
+  uint64_t lun = 0;  // decoded LUN number (SAM flat / peripheral addressing)
   DataDirection dir = DataDirection::kNone;
-  uint32_t expected_length = 0;   // transport's expected data transfer length in bytes
-  unsigned slot = 0;              // reactor index, passed to BackingStore calls
-  Nexus* nexus = nullptr;         // the I_T nexus this command arrived on
+  uint32_t expected_length = 0;  // transport's expected data transfer length in bytes
+  unsigned slot = 0;             // reactor index, passed to BackingStore calls
+  Nexus* nexus = nullptr;        // the I_T nexus this command arrived on
 
   // Data-Out: exactly data_out_len received bytes in buf (data_out_len <= expected_length).
   uint32_t data_out_len = 0;
@@ -56,8 +56,9 @@ struct Task {
   ScsiStatus status = ScsiStatus::kGood;
   uint8_t sense_len = 0;
   std::array<uint8_t, kMaxSenseLength> sense{};
-  // Data-In: the concatenation of in_segs[0..in_seg_count) (in_len bytes in all). The engine sets the
-  // length the command produces; the transport truncates to expected_length and reports residuals.
+  // Data-In: the concatenation of in_segs[0..in_seg_count) (in_len bytes in all). The engine sets
+  // the length the command produces; the transport truncates to expected_length and reports
+  // residuals.
   std::array<backing::Segment, kMaxInSegments> in_segs{};
   uint32_t in_seg_count = 0;
   uint32_t in_len = 0;

@@ -486,16 +486,16 @@ TEST_F(EngineTest, VpdBlockLimits) {
   auto d = DataIn();
   ASSERT_EQ(d.size(), 64u);
   EXPECT_EQ(LoadBe16(&d[2]), 0x3C);
-  EXPECT_EQ(LoadBe16(&d[6]), 8);                  // 4 KiB granularity in 512-byte blocks
-  EXPECT_EQ(LoadBe32(&d[8]), (16u << 20) / 512);  // maximum transfer length
-  EXPECT_EQ(LoadBe32(&d[12]), (1u << 20) / 512);  // optimal transfer length
-  EXPECT_EQ(d[4] & 0x01, 1);                      // WSNZ
-  EXPECT_EQ(d[5], 255);                           // maximum COMPARE AND WRITE length
-  EXPECT_EQ(LoadBe32(&d[20]), 1u << 20);          // maximum UNMAP LBA count (thin ram store)
-  EXPECT_EQ(LoadBe32(&d[24]), 256u);              // maximum UNMAP block descriptor count
-  EXPECT_EQ(LoadBe32(&d[28]), (1u << 20) / 512);  // optimal unmap granularity: one chunk
-  EXPECT_EQ(LoadBe32(&d[32]), 0x80000000u);       // UGAVALID, alignment 0
-  EXPECT_EQ(LoadBe64(&d[36]), (16u << 20) / 512); // maximum WRITE SAME length
+  EXPECT_EQ(LoadBe16(&d[6]), 8);                   // 4 KiB granularity in 512-byte blocks
+  EXPECT_EQ(LoadBe32(&d[8]), (16u << 20) / 512);   // maximum transfer length
+  EXPECT_EQ(LoadBe32(&d[12]), (1u << 20) / 512);   // optimal transfer length
+  EXPECT_EQ(d[4] & 0x01, 1);                       // WSNZ
+  EXPECT_EQ(d[5], 255);                            // maximum COMPARE AND WRITE length
+  EXPECT_EQ(LoadBe32(&d[20]), 1u << 20);           // maximum UNMAP LBA count (thin ram store)
+  EXPECT_EQ(LoadBe32(&d[24]), 256u);               // maximum UNMAP block descriptor count
+  EXPECT_EQ(LoadBe32(&d[28]), (1u << 20) / 512);   // optimal unmap granularity: one chunk
+  EXPECT_EQ(LoadBe32(&d[32]), 0x80000000u);        // UGAVALID, alignment 0
+  EXPECT_EQ(LoadBe64(&d[36]), (16u << 20) / 512);  // maximum WRITE SAME length
 }
 
 TEST_F(EngineTest, VpdBlockDeviceCharacteristics) {
@@ -513,7 +513,7 @@ TEST_F(EngineTest, VpdLogicalBlockProvisioning) {
   ASSERT_EQ(d.size(), 8u);
   EXPECT_EQ(d[1], 0xB2);
   EXPECT_EQ(LoadBe16(&d[2]), 4);
-  EXPECT_EQ(d[5], 0xE4);  // LBPU, LBPWS, LBPWS10, LBPRZ
+  EXPECT_EQ(d[5], 0xE4);      // LBPU, LBPWS, LBPWS10, LBPRZ
   EXPECT_EQ(d[6] & 0x07, 2);  // thin provisioned
 }
 
@@ -603,8 +603,8 @@ TEST_F(EngineTest, ReadCapacity16) {
   ASSERT_EQ(d.size(), 32u);
   EXPECT_EQ(LoadBe64(&d[0]), kBlocks - 1);
   EXPECT_EQ(LoadBe32(&d[8]), kBlock);
-  EXPECT_EQ(d[12], 0);  // no protection
-  EXPECT_EQ(d[13], 0);  // LBPPBE 0
+  EXPECT_EQ(d[12], 0);     // no protection
+  EXPECT_EQ(d[13], 0);     // LBPPBE 0
   EXPECT_EQ(d[14], 0xC0);  // LBPME 1, LBPRZ 1 (thin ram store)
 }
 
