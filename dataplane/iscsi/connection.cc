@@ -1210,6 +1210,9 @@ void PushHeader(std::vector<asio::const_buffer>& bufs, uint8_t* slot, bool diges
 }  // namespace
 
 bool Connection::EmitControl(ControlPdu* c) {
+  // Header, data, padding and digest: keep bufs_ within its reserved size (no growth, no
+  // allocation) and leave the PDU for the next write when the batch is full.
+  if (n_hdrs_ >= kMaxBatchHeaders || bufs_.size() + 4 > kMaxBatchBuffers) return false;
   if (c->assign_stat_sn) FillSn(c->hdr, true);
   const bool hd = tx_header_digest_ && !c->no_digest;
   const bool dd = tx_data_digest_ && !c->no_digest;
