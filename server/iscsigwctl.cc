@@ -733,6 +733,37 @@ int Run(int argc, char** argv) {
     };
   });
 
+  std::string g_level, g_logger;
+  auto* loglevel = gw->add_subcommand(
+      "log-level", "show the log levels, or set them (all loggers, or one with --logger)");
+  loglevel->add_option("level", g_level, "trace|debug|info|warn|error|critical|off");
+  loglevel->add_option("--logger", g_logger, "pdu|iscsi|scsi|backing|ctl (default: all)");
+  loglevel->callback([&] {
+    action = [&](Client& cl) {
+      v1::LogLevels resp;
+      grpc::Status s;
+      if (g_level.empty()) {
+        v1::GetLogLevelRequest req;
+        req.set_logger(g_logger);
+        s = cl.Call(&v1::GatewayService::Stub::GetLogLevel, req, &resp);
+      } else {
+        v1::SetLogLevelRequest req;
+        req.set_level(g_level);
+        req.set_logger(g_logger);
+        s = cl.Call(&v1::GatewayService::Stub::SetLogLevel, req, &resp);
+      }
+      if (!s.ok()) return FailRpc(s);
+      if (g.output == "json") {
+        PrintJson(resp);
+        return 0;
+      }
+      Table t({"LOGGER", "LEVEL"});
+      for (const auto& l : resp.loggers()) t.Add({l.logger(), l.level()});
+      t.Print();
+      return 0;
+    };
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,7 @@
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_file.h"
 #include "dataplane/base/log.h"
+#include "dataplane/base/log_format.h"
 #include "dataplane/iscsi/chap.h"
 
 namespace iscsigw::service {
@@ -58,6 +59,12 @@ uint64_t RandomU64() {
 }
 
 std::string YesNo(bool b) { return b ? "Yes" : "No"; }
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
 
 }  // namespace
 
@@ -110,6 +117,12 @@ void GatewayServiceImpl::WorkerLoop() {
 
 namespace {
 
+// "<rpc> from <peer>" for log lines: who asked for a change.
+std::string CallName(grpc::CallbackServerContext* ctx, const char* rpc) {
+  std::string peer = ctx->peer();
+  return std::string(rpc) + " from " + (peer.empty() ? "(in-process)" : peer);
+}
+
 Status Guarded(const std::function<Status()>& fn) {
   try {
     return fn();
@@ -129,15 +142,23 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Inline(Ctx* ctx,
   return r;
 }
 
-GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, std::function<Status()> fn) {
+GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char* rpc,
+                                                            std::function<Status()> fn) {
   Reactor* r = ctx->DefaultReactor();
+  std::string call = CallName(ctx, rpc);
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
       r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
       return r;
     }
-    queue_.push_back([r, fn = std::move(fn)] { r->Finish(ToGrpcStatus(Guarded(fn))); });
+    queue_.push_back([this, r, call = std::move(call), fn = std::move(fn)] {
+      call_ = call;
+      const Status s = Guarded(fn);
+      if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, s.ToString());
+      call_.clear();
+      r->Finish(ToGrpcStatus(s));
+    });
   }
   cv_.notify_one();
   return r;
@@ -198,14 +219,16 @@ Status GatewayServiceImpl::DoCreateTarget(const v1::CreateTargetRequest& req, v1
   const v1::State st = store_->Get();
   *resp = Redacted(*FindTarget(st, t.name()));
   Remember(req.request_id(), fingerprint, *resp);
-  log::Ctl().info("target {} created", t.name());
+  log::Ctl().info("{}: target {} created ({}{} ACL entr{}{})", call_, t.name(),
+                  t.allow_any_initiator() ? "open to any initiator, " : "", t.acl_size(),
+                  t.acl_size() == 1 ? "y" : "ies", t.chap().user().empty() ? "" : ", CHAP");
   return Status::Ok();
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateTarget(Ctx* ctx,
                                                               const v1::CreateTargetRequest* req,
                                                               v1::Target* resp) {
-  return Serialized(ctx, [this, req, resp] { return DoCreateTarget(*req, resp); });
+  return Serialized(ctx, "CreateTarget", [this, req, resp] { return DoCreateTarget(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::GetTarget(Ctx* ctx,
@@ -292,19 +315,22 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
     }
     return TargetNotFound(name);
   });
-  if (s.ok()) log::Ctl().info("target {} deleted", name);
+  if (s.ok()) {
+    log::Ctl().info("{}: target {} deleted ({} session(s) terminated)", call_, name,
+                    resp->sessions_terminated());
+  }
   return s;
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteTarget(Ctx* ctx,
                                                               const v1::DeleteTargetRequest* req,
                                                               v1::DeleteTargetResponse* resp) {
-  return Serialized(ctx, [this, req, resp] { return DoDeleteTarget(*req, resp); });
+  return Serialized(ctx, "DeleteTarget", [this, req, resp] { return DoDeleteTarget(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::SetAllowAnyInitiator(
     Ctx* ctx, const v1::SetAllowAnyInitiatorRequest* req, v1::Target* resp) {
-  return Serialized(ctx, [this, req, resp] {
+  return Serialized(ctx, "SetAllowAnyInitiator", [this, req, resp] {
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
       if (t == nullptr) return TargetNotFound(req->target());
@@ -313,6 +339,9 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetAllowAnyInitiator(
     });
     if (!s.ok()) return s;
     *resp = Redacted(*FindTarget(store_->Get(), req->target()));
+    log::Ctl().info(
+        "{}: target {}: allow_any_initiator {}", call_, resp->name(),
+        req->allow_any_initiator() ? "on (any initiator may log in)" : "off (only the ACL)");
     return Status::Ok();
   });
 }
@@ -368,14 +397,16 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
   if (!s.ok()) return s;
   (void)LunView(req.target(), lun, resp);
   Remember(req.request_id(), fingerprint, *resp);
-  log::Ctl().info("{} created", who);
+  log::Ctl().info("{}: {} created: {} store, {} bytes, block size {}{}", call_, who,
+                  lun.has_file() ? "file " + lun.file().path() : (lun.has_null() ? "null" : "ram"),
+                  lun.size_bytes(), lun.block_size(), lun.read_only() ? ", read-only" : "");
   return Status::Ok();
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateLun(Ctx* ctx,
                                                            const v1::CreateLunRequest* req,
                                                            v1::Lun* resp) {
-  return Serialized(ctx, [this, req, resp] { return DoCreateLun(*req, resp); });
+  return Serialized(ctx, "CreateLun", [this, req, resp] { return DoCreateLun(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLun(Ctx* ctx, const v1::GetLunRequest* req,
@@ -433,20 +464,20 @@ Status GatewayServiceImpl::DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun*
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  log::Ctl().info("{} resized to {} bytes", who, req.size_bytes());
+  log::Ctl().info("{}: {} resized to {} bytes", call_, who, req.size_bytes());
   return LunView(req.target(), result, resp);
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ResizeLun(Ctx* ctx,
                                                            const v1::ResizeLunRequest* req,
                                                            v1::Lun* resp) {
-  return Serialized(ctx, [this, req, resp] { return DoResizeLun(*req, resp); });
+  return Serialized(ctx, "ResizeLun", [this, req, resp] { return DoResizeLun(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
                                                            const v1::DeleteLunRequest* req,
                                                            v1::DeleteLunResponse*) {
-  return Serialized(ctx, [this, req] {
+  return Serialized(ctx, "DeleteLun", [this, req] {
     const std::string who = LunName(req->id(), req->target());
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
@@ -460,7 +491,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
       }
       return NotFound(who + " not found");
     });
-    if (s.ok()) log::Ctl().info("{} deleted", who);
+    if (s.ok()) log::Ctl().info("{}: {} deleted", call_, who);
     return s;
   });
 }
@@ -471,7 +502,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
 GatewayServiceImpl::Reactor* GatewayServiceImpl::AddAclEntry(Ctx* ctx,
                                                              const v1::AddAclEntryRequest* req,
                                                              v1::AclEntry* resp) {
-  return Serialized(ctx, [this, req, resp] {
+  return Serialized(ctx, "AddAclEntry", [this, req, resp] {
     const std::string target = state::QualifyTargetName(req->target());
     api::AclEntrySpec spec{req->entry().initiator(),
                            {req->entry().sources().begin(), req->entry().sources().end()}};
@@ -490,7 +521,8 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::AddAclEntry(Ctx* ctx,
     });
     if (!s.ok()) return s;
     *resp = req->entry();
-    log::Ctl().info("acl of {}: {} added", target, spec.initiator);
+    log::Ctl().info("{}: acl of {}: {} added{}{}", call_, target, spec.initiator,
+                    spec.sources.empty() ? "" : " from ", Join(spec.sources));
     return Status::Ok();
   });
 }
@@ -509,7 +541,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ListAclEntries(
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::RemoveAclEntry(
     Ctx* ctx, const v1::RemoveAclEntryRequest* req, v1::RemoveAclEntryResponse* resp) {
-  return Serialized(ctx, [this, req, resp] {
+  return Serialized(ctx, "RemoveAclEntry", [this, req, resp] {
     const std::string target = state::QualifyTargetName(req->target());
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
@@ -528,15 +560,15 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::RemoveAclEntry(
       resp->set_sessions_dropped(static_cast<uint32_t>(
           dataplane_->DropSessions(target, req->initiator(), /*only_disallowed=*/true)));
     }
-    log::Ctl().info("acl of {}: {} removed, {} session(s) dropped", target, req->initiator(),
-                    resp->sessions_dropped());
+    log::Ctl().info("{}: acl of {}: {} removed, {} session(s) dropped", call_, target,
+                    req->initiator(), resp->sessions_dropped());
     return Status::Ok();
   });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::SetChapRequest* req,
                                                          v1::ChapConfig* resp) {
-  return Serialized(ctx, [this, req, resp] {
+  return Serialized(ctx, "SetChap", [this, req, resp] {
     const std::string who = req->target().empty()
                                 ? "discovery: "
                                 : "target " + state::QualifyTargetName(req->target()) + ": ";
@@ -557,7 +589,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::Set
     });
     if (!s.ok()) return s;
     *resp = Redacted(chap);
-    log::Ctl().info("{}CHAP set for user {}{}", who, chap.user(),
+    log::Ctl().info("{}: {}CHAP set for user {}{}", call_, who, chap.user(),
                     chap.mutual_user().empty() ? "" : " (mutual)");
     return Status::Ok();
   });
@@ -566,7 +598,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::Set
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ClearChap(Ctx* ctx,
                                                            const v1::ClearChapRequest* req,
                                                            v1::ChapConfig* resp) {
-  return Serialized(ctx, [this, req, resp] {
+  return Serialized(ctx, "ClearChap", [this, req, resp] {
     Status s = store_->Update([&](v1::State* st) {
       if (req->target().empty()) {
         st->clear_discovery_chap();
@@ -579,6 +611,9 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ClearChap(Ctx* ctx,
     });
     if (!s.ok()) return s;
     resp->Clear();
+    log::Ctl().info(
+        "{}: {}: CHAP cleared", call_,
+        req->target().empty() ? "discovery" : "target " + state::QualifyTargetName(req->target()));
     return Status::Ok();
   });
 }
@@ -645,8 +680,8 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::TerminateSession(
         !dataplane_->RequestLogout(static_cast<uint16_t>(req->tsih()), within)) {
       return NotFound("session " + std::to_string(req->tsih()) + " not found");
     }
-    log::Ctl().info("session {}: logout requested, dropped in {} s unless it logs out", req->tsih(),
-                    within.count());
+    log::Ctl().info("{}: session {}: logout requested, dropped in {} s unless it logs out",
+                    CallName(ctx, "TerminateSession"), req->tsih(), within.count());
     return Status::Ok();
   });
 }
@@ -671,6 +706,84 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(Ctx* ctx,
       resp->set_sessions(static_cast<uint32_t>(dataplane_->ListSessions().size()));
       resp->set_connections(static_cast<uint32_t>(dataplane_->connections()));
     }
+    return Status::Ok();
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// Log levels
+
+namespace {
+
+std::string LoggerNames() {
+  std::string out;
+  for (auto n : log::kLoggerNames) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+Status CheckLogger(const std::string& logger) {
+  if (logger.empty() || log::GetLevel(logger)) return Status::Ok();
+  return InvalidArgument("logger " + logger + " is unknown (" + LoggerNames() + ")");
+}
+
+// The level of `logger`, or of every logger when it is empty.
+void FillLevels(const std::string& logger, v1::LogLevels* out) {
+  out->Clear();
+  for (auto name : log::kLoggerNames) {
+    if (!logger.empty() && name != logger) continue;
+    auto* l = out->add_loggers();
+    l->set_logger(std::string(name));
+    l->set_level(std::string(log::LevelName(*log::GetLevel(name))));
+  }
+}
+
+}  // namespace
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLogLevel(Ctx* ctx,
+                                                             const v1::GetLogLevelRequest* req,
+                                                             v1::LogLevels* resp) {
+  return Inline(ctx, [&] {
+    if (Status s = CheckLogger(req->logger()); !s.ok()) return s;
+    FillLevels(req->logger(), resp);
+    return Status::Ok();
+  });
+}
+
+GatewayServiceImpl::Reactor* GatewayServiceImpl::SetLogLevel(Ctx* ctx,
+                                                             const v1::SetLogLevelRequest* req,
+                                                             v1::LogLevels* resp) {
+  // Levels are atomics inside the loggers: set from this gRPC thread, seen by every reactor at
+  // its next line. Nothing to persist, so no need for the worker.
+  return Inline(ctx, [&] {
+    if (Status s = CheckLogger(req->logger()); !s.ok()) return s;
+    const auto level = log::ParseLevel(req->level());
+    if (!level) {
+      return InvalidArgument((req->level().empty() ? std::string("level is empty")
+                                                   : "level " + req->level() + " is unknown") +
+                             " (" + std::string(log::LevelNames()) + ")");
+    }
+    v1::LogLevels before;
+    FillLevels(req->logger(), &before);
+    auto& ctl = log::Ctl();
+    // Said before the change when the change may silence ctl, after it when it may enable it.
+    const bool said = ctl.should_log(spdlog::level::info);
+    auto say = [&] {
+      std::string was;
+      for (const auto& l : before.loggers()) {
+        was += (was.empty() ? "" : ", ") + l.logger() + " " + l.level();
+      }
+      ctl.info("{}: log level of {} set to {} (was {})", CallName(ctx, "SetLogLevel"),
+               req->logger().empty() ? "all loggers" : "logger " + req->logger(), req->level(),
+               was);
+    };
+    if (said) say();
+    if (req->logger().empty()) {
+      log::SetLevel(*level);
+    } else {
+      (void)log::SetLevel(req->logger(), *level);
+    }
+    if (!said) say();
+    FillLevels(req->logger(), resp);
     return Status::Ok();
   });
 }

@@ -6,6 +6,10 @@
 // on one worker thread owned by this object, in arrival order, so the gRPC threads never block on
 // disk or on the data plane. No exception crosses the gRPC edge: a handler that throws answers
 // INTERNAL. Secrets are never put in a response or a log line.
+//
+// Every change is logged at info on the ctl logger with the RPC, the caller's address and the
+// object ("CreateLun from ipv4:127.0.0.1:40312: lun 0 of iqn...:db created"); a refused change
+// is logged with its reason.
 #pragma once
 
 #include <chrono>
@@ -64,12 +68,15 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   Reactor* TerminateSession(Ctx*, const v1::TerminateSessionRequest*,
                             v1::TerminateSessionResponse*) override;
   Reactor* GetGatewayInfo(Ctx*, const v1::GetGatewayInfoRequest*, v1::GatewayInfo*) override;
+  Reactor* GetLogLevel(Ctx*, const v1::GetLogLevelRequest*, v1::LogLevels*) override;
+  Reactor* SetLogLevel(Ctx*, const v1::SetLogLevelRequest*, v1::LogLevels*) override;
 
  private:
   // Runs fn on the calling thread (reads) or the worker (changes) and finishes the call with its
-  // Status; exceptions become INTERNAL.
+  // Status; exceptions become INTERNAL. A change names its RPC: while fn runs, call_ is
+  // "<rpc> from <peer>" for its log lines, and a failure is logged with it.
   Reactor* Inline(Ctx* ctx, const std::function<Status()>& fn);
-  Reactor* Serialized(Ctx* ctx, std::function<Status()> fn);
+  Reactor* Serialized(Ctx* ctx, const char* rpc, std::function<Status()> fn);
   void WorkerLoop();
 
   // Idempotent creates: a request_id seen before with the same request returns the stored
@@ -94,6 +101,7 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   std::deque<std::function<void()>> queue_;  // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
   std::thread worker_;
+  std::string call_;  // worker thread only: the change being run, for log lines
 
   struct Remembered {
     std::string request;

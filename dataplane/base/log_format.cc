@@ -178,13 +178,23 @@ std::string FormatJsonLine(std::string_view timestamp, std::string_view level,
 
 std::unique_ptr<spdlog::formatter> MakeJsonFormatter() { return std::make_unique<JsonFormatter>(); }
 
+namespace {
+constexpr std::string_view kLevelNames[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+}  // namespace
+
 std::optional<spdlog::level::level_enum> ParseLevel(std::string_view name) {
-  static constexpr std::string_view kNames[] = {"trace", "debug",    "info", "warn",
-                                                "error", "critical", "off"};
-  for (size_t i = 0; i < std::size(kNames); ++i) {
-    if (name == kNames[i]) return static_cast<spdlog::level::level_enum>(i);
+  for (size_t i = 0; i < std::size(kLevelNames); ++i) {
+    if (name == kLevelNames[i]) return static_cast<spdlog::level::level_enum>(i);
   }
   return std::nullopt;
 }
+
+std::string_view LevelName(spdlog::level::level_enum level) {
+  const auto i = static_cast<size_t>(level);
+  return i < std::size(kLevelNames) ? kLevelNames[i] : "off";
+}
+
+std::string_view LevelNames() { return "trace, debug, info, warn, error, critical, off"; }
 
 }  // namespace iscsigw::log

@@ -32,5 +32,9 @@ std::unique_ptr<spdlog::formatter> MakeJsonFormatter();
 // "trace".."off" as spdlog levels; nullopt for anything else. For run-time level changes (the
 // control plane's SetLogLevel) together with log::SetLevel.
 std::optional<spdlog::level::level_enum> ParseLevel(std::string_view name);
+// The name ParseLevel takes for a level ("warn", not spdlog's "warning").
+std::string_view LevelName(spdlog::level::level_enum level);
+// "trace, debug, info, warn, error, critical, off", for error messages.
+std::string_view LevelNames();
 
 }  // namespace iscsigw::log

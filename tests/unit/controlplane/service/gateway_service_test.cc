@@ -6,6 +6,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "controlplane/service/server.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_store.h"
+#include "dataplane/base/log.h"
 
 namespace iscsigw::service {
 namespace {
@@ -453,6 +455,140 @@ TEST_P(ServiceTest, GatewayInfo) {
   EXPECT_TRUE(info.state_dir_healthy());
   EXPECT_EQ(info.targets(), 1u);
   EXPECT_EQ(info.sessions(), 0u);
+}
+
+// Levels of the process-wide loggers: each test puts them back to what it found.
+class LevelsRestorer {
+ public:
+  LevelsRestorer() {
+    for (size_t i = 0; i < log::kLoggerNames.size(); ++i)
+      saved_[i] = *log::GetLevel(log::kLoggerNames[i]);
+  }
+  ~LevelsRestorer() {
+    for (size_t i = 0; i < log::kLoggerNames.size(); ++i)
+      (void)log::SetLevel(log::kLoggerNames[i], saved_[i]);
+  }
+
+ private:
+  std::array<spdlog::level::level_enum, log::kLoggerNames.size()> saved_{};
+};
+
+std::vector<std::string> Levels(const v1::LogLevels& l) {
+  std::vector<std::string> out;
+  for (const auto& x : l.loggers()) out.push_back(x.logger() + "=" + x.level());
+  return out;
+}
+
+TEST_P(ServiceTest, LogLevelsReadAndSetPerLoggerOrAll) {
+  LevelsRestorer restore;
+  log::SetLevel(spdlog::level::info);
+  v1::LogLevels got;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::GetLogLevel, v1::GetLogLevelRequest(), &got).ok());
+  EXPECT_EQ(Levels(got), (std::vector<std::string>{"pdu=info", "iscsi=info", "scsi=info",
+                                                   "backing=info", "ctl=info"}));
+
+  v1::SetLogLevelRequest set;
+  set.set_logger("iscsi");
+  set.set_level("debug");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetLogLevel, set, &got).ok());
+  EXPECT_EQ(Levels(got), std::vector<std::string>{"iscsi=debug"});
+  EXPECT_TRUE(log::Iscsi().should_log(spdlog::level::debug));
+  EXPECT_FALSE(log::Scsi().should_log(spdlog::level::debug));
+
+  v1::GetLogLevelRequest one;
+  one.set_logger("scsi");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::GetLogLevel, one, &got).ok());
+  EXPECT_EQ(Levels(got), std::vector<std::string>{"scsi=info"});
+
+  set.clear_logger();
+  set.set_level("warn");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetLogLevel, set, &got).ok());
+  EXPECT_EQ(Levels(got), (std::vector<std::string>{"pdu=warn", "iscsi=warn", "scsi=warn",
+                                                   "backing=warn", "ctl=warn"}));
+  EXPECT_FALSE(log::Iscsi().should_log(spdlog::level::info));
+}
+
+TEST_P(ServiceTest, LogLevelRefusesUnknownLoggerAndLevelNamingTheField) {
+  LevelsRestorer restore;
+  log::SetLevel(spdlog::level::info);
+  v1::SetLogLevelRequest set;
+  set.set_logger("nosuch");
+  set.set_level("debug");
+  v1::LogLevels got;
+  auto s = Call(&v1::GatewayService::Stub::SetLogLevel, set, &got);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "logger nosuch is unknown (pdu, iscsi, scsi, backing, ctl)");
+
+  set.set_logger("iscsi");
+  set.set_level("verbose");
+  s = Call(&v1::GatewayService::Stub::SetLogLevel, set, &got);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "level verbose is unknown (trace, debug, info, warn, error, critical, off)");
+  set.clear_level();
+  s = Call(&v1::GatewayService::Stub::SetLogLevel, set, &got);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "level is empty (trace, debug, info, warn, error, critical, off)");
+  // Nothing changed.
+  EXPECT_EQ(log::GetLevel("iscsi"), spdlog::level::info);
+
+  v1::GetLogLevelRequest get;
+  get.set_logger("Iscsi");
+  s = Call(&v1::GatewayService::Stub::GetLogLevel, get, &got);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "logger Iscsi is unknown (pdu, iscsi, scsi, backing, ctl)");
+}
+
+// Changes are logged at info with the RPC, the caller and the object; secrets never are.
+TEST_P(ServiceTest, ChangesAreLoggedWithRpcCallerAndObject) {
+  LevelsRestorer restore;
+  std::ostringstream out;
+  log::Init(spdlog::level::info, log::Format::kText,
+            std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+  ASSERT_TRUE(CreateTarget("audit").ok());
+  ASSERT_TRUE(CreateRamLun("audit", 0, 1 << 20).ok());
+  v1::AddAclEntryRequest add;
+  add.set_target("audit");
+  add.mutable_entry()->set_initiator("iqn.2026-11.io.test:host1");
+  v1::AclEntry e;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::AddAclEntry, add, &e).ok());
+  v1::SetAllowAnyInitiatorRequest any;
+  any.set_target("audit");
+  any.set_allow_any_initiator(true);
+  v1::Target t;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetAllowAnyInitiator, any, &t).ok());
+  v1::SetChapRequest chap;
+  chap.set_target("audit");
+  chap.mutable_chap()->set_user("alice");
+  chap.mutable_chap()->set_secret("audit-secret-xyz");
+  v1::ChapConfig cc;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::SetChap, chap, &cc).ok());
+  v1::ClearChapRequest clear;
+  clear.set_target("audit");
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ClearChap, clear, &cc).ok());
+  EXPECT_EQ(CreateTarget("audit").error_code(), StatusCode::ALREADY_EXISTS);
+  log::Shutdown();
+
+  const std::string s = out.str();
+  const std::string from = GetParam() ? " from " : " from ipv4:127.0.0.1:";
+  const std::string tgt = std::string(kPrefix) + "audit";
+  for (const std::string& line : {
+           "CreateTarget" + from,
+           ": target " + tgt + " created (0 ACL entries)",
+           "CreateLun" + from,
+           ": lun 0 of " + tgt + " created: ram store, 1048576 bytes, block size 512",
+           ": acl of " + tgt + ": iqn.2026-11.io.test:host1 added",
+           "SetAllowAnyInitiator" + from,
+           ": target " + tgt + ": allow_any_initiator on",
+           ": target " + tgt + ": CHAP set for user alice",
+           "ClearChap" + from,
+           ": target " + tgt + ": CHAP cleared",
+           ": refused: ALREADY_EXISTS: target " + tgt + " already exists",
+       }) {
+    EXPECT_NE(s.find(line), std::string::npos) << line << "\n" << s;
+  }
+  EXPECT_EQ(s.find("audit-secret-xyz"), std::string::npos) << s;
+  EXPECT_NE(s.find("info [ctl]"), std::string::npos) << s;
 }
 
 TEST_P(ServiceTest, HealthServiceReportsServing) {
