@@ -85,7 +85,42 @@ class RateLimiter {
   uint64_t reported_ = 0;    // what the last allowed line reports
 };
 
+// What a line about a connection says about it, written as the prefix
+// "[C<conn> S<tsih> ini=<initiator> tgt=<target>] " with the parts known so far (S once a session
+// exists, names once the login gave them). The JSON format turns the prefix into fields. Names
+// come from the wire: bytes that could end the prefix or break the line (space, ']', controls)
+// are written as '?'. Views: build one per line, from members that outlive the call.
+struct ConnContext {
+  uint64_t conn = 0;
+  uint16_t tsih = 0;
+  std::string_view initiator;
+  std::string_view target;
+};
+
 }  // namespace iscsigw::log
+
+template <>
+struct fmt::formatter<iscsigw::log::ConnContext> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  template <typename FormatContext>
+  auto format(const iscsigw::log::ConnContext& c, FormatContext& ctx) const {
+    auto out = fmt::format_to(ctx.out(), "[C{}", c.conn);
+    if (c.tsih != 0) out = fmt::format_to(out, " S{}", c.tsih);
+    auto name = [&out](std::string_view key, std::string_view v) {
+      if (v.empty()) return;
+      for (char k : key) *out++ = k;
+      for (char ch : v) {
+        const auto u = static_cast<unsigned char>(ch);
+        *out++ = (u <= 0x20 || u == 0x7f || ch == ']') ? '?' : ch;
+      }
+    };
+    name(" ini=", c.initiator);
+    name(" tgt=", c.target);
+    *out++ = ']';
+    *out++ = ' ';
+    return out;
+  }
+};
 
 // Connection-scoped logging: ISCSIGW_LOG_CONN(logger, level, conn_id, tsih, fmt, args...)
 #define ISCSIGW_LOG_CONN(logger, lvl, cid, tsih, fmtstr, ...)                             \

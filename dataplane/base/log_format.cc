@@ -31,7 +31,7 @@ size_t Utf8Length(std::string_view s, size_t i) {
 
 // Parses "<letter><digits-or-hex>" tokens of a leading "[C12 S3 I0x1f] " prefix.
 struct Context {
-  std::optional<std::string_view> conn, tsih, itt;
+  std::optional<std::string_view> conn, tsih, itt, initiator, target;
   std::string_view rest;
 };
 
@@ -48,23 +48,33 @@ Context ParseContext(std::string_view msg) {
     std::string_view tok = inner.substr(0, sp);
     inner = sp == std::string_view::npos ? std::string_view() : inner.substr(sp + 1);
     if (tok.size() < 2) return ctx;
+    // Names (log.h ConnContext): "ini=<name>", "tgt=<name>", anything but space and ']'.
+    if (tok.substr(0, 4) == "ini=" || tok.substr(0, 4) == "tgt=") {
+      auto& field = tok[0] == 'i' ? parsed.initiator : parsed.target;
+      if (field || tok.size() == 4) return ctx;
+      field = tok.substr(4);
+      continue;
+    }
     std::string_view v = tok.substr(1);
     for (char ch : v) {
       if (!std::isxdigit(static_cast<unsigned char>(ch)) && ch != 'x') return ctx;
     }
+    std::optional<std::string_view>* field = nullptr;
     switch (tok[0]) {
       case 'C':
-        parsed.conn = v;
+        field = &parsed.conn;
         break;
       case 'S':
-        parsed.tsih = v;
+        field = &parsed.tsih;
         break;
       case 'I':
-        parsed.itt = v;
+        field = &parsed.itt;
         break;
       default:
         return ctx;
     }
+    if (field->has_value()) return ctx;  // a field given twice is not a context
+    *field = v;
   }
   // Numbers only where they are decimal.
   auto decimal = [](std::string_view v) {
@@ -169,6 +179,14 @@ std::string FormatJsonLine(std::string_view timestamp, std::string_view level,
   if (ctx.itt) {
     out += ",\"itt\":";
     AppendJsonString(*ctx.itt, &out);
+  }
+  if (ctx.initiator) {
+    out += ",\"initiator\":";
+    AppendJsonString(*ctx.initiator, &out);
+  }
+  if (ctx.target) {
+    out += ",\"target\":";
+    AppendJsonString(*ctx.target, &out);
   }
   out += ",\"msg\":";
   AppendJsonString(ctx.rest, &out);

@@ -2,9 +2,12 @@
 //
 // JSON (--log-format json): one object per line, for Kubernetes log pipelines:
 //   {"ts":"2026-11-29T21:53:25.123456Z","level":"info","logger":"iscsi","conn":3,"tsih":1,
+//    "initiator":"iqn.1994-05.com.redhat:h1","target":"iqn.2026-11.io.iscsigw:db",
 //    "msg":"login: ..."}
-// The connection-scoped prefix the data plane writes ("[C<id> S<tsih> I<itt>] ", any leading
-// subset) becomes the fields conn, tsih and itt (itt as a hex string) and is removed from msg.
+// The connection-scoped prefix the data plane writes ("[C<id> S<tsih> I<itt> ini=<initiator>
+// tgt=<target>] ", C first, the others when known; see log.h ConnContext) becomes the fields
+// conn, tsih, itt (a hex string), initiator and target, and is removed from msg. A prefix that
+// does not parse completely (a field twice, an unknown token) is left in msg as it is.
 // Strings are escaped per RFC 8259 (quote, backslash, control characters as \uXXXX); bytes that
 // are not valid UTF-8 are replaced by U+FFFD so every line parses.
 // Pure functions; any thread.

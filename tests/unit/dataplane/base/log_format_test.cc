@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "dataplane/base/log.h"
+
 namespace iscsigw::log {
 namespace {
 
@@ -37,6 +39,49 @@ TEST(LogFormat, ConnectionPrefixBecomesFields) {
   EXPECT_EQ(FormatJsonLine("t", "warn", "pdu", "[C5] header digest error"),
             "{\"ts\":\"t\",\"level\":\"warn\",\"logger\":\"pdu\",\"conn\":5,"
             "\"msg\":\"header digest error\"}\n");
+}
+
+TEST(LogFormat, EveryContextFieldBecomesAField) {
+  EXPECT_EQ(FormatJsonLine("t", "info", "iscsi",
+                           "[C12 S3 I0x1f ini=iqn.1994-05.com.redhat:h1 "
+                           "tgt=iqn.2026-11.io.iscsigw:db] session closed"),
+            "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"conn\":12,\"tsih\":3,"
+            "\"itt\":\"0x1f\",\"initiator\":\"iqn.1994-05.com.redhat:h1\","
+            "\"target\":\"iqn.2026-11.io.iscsigw:db\",\"msg\":\"session closed\"}\n");
+  // Before a session exists: no TSIH, and only the names the login gave so far.
+  EXPECT_EQ(FormatJsonLine("t", "info", "iscsi", "[C4 ini=iqn.x:y] login refused"),
+            "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"conn\":4,"
+            "\"initiator\":\"iqn.x:y\",\"msg\":\"login refused\"}\n");
+  EXPECT_EQ(FormatJsonLine("t", "info", "iscsi", "[C4 tgt=iqn.t] x"),
+            "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"conn\":4,"
+            "\"target\":\"iqn.t\",\"msg\":\"x\"}\n");
+}
+
+TEST(LogFormat, ContextNamesAreEscapedInJson) {
+  // A name that is not UTF-8 or holds a quote still gives a line that parses.
+  EXPECT_EQ(FormatJsonLine("t", "info", "iscsi", "[C1 ini=a\"b\xff] m"),
+            "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"conn\":1,"
+            "\"initiator\":\"a\\\"b\xef\xbf\xbd\",\"msg\":\"m\"}\n");
+}
+
+TEST(LogFormat, ContextGivenTwiceOrEmptyIsNotAContext) {
+  for (const char* m : {"[C1 C2] m", "[C1 S2 S3] m", "[C1 ini=a ini=b] m", "[C1 ini=] m"}) {
+    EXPECT_EQ(FormatJsonLine("t", "info", "iscsi", m),
+              "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"msg\":\"" + std::string(m) +
+                  "\"}\n");
+  }
+}
+
+TEST(LogFormat, ConnContextWritesThePrefixTheParserReads) {
+  EXPECT_EQ(fmt::format("{}login", ConnContext{7, 0, {}, {}}), "[C7] login");
+  EXPECT_EQ(fmt::format("{}x", ConnContext{7, 2, "iqn.i", "iqn.t"}),
+            "[C7 S2 ini=iqn.i tgt=iqn.t] x");
+  // Bytes that would end the prefix, split it or break the line are replaced.
+  const std::string line = fmt::format("{}m", ConnContext{1, 0, "a b]c\nd", "t S9"});
+  EXPECT_EQ(line, "[C1 ini=a?b?c?d tgt=t?S9] m");
+  EXPECT_EQ(FormatJsonLine("t", "info", "iscsi", line),
+            "{\"ts\":\"t\",\"level\":\"info\",\"logger\":\"iscsi\",\"conn\":1,"
+            "\"initiator\":\"a?b?c?d\",\"target\":\"t?S9\",\"msg\":\"m\"}\n");
 }
 
 TEST(LogFormat, BracketsThatAreNotAContextStayInTheMessage) {
