@@ -85,6 +85,11 @@ constexpr CdbUsage CdbUsageFor(uint8_t opcode, uint8_t sa) {
         return Make(0xA3, 0x0D, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
       }
       break;
+    case 0x83:  // EXTENDED COPY (LID1): PARAMETER LIST LENGTH
+      return Make(0x83, sa, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0x07);
+    case 0x84:  // RECEIVE COPY RESULTS (LID1): LIST IDENTIFIER, ALLOCATION LENGTH
+      return Make(0x84, sa, sa == 0x03 ? 0 : 0xFF, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0,
+                  0x07);
     // SBC-3.
     case 0x08:  // READ(6)
     case 0x0A:  // WRITE(6)

@@ -208,6 +208,13 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   t[kWriteAndVerify16] = {internal::WriteAndVerify16};
   t[kPreFetch10] = {internal::PreFetch10};
   t[kPreFetch16] = {internal::PreFetch16};
+  // SPC-4 third-party copy, LID1 (xcopy.cc).
+  t[kThirdPartyCopyOut] = {internal::ExtendedCopy};
+  AddServiceAction(t[kThirdPartyCopyOut], kSaExtendedCopyLid1);
+  t[kThirdPartyCopyIn] = {internal::ReceiveCopyResults};
+  AddServiceAction(t[kThirdPartyCopyIn], kSaCopyStatusLid1);
+  AddServiceAction(t[kThirdPartyCopyIn], kSaOperatingParameters);
+  AddServiceAction(t[kThirdPartyCopyIn], kSaFailedSegmentDetailsLid1);
   return t;
 }
 

@@ -15,6 +15,7 @@
 // published through an atomic epoch that the fast path reads once per command (no lock, no write).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -112,6 +113,22 @@ class Lun {
   uint64_t save_seq_ = 0;  // guarded by save_mu_
 };
 
+// What the copy manager remembers of one EXTENDED COPY (LID1) for RECEIVE COPY RESULTS (SPC-4
+// 6.18.2-6.18.5). List identifiers are scoped to the I_T nexus (SPC-4 6.4.3.2), so the records
+// live in the Nexus.
+struct CopyRecord {
+  enum class State : uint8_t { kFree, kInProgress, kSucceeded, kFailed };
+  State state = State::kFree;
+  bool has_list_id = false;  // LIST ID USAGE 11b: no list identifier, never reported
+  bool hold = false;         // LIST ID USAGE 00b: kept for RECEIVE COPY RESULTS after completion
+  uint8_t list_id = 0;
+  uint16_t segments_processed = 0;
+  uint32_t transfer_bytes = 0;  // bytes written to copy destinations so far
+  uint64_t finished_seq = 0;    // completion order, to replace the oldest record first
+  uint8_t sense_len = 0;        // the CHECK CONDITION sense of a failed copy
+  std::array<uint8_t, kMaxSenseLength> sense{};
+};
+
 class Nexus {
  public:
   // initiator_port: "<InitiatorName>,i,0x<ISID hex>" (SPC-4 iSCSI initiator port name).
@@ -133,6 +150,17 @@ class Nexus {
   // Clears every pending unit attention of this nexus for lun_id (e.g. after a reset it issued).
   void ClearUnitAttentions(uint64_t lun_id);
 
+  // EXTENDED COPY records (xcopy.cc). At most kMaxCopies copies run at once per nexus; finished
+  // records with held data are kept until reported or until a new copy needs the slot.
+  static constexpr size_t kMaxCopies = 16;
+  // The in-progress or held record with this list identifier, or null.
+  CopyRecord* FindCopy(uint8_t list_id);
+  // A record for a new copy: a free slot, else the oldest finished one; null when all kMaxCopies
+  // are in progress.
+  CopyRecord* ClaimCopy();
+  // Marks `record` finished (state kSucceeded or kFailed set by the caller) in completion order.
+  void FinishCopy(CopyRecord& record);
+
  private:
   // Pending unit attentions per LUN; beyond this the oldest is dropped (SAM-5 5.14 lets a logical
   // unit bound the queue).
@@ -151,6 +179,8 @@ class Nexus {
   uint16_t relative_port_id_;
   std::shared_ptr<const void> token_ = std::make_shared<const char>(0);
   std::vector<PerLun> luns_;  // index = LUN id, sized kMaxLuns at construction
+  std::array<CopyRecord, kMaxCopies> copies_{};
+  uint64_t copy_seq_ = 0;
 };
 
 struct TargetInfo {

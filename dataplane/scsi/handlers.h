@@ -96,4 +96,12 @@ Disposition WriteAndVerify16(const Command& cmd);
 Disposition PreFetch10(const Command& cmd);
 Disposition PreFetch16(const Command& cmd);
 
+// SPC-4 third-party copy, LID1 (xcopy.cc): EXTENDED COPY of blocks between the target's logical
+// units, RECEIVE COPY RESULTS, and the Third-party Copy VPD page (8Fh) that describes them.
+Disposition ExtendedCopy(const Command& cmd);
+Disposition ReceiveCopyResults(const Command& cmd);
+// Writes VPD page 8Fh into d (at most kThirdPartyCopyVpdMax bytes); returns its length.
+inline constexpr size_t kThirdPartyCopyVpdMax = 128;
+size_t VpdThirdPartyCopy(const Command& cmd, uint8_t* d);
+
 }  // namespace iscsigw::scsi::internal

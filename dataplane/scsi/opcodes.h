@@ -54,6 +54,9 @@ enum Opcode : uint8_t {
   kWriteAndVerify12 = 0xAE,
   kVerify12 = 0xAF,
   kReadDefectData12 = 0xB7,
+  // SPC-4 third-party copy (xcopy.cc).
+  kThirdPartyCopyOut = 0x83,  // EXTENDED COPY
+  kThirdPartyCopyIn = 0x84,   // RECEIVE COPY RESULTS
 };
 
 // SERVICE ACTION IN(16) service actions (SBC-3 5.16).
@@ -62,6 +65,11 @@ inline constexpr uint8_t kSaGetLbaStatus = 0x12;
 // MAINTENANCE IN service actions (SPC-4 6.35, 6.36).
 inline constexpr uint8_t kSaReportSupportedOperationCodes = 0x0C;
 inline constexpr uint8_t kSaReportSupportedTaskManagementFunctions = 0x0D;
+// THIRD-PARTY COPY OUT / IN service actions (SPC-4 6.4, 6.18; the LID1 forms).
+inline constexpr uint8_t kSaExtendedCopyLid1 = 0x00;
+inline constexpr uint8_t kSaCopyStatusLid1 = 0x00;
+inline constexpr uint8_t kSaOperatingParameters = 0x03;
+inline constexpr uint8_t kSaFailedSegmentDetailsLid1 = 0x04;
 
 // SPC-4 4.2.5.1: the CDB length follows from the opcode's group code (bits 7..5). 0 for groups
 // whose length the opcode alone does not fix (variable length, reserved, vendor specific).

@@ -18,49 +18,6 @@ constexpr Asc kSpaceAllocationFailedWriteProtect{0x27, 0x07};  // SBC-3 4.7.3.6
 // Largest piece one store call of these operations moves.
 constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 
-// Runs store calls one after another without growing the stack when they complete inline
-// (RamStore, NullStore): a completion that arrives during Issue() only records its result and the
-// loop in Pump() goes on; one that arrives later resumes the loop itself.
-class Pump {
- protected:
-  virtual ~Pump() = default;
-  // Starts the next store call with completion OnDone(this); returns false when there is none.
-  virtual bool Issue() = 0;
-  // Handles a store result; returns false to stop.
-  virtual bool Done(int err) = 0;
-  // Ends the operation (sets nothing else on the task): completes it and deletes this.
-  virtual void Finish() = 0;
-
-  void Run() {
-    for (;;) {
-      issuing_ = true;
-      inline_done_ = false;
-      if (!Issue()) {
-        issuing_ = false;
-        return Finish();
-      }
-      issuing_ = false;
-      if (!inline_done_) return;  // OnDone resumes
-      if (!Done(err_)) return Finish();
-    }
-  }
-  static void OnDone(void* ctx, int err) {
-    auto* self = static_cast<Pump*>(ctx);
-    self->err_ = err;
-    if (self->issuing_) {
-      self->inline_done_ = true;
-      return;
-    }
-    if (!self->Done(err)) return self->Finish();
-    self->Run();
-  }
-
- private:
-  bool issuing_ = false;
-  bool inline_done_ = false;
-  int err_ = 0;
-};
-
 class FillOp final : public Pump {
  public:
   FillOp(Task& task, backing::BackingStore& store, uint64_t offset, uint64_t len,

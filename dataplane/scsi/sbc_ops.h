@@ -53,6 +53,50 @@ struct RangeVisitor {
 };
 void StartReadRange(const Command& cmd, uint64_t offset, uint64_t len, RangeVisitor visitor);
 
+// Runs store calls one after another without growing the stack when they complete inline
+// (RamStore, NullStore): a completion that arrives during Issue() only records its result and the
+// loop in Run() goes on; one that arrives later resumes the loop itself. Used by the copy manager
+// (xcopy.cc) too.
+class Pump {
+ protected:
+  virtual ~Pump() = default;
+  // Starts the next store call with completion OnDone(this); returns false when there is none.
+  virtual bool Issue() = 0;
+  // Handles a store result; returns false to stop.
+  virtual bool Done(int err) = 0;
+  // Ends the operation (sets nothing else on the task): completes it and deletes this.
+  virtual void Finish() = 0;
+
+  void Run() {
+    for (;;) {
+      issuing_ = true;
+      inline_done_ = false;
+      if (!Issue()) {
+        issuing_ = false;
+        return Finish();
+      }
+      issuing_ = false;
+      if (!inline_done_) return;  // OnDone resumes
+      if (!Done(err_)) return Finish();
+    }
+  }
+  static void OnDone(void* ctx, int err) {
+    auto* self = static_cast<Pump*>(ctx);
+    self->err_ = err;
+    if (self->issuing_) {
+      self->inline_done_ = true;
+      return;
+    }
+    if (!self->Done(err)) return self->Finish();
+    self->Run();
+  }
+
+ private:
+  bool issuing_ = false;
+  bool inline_done_ = false;
+  int err_ = 0;
+};
+
 // Offset of the first byte where a and b differ, or n when they are equal.
 size_t FirstDifference(const uint8_t* a, const uint8_t* b, size_t n);
 

@@ -60,6 +60,15 @@ struct Asc {
   static const Asc kReportedLunsDataChanged;                         // 3Fh/0Eh
   static const Asc kInternalTargetFailure;                           // 44h/00h
   static const Asc kCommandsClearedByAnotherInitiator;               // 2Fh/00h
+  // Third-party copy (SPC-4 6.4).
+  static const Asc kOperationInProgress;                 // 00h/16h
+  static const Asc kUnreachableCopyTarget;               // 08h/04h
+  static const Asc kTooManyTargetDescriptors;            // 26h/06h
+  static const Asc kUnsupportedTargetDescriptorType;     // 26h/07h
+  static const Asc kTooManySegmentDescriptors;           // 26h/08h
+  static const Asc kUnsupportedSegmentDescriptorType;    // 26h/09h
+  static const Asc kInlineDataLengthExceeded;            // 26h/0Bh
+  static const Asc kInsufficientResources;               // 55h/03h
 
   friend constexpr bool operator==(Asc a, Asc b) { return a.asc == b.asc && a.ascq == b.ascq; }
 };
@@ -91,6 +100,14 @@ inline constexpr Asc Asc::kLogicalUnitNotReadyInitializingCommandRequired{0x04, 
 inline constexpr Asc Asc::kReportedLunsDataChanged{0x3F, 0x0E};
 inline constexpr Asc Asc::kInternalTargetFailure{0x44, 0x00};
 inline constexpr Asc Asc::kCommandsClearedByAnotherInitiator{0x2F, 0x00};
+inline constexpr Asc Asc::kOperationInProgress{0x00, 0x16};
+inline constexpr Asc Asc::kUnreachableCopyTarget{0x08, 0x04};
+inline constexpr Asc Asc::kTooManyTargetDescriptors{0x26, 0x06};
+inline constexpr Asc Asc::kUnsupportedTargetDescriptorType{0x26, 0x07};
+inline constexpr Asc Asc::kTooManySegmentDescriptors{0x26, 0x08};
+inline constexpr Asc Asc::kUnsupportedSegmentDescriptorType{0x26, 0x09};
+inline constexpr Asc Asc::kInlineDataLengthExceeded{0x26, 0x0B};
+inline constexpr Asc Asc::kInsufficientResources{0x55, 0x03};
 
 // Length of fixed-format sense data as we build it (SPC-4 4.5.3: 8-byte header + 10 additional).
 inline constexpr size_t kFixedSenseLength = 18;

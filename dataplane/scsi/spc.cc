@@ -14,7 +14,7 @@ namespace iscsigw::scsi::internal {
 namespace {
 
 // SPC-4 7.8.2 (Supported VPD pages) lists these in ascending order.
-constexpr uint8_t kSupportedVpdPages[] = {0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2};
+constexpr uint8_t kSupportedVpdPages[] = {0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2};
 
 // SPC-4 4.4.1: ASCII data fields hold 20h..7Eh, left aligned, padded with spaces.
 void PutAscii(uint8_t* dst, std::string_view s, size_t width) {
@@ -52,6 +52,7 @@ size_t StandardInquiry(const Lun* lun, uint8_t* d) {
   d[2] = 0x06;         // VERSION: SPC-4
   d[3] = 0x10 | 0x02;  // HISUP=1 (hierarchical LUNs), RESPONSE DATA FORMAT=2
   d[4] = kLen - 5;     // ADDITIONAL LENGTH
+  d[5] = 0x08;         // 3PC=1: EXTENDED COPY (xcopy.cc)
   d[7] = 0x02;         // CMDQUE=1: full task management model
   LunConfig defaults;
   const LunConfig& cfg = lun != nullptr ? lun->config() : defaults;
@@ -169,6 +170,8 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
     }
     case 0x83:
       return VpdDeviceIdentification(cmd, d);
+    case 0x8F:  // SPC-4 7.8.17 Third-party Copy
+      return VpdThirdPartyCopy(cmd, d);
     case 0xB0: {  // SBC-3 6.5.3 Block Limits
       StoreBe16(d + 2, 0x3C);
       const uint32_t granularity = bs < 4096 ? 4096 / bs : 1;

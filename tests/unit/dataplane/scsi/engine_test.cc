@@ -409,11 +409,11 @@ TEST_F(EngineTest, VpdSupportedPages) {
   Run({0x12, 1, 0x00, 0, 255, 0});
   ExpectGood();
   auto d = DataIn();
-  ASSERT_EQ(d.size(), 10u);
+  ASSERT_EQ(d.size(), 11u);
   EXPECT_EQ(d[1], 0x00);
-  EXPECT_EQ(LoadBe16(&d[2]), 6);
+  EXPECT_EQ(LoadBe16(&d[2]), 7);
   EXPECT_EQ(std::vector<uint8_t>(d.begin() + 4, d.end()),
-            (std::vector<uint8_t>{0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2}));
+            (std::vector<uint8_t>{0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2}));
 }
 
 TEST_F(EngineTest, VpdUnitSerialNumber) {

@@ -1,0 +1,66 @@
+// Test helper: runs one CDB through Engine::Execute against a target on one I_T nexus, with a
+// 2 MiB data buffer, and checks that the engine completed the task exactly once (the stores the
+// tests use complete inline).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "dataplane/scsi/engine.h"
+#include "dataplane/scsi/task.h"
+
+namespace iscsigw::scsi {
+
+class Runner {
+ public:
+  Runner(TargetInfo& target, Nexus& nexus) : target_(target), nexus_(nexus), buf_(1 << 21) {}
+
+  // The LUN the next commands address.
+  void SetLun(uint64_t lun) { lun_ = lun; }
+
+  Task& Run(std::initializer_list<uint8_t> cdb, uint32_t expected = 0,
+            const std::vector<uint8_t>& data_out = {}) {
+    task_ = Task{};
+    task_.lun = lun_;
+    std::copy(cdb.begin(), cdb.end(), task_.cdb.begin());
+    task_.cdb_len = 16;
+    task_.nexus = &nexus_;
+    task_.expected_length = expected;
+    task_.buf = buf_.data();
+    task_.buf_cap = static_cast<uint32_t>(buf_.size());
+    if (!data_out.empty()) {
+      std::memcpy(buf_.data(), data_out.data(), data_out.size());
+      task_.data_out_len = static_cast<uint32_t>(data_out.size());
+      task_.dir = DataDirection::kWrite;
+    }
+    completions_ = 0;
+    task_.complete = [](Task*, void* ctx) { ++*static_cast<int*>(ctx); };
+    task_.complete_ctx = &completions_;
+    Engine::Execute(target_, task_);
+    EXPECT_EQ(completions_, 1);
+    return task_;
+  }
+  std::vector<uint8_t> DataIn() const {
+    std::vector<uint8_t> out;
+    for (uint32_t i = 0; i < task_.in_seg_count; ++i) {
+      out.insert(out.end(), task_.in_segs[i].data, task_.in_segs[i].data + task_.in_segs[i].len);
+    }
+    return out;
+  }
+  Task& task() { return task_; }
+
+ private:
+  TargetInfo& target_;
+  Nexus& nexus_;
+  std::vector<uint8_t> buf_;
+  Task task_;
+  uint64_t lun_ = 0;
+  int completions_ = 0;
+};
+
+}  // namespace iscsigw::scsi
