@@ -473,6 +473,13 @@ Status Dataplane::Apply(const Config& config) {
     // SPC-4 7.x REPORT LUNS: REPORTED LUNS DATA HAS CHANGED on the LUNs that existed before.
     RaiseOnTarget(changed_inventory[i]->info.luns, scsi::UnitAttention{0x3f, 0x0e}, new_ids[i]);
   }
+  if (impl_->lun_state) {
+    // A LUN that is gone takes its durable SCSI state with it: a LUN created later under the same
+    // id must not inherit its persistent reservations or saved mode pages.
+    for (const auto& [key, entry] : impl_->luns) {
+      if (!next.count(key)) impl_->lun_state->Remove(entry.lun->config().state_store);
+    }
+  }
   impl_->luns = std::move(next);
   impl_->gateway.Publish(std::move(snapshot));
   return Status::Ok();

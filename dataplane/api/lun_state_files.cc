@@ -52,11 +52,14 @@ class FileStore final : public scsi::LunStateStore, public std::enable_shared_fr
 
   std::string Load() override;
   void Save(uint64_t seq, std::string blob, unsigned slot, backing::IoCompletion done) override;
+  // Removes the file and drops every later Save (LunStateFiles::Remove).
+  void Retire();
 
  private:
   std::shared_ptr<LunStateFiles::Shared> shared_;
   const std::string path_;
   uint64_t written_seq_ = 0;  // writer thread only
+  bool retired_ = false;      // writer thread only
 };
 
 }  // namespace
@@ -125,7 +128,9 @@ void FileStore::Save(uint64_t seq, std::string blob, unsigned slot, backing::IoC
       if (sh.dir_err == 0) sh.dir_err = FsyncDir(DirOf(sh.dir));
     });
     int err = sh.dir_err;
-    if (err == 0 && seq > self->written_seq_) {
+    if (self->retired_) {
+      err = 0;  // the LUN is gone; its state goes with it
+    } else if (err == 0 && seq > self->written_seq_) {
       err = LunStateFiles::WriteAtomically(self->path_, blob);
       if (err == 0) self->written_seq_ = seq;
     }
@@ -134,6 +139,20 @@ void FileStore::Save(uint64_t seq, std::string blob, unsigned slot, backing::IoC
     }
     sh.post(slot, [done, err] { done(err); });
   });
+}
+
+void FileStore::Retire() {
+  auto self = shared_from_this();
+  boost::asio::post(shared_->writer, [self] {
+    self->retired_ = true;
+    if (const int err = LunStateFiles::WriteAtomically(self->path_, ""); err != 0) {
+      log::Scsi().error("LUN state {}: cannot remove: {}", self->path_, std::strerror(err));
+    }
+  });
+}
+
+void LunStateFiles::Remove(const std::shared_ptr<scsi::LunStateStore>& store) {
+  if (auto file = std::dynamic_pointer_cast<FileStore>(store)) file->Retire();
 }
 
 void GatewayTaskAborter::AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,

@@ -40,6 +40,11 @@ class LunStateFiles {
   // The store for LUN `lun` of `target`: <dir>/<target>.lun<lun>.
   std::shared_ptr<scsi::LunStateStore> ForLun(const std::string& target, uint32_t lun);
 
+  // The LUN of `store` (from ForLun) is gone: its file is removed on the writer thread, after any
+  // write already queued, and later saves through `store` are dropped, so a LUN created later
+  // under the same id starts without the old reservations and saved mode pages.
+  void Remove(const std::shared_ptr<scsi::LunStateStore>& store);
+
   // Waits for every queued write. Idempotent.
   void Stop();
 

@@ -187,6 +187,35 @@ class ReservationsTest(unittest.TestCase):
         self.assertEqual(a.prout(0x03, 0x00, 0xA1A1, 0), GOOD)  # CLEAR
         a.close()
 
+    def test_deleted_lun_takes_its_reservations_along(self):
+        isid = bytes([0x80, 0, 0, 0, 0, 3])
+        a = MiniInitiator(self.daemon.portal, TARGET, INITIATOR_1, isid)
+        a.ready()
+        self.assertEqual(a.prout(0x00, 0x00, 0, 0xB2B2, flags=0x01), GOOD)  # REGISTER, APTPL
+        self.assertEqual(a.prout(0x01, 0x01, 0xB2B2, 0), GOOD)  # RESERVE, Write Exclusive
+        a.close()
+        state_file = os.path.join(self.workdir, "lun-state", f"{TARGET}.lun0")
+        harness.wait_for(lambda: os.path.exists(state_file), what="the APTPL state file")
+
+        self.daemon.ctl("lun", "delete", TARGET, "0")
+        harness.wait_for(lambda: not os.path.exists(state_file), what="state file removal")
+        self.daemon.ctl("lun", "create", TARGET, "0", "--size", "4M")
+        b = MiniInitiator(self.daemon.portal, TARGET, INITIATOR_2, bytes([0x80, 0, 0, 0, 0, 4]))
+        b.ready()
+        self.assertEqual(struct.unpack(">I", b.prin(0x00)[4:8])[0], 0, "keys of the old LUN")
+        self.assertEqual(struct.unpack(">I", b.prin(0x01)[4:8])[0], 0, "reservation of the old LUN")
+        b.close()
+        self.restart_without_bootstrap_lun()
+        c = MiniInitiator(self.daemon.portal, TARGET, INITIATOR_2, bytes([0x80, 0, 0, 0, 0, 5]))
+        c.ready()
+        self.assertEqual(struct.unpack(">I", c.prin(0x01)[4:8])[0], 0)
+        c.close()
+
+    def restart_without_bootstrap_lun(self):
+        """Restarts on the persisted state only (the bootstrap would re-add the deleted file LUN)."""
+        self.assertEqual(self.daemon.stop(), 0)
+        self.daemon = harness.Daemon(state_dir=self.workdir).start()
+
 
 if __name__ == "__main__":
     unittest.main()

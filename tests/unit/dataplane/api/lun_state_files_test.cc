@@ -105,6 +105,23 @@ TEST_F(LunStateFilesTest, NewerSeqWinsAndLoadReadsItBack) {
   EXPECT_FALSE(fs::exists(path));
 }
 
+TEST_F(LunStateFilesTest, RemoveDeletesTheFileAndDropsLaterSaves) {
+  auto files = Files();
+  auto store = files->ForLun("iqn.2026-11.io.iscsigw:t", 4);
+  const std::string path = dir_ + "/lun-state/iqn.2026-11.io.iscsigw:t.lun4";
+  Waiter w1, w2;
+  store->Save(1, "reservations", 0, backing::IoCompletion{Waiter::Done, &w1});
+  files->Remove(store);  // queued after the save: the file is written, then removed
+  store->Save(2, "late", 0, backing::IoCompletion{Waiter::Done, &w2});
+  EXPECT_EQ(w1.Wait(), 0);
+  EXPECT_EQ(w2.Wait(), 0);
+  files->Stop();
+  EXPECT_FALSE(fs::exists(path));
+  // A new LUN under the same id starts empty.
+  auto again = Files();
+  EXPECT_EQ(again->ForLun("iqn.2026-11.io.iscsigw:t", 4)->Load(), "");
+}
+
 // One command through the engine on `lun`, waiting for a completion that may come from the writer
 // thread.
 struct Command {
