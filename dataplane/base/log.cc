@@ -20,6 +20,7 @@ constexpr const char* kTextPattern = "%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v";
 struct Loggers {
   std::array<std::shared_ptr<spdlog::logger>, kLoggerNames.size()> l;
   std::shared_ptr<spdlog::details::thread_pool> pool;  // set between Init and Shutdown
+  Format format = Format::kText;
   // Loggers replaced by Init or Shutdown. Kept alive, because a reference handed out before the
   // switch may still be in use on a thread that has not noticed yet.
   std::vector<std::shared_ptr<spdlog::logger>> retired;
@@ -39,6 +40,11 @@ Loggers& Registry() {
   return loggers;
 }
 
+std::unique_ptr<spdlog::formatter> MakeFormatter(Format format) {
+  if (format == Format::kJson) return MakeJsonFormatter();  // escaped, with context fields
+  return std::make_unique<spdlog::pattern_formatter>(kTextPattern);
+}
+
 std::optional<size_t> IndexOf(std::string_view name) {
   for (size_t i = 0; i < kLoggerNames.size(); ++i) {
     if (kLoggerNames[i] == name) return i;
@@ -52,11 +58,8 @@ void Init(spdlog::level::level_enum level, Format format,
           std::shared_ptr<spdlog::sinks::sink> sink) {
   auto& reg = Registry();
   if (sink == nullptr) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  if (format == Format::kJson) {
-    sink->set_formatter(MakeJsonFormatter());  // log_format.h: escaped, with context fields
-  } else {
-    sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(kTextPattern));
-  }
+  reg.format = format;
+  sink->set_formatter(MakeFormatter(format));
   // One worker thread: lines reach the sink in the order they were queued.
   reg.pool = std::make_shared<spdlog::details::thread_pool>(kAsyncQueueSlots, 1);
   for (size_t i = 0; i < kLoggerNames.size(); ++i) {
@@ -94,7 +97,7 @@ void Shutdown() {
   }
   const size_t dropped = reg.pool->overrun_counter();
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  sink->set_pattern(kTextPattern);
+  sink->set_formatter(MakeFormatter(reg.format));  // a JSON log stays JSON to its last line
   for (auto& lg : reg.l) {
     lg->flush();  // queued behind the lines already logged
     auto sync = std::make_shared<spdlog::logger>(lg->name(), sink);

@@ -106,12 +106,26 @@ void Connection::Close() {
     gw_.Unregister(session_->tsih(), session_.get());
     session_->set_connection(nullptr);
     if (session_->tsih() != 0) {
-      log::Iscsi().info("[C{} S{}] session closed: initiator {} target {}", id_, session_->tsih(),
-                        session_->initiator_name(),
-                        session_->target() ? session_->target()->info.name : "(discovery)");
+      log::Iscsi().info("{}session closed: {} session of {} from {}", LogCtx(),
+                        session_->target() ? "normal" : "discovery", session_->initiator_name(),
+                        peer_);
     }
   }
   if (async_pending_ > 0) keepalive_ = shared_from_this();
+}
+
+log::ConnContext Connection::LogCtx() const {
+  log::ConnContext c{id_, 0, {}, {}};
+  if (session_) {
+    c.tsih = session_->tsih();
+    c.initiator = session_->initiator_name();
+    c.target = session_->target_name();
+  } else if (negotiator_) {
+    // During login: the names the initiator has given so far (RFC 7143 6.3.1).
+    c.initiator = negotiator_->params().initiator_name;
+    c.target = negotiator_->params().target_name;
+  }
+  return c;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,13 +179,13 @@ bool Connection::ParseBuffered() {
     if (r.status == pdu::FrameStatus::kNeedMore) break;
     if (r.status == pdu::FrameStatus::kHeaderDigestError) {
       // RFC 7143 7.8: with a bad header digest no length can be trusted; ERL 0 closes.
-      log::Pdu().warn("[C{}] header digest error from {}", id_, peer_);
+      log::Pdu().warn("{}header digest error from {}: closing the connection", LogCtx(), peer_);
       if (auto* s = Counters()) runtime::Add(s->digest_errors, 1);
       return false;
     }
     if (r.status == pdu::FrameStatus::kDataSegmentTooLong) {
-      log::Pdu().warn("[C{}] DataSegmentLength {} exceeds MaxRecvDataSegmentLength {}", id_,
-                      BhsView(rx_.get() + rx_begin_).data_segment_length(),
+      log::Pdu().warn("{}DataSegmentLength {} from {} exceeds MaxRecvDataSegmentLength {}",
+                      LogCtx(), BhsView(rx_.get() + rx_begin_).data_segment_length(), peer_,
                       rx_limits_.max_data_segment_length);
       SendReject(rx_.get() + rx_begin_, RejectReason::kProtocolError);
       phase_ = Phase::kLoggingOut;
@@ -183,7 +197,9 @@ bool Connection::ParseBuffered() {
       // immediate data "the non-data part of the command PDU is considered", and a Data-Out still
       // belongs to its task: both are handled without their data, and the task ends with CHECK
       // CONDITION once all its data is in instead of running on corrupt data.
-      log::Pdu().warn("[C{}] data digest error from {}", id_, peer_);
+      // Per PDU and caused by the initiator's side (or the network): rate-limited.
+      ISCSIGW_LOG_LIMITED(pdu_log_limiter_, log::Pdu(), spdlog::level::warn,
+                          "{}data digest error from {}", LogCtx(), peer_);
       if (auto* s = Counters()) runtime::Add(s->digest_errors, 1);
       SendReject(f.bhs, RejectReason::kDataDigestError);
       const Opcode op = BhsView(f.bhs).opcode();
@@ -206,7 +222,7 @@ bool Connection::HandleFrame(const pdu::Frame& f) {
   if (phase_ == Phase::kLogin) {
     if (op != Opcode::kLoginRequest) {
       // RFC 7143 6.3: only Login Requests before full feature phase; anything else ends the login.
-      log::Iscsi().warn("[C{}] opcode {:#x} during login from {}", id_, h.raw_opcode(), peer_);
+      log::Iscsi().warn("{}opcode {:#x} during login from {}", LogCtx(), h.raw_opcode(), peer_);
       return false;
     }
     return HandleLogin(f);
@@ -260,7 +276,7 @@ bool Connection::AcceptCmdSn(const BhsView& h) {
 
 bool Connection::SendLoginReject(const BhsView& req, LoginStatus status) {
   CountLogin(static_cast<uint16_t>(status));
-  log::Iscsi().info("[C{}] login from {} rejected: status {:#06x}{}{}", id_, peer_,
+  log::Iscsi().info("{}login from {} rejected: status {:#06x}{}{}", LogCtx(), peer_,
                     static_cast<unsigned>(status),
                     negotiator_ && !negotiator_->error().empty() ? ": " : "",
                     negotiator_ ? negotiator_->error() : "");
@@ -325,7 +341,7 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   if (transit && (nsg <= csg || nsg == 2)) return SendLoginReject(h, LoginStatus::kInitiatorError);
   auto keys = login_text_.Take();
   if (!keys.ok()) {
-    log::Iscsi().info("[C{}] login from {}: {}", id_, peer_, keys.status().message());
+    log::Iscsi().info("{}login from {}: {}", LogCtx(), peer_, keys.status().message());
     return SendLoginReject(h, LoginStatus::kInitiatorError);
   }
   login_stage_ = csg;
@@ -350,12 +366,11 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
       }
       if (!login_target_) login_target_ = gw_.snapshot()->Find(p.target_name);
       if (!login_target_) {
-        log::Iscsi().info("[C{}] login from {} ({}): target {} not found", id_, peer_,
-                          p.initiator_name, p.target_name);
+        log::Iscsi().info("{}login from {}: target {} not found", LogCtx(), peer_, p.target_name);
         return SendLoginReject(h, LoginStatus::kNotFound);
       }
       if (!login_target_->Allows(p.initiator_name, peer_)) {
-        log::Iscsi().info("[C{}] login from {} ({}) to {}: not in the ACL", id_, peer_,
+        log::Iscsi().info("{}login from {}: initiator {} not in the ACL of {}", LogCtx(), peer_,
                           p.initiator_name, p.target_name);
         return SendLoginReject(h, LoginStatus::kAuthorizationFailure);
       }
@@ -372,15 +387,13 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   // authenticated. Failures are 0x0201 (11.13.5); the reason is logged, secrets never are.
   if (chap_ && static_cast<Stage>(csg) == Stage::kSecurity) {
     if (negotiator_->auth_method() != "CHAP") {
-      log::Iscsi().info("[C{}] login from {} ({}): CHAP required, AuthMethod not agreed", id_,
-                        peer_, negotiator_->params().initiator_name);
+      log::Iscsi().info("{}login from {}: CHAP required, AuthMethod not agreed", LogCtx(), peer_);
       return SendLoginReject(h, LoginStatus::kAuthenticationFailure);
     }
     const auto outcome = chap_->Step(keys.value(), &out);
     if (outcome == ChapAuthenticator::Outcome::kAuthFailed ||
         outcome == ChapAuthenticator::Outcome::kProtocolError) {
-      log::Iscsi().info("[C{}] login from {} ({}): CHAP failed: {}", id_, peer_,
-                        negotiator_->params().initiator_name, chap_->error());
+      log::Iscsi().info("{}login from {}: CHAP failed: {}", LogCtx(), peer_, chap_->error());
       return SendLoginReject(h, outcome == ChapAuthenticator::Outcome::kAuthFailed
                                     ? LoginStatus::kAuthenticationFailure
                                     : LoginStatus::kInitiatorError);
@@ -431,10 +444,10 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     CountLogin(0);
     ApplyNegotiatedLimits();
     log::Iscsi().info(
-        "[C{} S{}] login: initiator {} isid {} -> {} from {} on reactor {} (digests {}/{}, "
+        "{}login: initiator {} isid {} -> {} from {} on reactor {} (digests {}/{}, "
         "MaxRecvDataSegmentLength {}/{}, MaxBurstLength {}, FirstBurstLength {}, ImmediateData {}, "
         "InitialR2T {})",
-        id_, session_->tsih(), params_.initiator_name, IsidHex(isid_),
+        LogCtx(), params_.initiator_name, IsidHex(isid_),
         login_target_ ? login_target_->info.name : "discovery", peer_, reactor_,
         params_.header_digest ? "CRC32C" : "None", params_.data_digest ? "CRC32C" : "None",
         params_.target_max_recv_data_segment_length, params_.initiator_max_recv_data_segment_length,
@@ -649,11 +662,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     // DataPDUInOrder=Yes the offsets are contiguous.
     if (dsn != t->unsolicited_data_sn || off != t->unsolicited_received ||
         uint64_t{off} + len > t->unsolicited_end) {
-      log::Iscsi().info(
-          "[C{}] unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
-          "(expected DataSN {} offset {} end {}): task aborted",
-          id_, h.itt(), dsn, off, len, t->unsolicited_data_sn, t->unsolicited_received,
-          t->unsolicited_end);
+      ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::info,
+                          "{}unsolicited Data-Out ITT {:#x}: DataSN {} offset {} length {} "
+                          "(expected DataSN {} offset {} end {}): task aborted",
+                          LogCtx(), h.itt(), dsn, off, len, t->unsolicited_data_sn,
+                          t->unsolicited_received, t->unsolicited_end);
       return FailDataOut(f, t);
     }
     if (f.data_digest_error) {
@@ -681,10 +694,11 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     if (slot == nullptr) return true;  // stale transfer tag: discarded (RFC 7143 4.2.3)
     if (dsn != slot->next_data_sn || off != slot->offset + slot->received ||
         slot->received + uint64_t{len} > slot->length) {
-      log::Iscsi().info(
-          "[C{}] Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
-          "(expected DataSN {} offset {}): task aborted",
-          id_, h.itt(), ttt, dsn, off, len, slot->next_data_sn, slot->offset + slot->received);
+      ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::info,
+                          "{}Data-Out ITT {:#x} TTT {:#x}: DataSN {} offset {} length {} "
+                          "(expected DataSN {} offset {}): task aborted",
+                          LogCtx(), h.itt(), ttt, dsn, off, len, slot->next_data_sn,
+                          slot->offset + slot->received);
       return FailDataOut(f, t);
     }
     if (f.data_digest_error) {
@@ -937,15 +951,15 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
         abort_everywhere(lun_id);
         // SAM-5 6.3 (LOGICAL UNIT RESET): a unit attention for every I_T nexus, the issuer's too.
         scsi::Engine::ResetLun(*lun, nullptr);
-        log::Iscsi().info("[C{} S{}] LOGICAL UNIT RESET of LUN {} on {} by {}", id_,
-                          session_->tsih(), lun_id, target_name, session_->initiator_name());
+        log::Iscsi().info("{}LOGICAL UNIT RESET of LUN {} on {} by {}", LogCtx(), lun_id,
+                          target_name, session_->initiator_name());
       }
       break;
     case TmfFunction::kTargetWarmReset:
     case TmfFunction::kTargetColdReset:
       abort_everywhere(~uint64_t{0});
       for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, nullptr);
-      log::Iscsi().info("[C{} S{}] TARGET {} RESET of {} by {}", id_, session_->tsih(),
+      log::Iscsi().info("{}TARGET {} RESET of {} by {}", LogCtx(),
                         fn == TmfFunction::kTargetColdReset ? "COLD" : "WARM", target_name,
                         session_->initiator_name());
       if (fn == TmfFunction::kTargetColdReset) {
@@ -1094,8 +1108,8 @@ bool Connection::HandleLogout(const pdu::Frame& f) {
     AbortTasks(~uint64_t{0});
     c->close_after = true;
     phase_ = Phase::kLoggingOut;
-    log::Iscsi().info("[C{} S{}] logout: initiator {} reason {}", id_, session_->tsih(),
-                      session_->initiator_name(), static_cast<unsigned>(reason));
+    log::Iscsi().info("{}logout: initiator {} from {} reason {}", LogCtx(),
+                      session_->initiator_name(), peer_, static_cast<unsigned>(reason));
   }
   QueueControl(c);
   return true;
@@ -1138,9 +1152,10 @@ void Connection::Queue(TxItem* item) {
 }
 
 void Connection::SendReject(const uint8_t* bhs, RejectReason reason) {
-  ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_ ? session_->tsih() : 0,
-                   "reject opcode {:#x} reason {:#x}", bhs[0] & 0x3f,
-                   static_cast<unsigned>(reason));
+  // An initiator can make every PDU a reject: rate-limited.
+  ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::debug,
+                      "{}reject opcode {:#x} reason {:#x}", LogCtx(), bhs[0] & 0x3f,
+                      static_cast<unsigned>(reason));
   ControlPdu* c = NewControl();
   c->hdr.SetOpcode(Opcode::kReject);
   c->hdr.SetFlags(0x80);
@@ -1431,7 +1446,7 @@ asio::awaitable<void> Connection::TimerLoop() {
     const auto now = std::chrono::steady_clock::now();
     if (phase_ == Phase::kLogin) {
       if (now - started_ > std::chrono::milliseconds(opts.login_timeout_ms)) {
-        log::Iscsi().info("[C{}] login from {} timed out", id_, peer_);
+        log::Iscsi().info("{}login from {} timed out", LogCtx(), peer_);
         Close();
         break;
       }
@@ -1439,15 +1454,14 @@ asio::awaitable<void> Connection::TimerLoop() {
     }
     if (phase_ != Phase::kFullFeature) continue;
     if (logout_deadline_ && now >= *logout_deadline_) {
-      log::Iscsi().info("[C{} S{}] {} did not log out when asked: dropping connection", id_,
-                        session_ ? session_->tsih() : 0, peer_);
+      log::Iscsi().info("{}{} did not log out when asked: dropping connection", LogCtx(), peer_);
       Close();
       break;
     }
     if (ping_outstanding_) {
       if (now - ping_sent_ > std::chrono::milliseconds(opts.nop_timeout_ms)) {
-        log::Iscsi().warn("[C{} S{}] NOP-In ping to {} unanswered for {} ms: dropping connection",
-                          id_, session_ ? session_->tsih() : 0, peer_, opts.nop_timeout_ms);
+        log::Iscsi().warn("{}NOP-In ping to {} unanswered for {} ms: dropping connection", LogCtx(),
+                          peer_, opts.nop_timeout_ms);
         if (auto* s = Counters()) runtime::Add(s->nop_timeouts, 1);
         Close();
         break;

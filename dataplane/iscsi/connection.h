@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/base/log.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/negotiation.h"
@@ -141,6 +142,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::ip::tcp::socket socket_;
   const uint64_t id_;
   std::string peer_;
+  // Log lines (base/log.h): this connection's context prefix, and per logger a limiter for the
+  // lines an initiator can provoke at will (data digest errors; rejects, Data-Out out of sequence).
+  log::ConnContext LogCtx() const;
+  log::RateLimiter pdu_log_limiter_;
+  log::RateLimiter iscsi_log_limiter_;
   Phase phase_ = Phase::kLogin;
   bool closed_ = false;
   std::shared_ptr<Session> session_;
