@@ -1,6 +1,7 @@
 """Logging end to end: the log level changed at run time through iscsigwctl, and the info lines
 that say who logged in, from where, and who changed what."""
 import json
+import re
 import struct
 import unittest
 
@@ -12,19 +13,23 @@ TARGET = IQN_PREFIX + "logs"
 REJECT_LINE = "reject opcode 0x10 reason 0x5"
 
 
+def send_snack(c):
+    """Sends a SNACK (not supported at ErrorRecoveryLevel 0) and waits for its Reject."""
+    bhs = bytearray(48)
+    bhs[0] = 0x10
+    bhs[1] = 0x80
+    bhs[16:20] = b"\xff\xff\xff\xff"
+    struct.pack_into(">I", bhs, 28, c.exp_stat_sn)
+    c.send(bhs)
+    r = c.recv_skipping_nops()
+    assert r.opcode == 0x3F, f"expected a Reject, got opcode {r.opcode:#x}"
+
+
 def snack_reject(daemon):
-    """Logs in, sends a SNACK (not supported at ErrorRecoveryLevel 0) and waits for the Reject."""
     c = Initiator(daemon.portal, INITIATOR)
     try:
         c.login(TARGET)
-        bhs = bytearray(48)
-        bhs[0] = 0x10
-        bhs[1] = 0x80
-        bhs[16:20] = b"\xff\xff\xff\xff"
-        struct.pack_into(">I", bhs, 28, c.exp_stat_sn)
-        c.send(bhs)
-        r = c.recv_skipping_nops()
-        assert r.opcode == 0x3F, f"expected a Reject, got opcode {r.opcode:#x}"
+        send_snack(c)
         c.logout()
     finally:
         c.close()
@@ -74,6 +79,32 @@ class LogLevelTest(unittest.TestCase):
         p = self.d.ctl("gateway", "log-level", "--logger", "nosuch", check=False)
         self.assertEqual(p.returncode, 3)
         self.assertEqual(set(self.levels().values()), {"info"})
+
+
+class RateLimitTest(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon(state=simple_state("logs"), extra_args=["--log-level", "debug"]).start()
+        self.addCleanup(self.d.cleanup)
+
+    def test_a_flood_of_rejects_is_limited_and_the_count_reported(self):
+        c = Initiator(self.d.portal, INITIATOR)
+        self.addCleanup(c.close)
+        c.login(TARGET)
+        for _ in range(200):
+            send_snack(c)
+        # The bucket refills at one line a second: keep provoking until a line reports what was
+        # suppressed (polling, not sleeping for a fixed time).
+        def reported():
+            send_snack(c)
+            return re.search(r"reject opcode 0x10 reason 0x5 \((\d+) similar messages "
+                             r"suppressed\)", self.d.read_log())
+        wait_for(reported, timeout=10, interval=0.1, what="the suppressed count")
+        log = self.d.read_log()
+        suppressed = sum(int(n) for n in re.findall(r"\((\d+) similar messages suppressed\)", log))
+        written = log.count(REJECT_LINE)
+        # A burst of 10, then one a second: nearly all of the 200 were counted, not written.
+        self.assertLess(written, 20, "rejects were not rate-limited")
+        self.assertGreaterEqual(written + suppressed, 200)
 
 
 class AuditLinesTest(unittest.TestCase):
