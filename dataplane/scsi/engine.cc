@@ -275,6 +275,12 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     return Finish(task);
   }
 
+  if (lun != nullptr && lun->sanitize().mode() != SanitizeState::Mode::kIdle &&
+      internal::SanitizeRefuses(*lun, task)) {
+    // SBC-4 4.11: a sanitize operation in progress, or sanitize failure mode.
+    return Finish(task);
+  }
+
   if (lun != nullptr && lun->reservations().active() &&
       internal::ReservationConflict(*lun, task.nexus, task.cdb.data())) {
     // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.

@@ -27,6 +27,7 @@
 #include "dataplane/scsi/lun_state.h"
 #include "dataplane/scsi/mode_pages.h"
 #include "dataplane/scsi/reservations.h"
+#include "dataplane/scsi/sanitize.h"
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi {
@@ -57,7 +58,7 @@ struct UnitAttention {
 
 class Nexus;
 
-class Lun {
+class Lun : public std::enable_shared_from_this<Lun> {
  public:
   Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store);
   Lun(const Lun&) = delete;
@@ -80,6 +81,8 @@ class Lun {
   // State every I_T nexus shares (mode_pages.h, reservations.h; their own locks).
   ModePages& mode_pages() { return mode_pages_; }
   Reservations& reservations() { return reservations_; }
+  // The sanitize operation state (sanitize.h); a background sanitize holds a shared_ptr to the LUN.
+  SanitizeState& sanitize() { return sanitize_; }
   // Makes the durable part of this LUN's state (lun_state.cc) durable through config().state_store
   // and runs done on reactor `slot`; false (done not called) when there is no state store.
   bool SaveState(unsigned slot, backing::IoCompletion done);
@@ -109,6 +112,7 @@ class Lun {
   std::vector<UaEvent> ua_log_;  // guarded by ua_mu_; bounded (oldest dropped)
   ModePages mode_pages_;
   Reservations reservations_;
+  SanitizeState sanitize_;
   std::mutex save_mu_;     // orders SaveState calls: a later call always carries newer state
   uint64_t save_seq_ = 0;  // guarded by save_mu_
 };

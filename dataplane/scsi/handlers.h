@@ -81,6 +81,11 @@ Disposition GetLbaStatus(const Command& cmd);  // SERVICE ACTION IN(16) service 
 Disposition WriteSame10(const Command& cmd);
 Disposition WriteSame16(const Command& cmd);
 Disposition Sanitize(const Command& cmd);
+// While a sanitize operation runs or failed (SBC-4 4.11), whether `task` must be refused; if so the
+// task holds the CHECK CONDITION (sbc_sanitize.cc).
+bool SanitizeRefuses(Lun& lun, Task& task);
+// The sense REQUEST SENSE reports for the sanitize state: false when the LUN is idle.
+bool SanitizeSense(Lun& lun, SenseKey* key, Asc* asc, uint16_t* progress);
 Disposition ReadDefectData10(const Command& cmd);
 Disposition ReadDefectData12(const Command& cmd);
 

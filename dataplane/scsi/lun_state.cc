@@ -2,6 +2,7 @@
 //
 //   iscsigw-lun-state 1
 //   mode wce=<0|1>                       saved mode values (only when they differ from defaults)
+//   mode swp=<0|1>
 //   pr ...                               APTPL registrations and reservation (reservations.cc)
 //
 // An empty blob means "nothing to keep" (the store removes what it had).

@@ -2,9 +2,9 @@
 // SBC-3 6.4: read-write error recovery (01h), disconnect-reconnect (02h), caching (08h), control
 // (0Ah), control extension (0Ah/01h) and informational exceptions control (1Ch).
 //
-// Only the caching page's WCE bit is changeable. Saved values exist when the LUN has a state store
-// (LunConfig::state_store): PS=1 in every page, MODE SENSE PC=11b reports them, and MODE SELECT
-// with SP=1 makes them durable before it completes.
+// The caching page's WCE bit and the control page's SWP bit are changeable. Saved values exist when
+// the LUN has a state store (LunConfig::state_store): PS=1 in every page, MODE SENSE PC=11b reports
+// them, and MODE SELECT with SP=1 makes them durable before it completes.
 #include "dataplane/scsi/mode_pages.h"
 
 #include <algorithm>
@@ -19,21 +19,30 @@ namespace iscsigw::scsi {
 
 std::string ModePages::Serialize() const {
   const Values s = saved();
-  if (s == defaults_) return "";
-  return std::string("mode wce=") + (s.wce ? "1" : "0") + "\n";
+  std::string out;
+  if (s.wce != defaults_.wce) out += std::string("mode wce=") + (s.wce ? "1" : "0") + "\n";
+  if (s.swp != defaults_.swp) out += std::string("mode swp=") + (s.swp ? "1" : "0") + "\n";
+  return out;
 }
 
 void ModePages::Restore(const std::string& blob) {
   std::istringstream in(blob);
   std::string line;
+  Values v = defaults_;
+  bool any = false;
   while (std::getline(in, line)) {
     if (line == "mode wce=1" || line == "mode wce=0") {
-      const Values v{line.back() == '1'};
-      SetSaved(v);
-      // SPC-4 7.5.1: at power on the current values are the saved values.
-      SetCurrent(v);
+      v.wce = line.back() == '1';
+      any = true;
+    } else if (line == "mode swp=1" || line == "mode swp=0") {
+      v.swp = line.back() == '1';
+      any = true;
     }
   }
+  if (!any) return;
+  SetSaved(v);
+  // SPC-4 7.5.1: at power on the current values are the saved values.
+  SetCurrent(v);
 }
 
 namespace internal {
@@ -95,6 +104,8 @@ void BuildPage(const PageDef& def, uint8_t pc, const ModePages::Values& v, bool 
         d[2] = 0x02;  // TST=000b (one task set), D_SENSE=0 (fixed format), GLTSD=1 (no log saving)
         d[3] = 0x10;  // QUEUE ALGORITHM MODIFIER=1: unrestricted reordering, QERR=00b
       }
+      // SWP (byte 4 bit 3) is changeable: with SWP=1 the medium is write protected (SPC-4 7.5.8).
+      if (def.subpage == 0x00 && (mask || v.swp)) d[4] = 0x08;
       // Control extension: TCMOS=0, SCSIP=0, IALUAE=0, INITIAL COMMAND PRIORITY 0, MAXIMUM SENSE
       // DATA LENGTH 0 (no limit below what the transport carries).
       break;
@@ -203,9 +214,10 @@ Disposition ModeSense(const Command& cmd, bool ten) {
     pos += p.len;
   }
 
-  // Device-specific parameter (SBC-3 6.4.1): WP for a write-protected LUN, DPOFUA=1 because DPO and
-  // FUA are accepted on READ/WRITE.
-  const uint8_t device_specific = (lun.config().read_only ? 0x80 : 0x00) | 0x10;
+  // Device-specific parameter (SBC-3 6.4.1): WP for a write-protected LUN (read-only, or SWP set in
+  // the control page), DPOFUA=1 because DPO and FUA are accepted on READ/WRITE.
+  const bool wp = lun.config().read_only || lun.mode_pages().software_write_protect();
+  const uint8_t device_specific = (wp ? 0x80 : 0x00) | 0x10;
   if (ten) {
     StoreBe16(data, static_cast<uint16_t>(pos - 2));  // MODE DATA LENGTH excludes itself
     data[2] = 0;                                      // MEDIUM TYPE
@@ -394,6 +406,7 @@ Disposition ModeSelect(const Command& cmd, bool ten) {
       }
     }
     if (def->page == 0x08) next.wce = (d[pos + 2] & 0x04) != 0;
+    if (def->page == 0x0A && def->subpage == 0x00) next.swp = (d[pos + 4] & 0x08) != 0;
     pos += def->len;
   }
 

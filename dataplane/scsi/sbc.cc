@@ -142,8 +142,9 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
   Task& task = cmd.task;
   if (!CheckRw(cmd, r)) return Disposition::kDone;
   Lun& lun = *cmd.lun;
-  if (lun.config().read_only) {
-    // SBC-3 4.13 (write protection): DATA PROTECT / WRITE PROTECTED.
+  if (lun.config().read_only || lun.mode_pages().software_write_protect()) {
+    // SBC-3 4.13 (write protection, also SWP in the control mode page): DATA PROTECT / WRITE
+    // PROTECTED.
     SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);
     return Disposition::kDone;
   }

@@ -30,7 +30,8 @@ inline bool LbaRangeOk(const Lun& lun, uint64_t lba, uint64_t blocks) {
 
 // LOGICAL BLOCK ADDRESS OUT OF RANGE unless LbaRangeOk; false when the task holds the error.
 bool CheckLbaRange(const Command& cmd, uint64_t lba, uint64_t blocks);
-// DATA PROTECT / WRITE PROTECTED on a read-only LUN (SBC-3 4.13); false when the task holds it.
+// DATA PROTECT / WRITE PROTECTED on a read-only LUN or one whose control mode page has SWP=1
+// (SBC-3 4.13, SPC-4 7.5.8); false when the task holds it.
 bool CheckWritable(const Command& cmd);
 // Maps a store errno to CHECK CONDITION: EROFS -> WRITE PROTECTED, ENOSPC -> SPACE ALLOCATION
 // FAILED WRITE PROTECT (SBC-3 4.7.3.6), anything else -> MEDIUM ERROR with `medium_asc`.

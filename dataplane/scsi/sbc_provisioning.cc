@@ -1,6 +1,6 @@
 // SBC-3 logical block provisioning and bulk writes: UNMAP, GET LBA STATUS, WRITE SAME(10)/(16),
-// SANITIZE. The LUN is thin provisioned (LBPME=1, LBPRZ=1) when its store says so
-// (BackingStore::thin_provisioned); unmapped blocks then read as zeros.
+// READ DEFECT DATA (SANITIZE is in sbc_sanitize.cc). The LUN is thin provisioned (LBPME=1, LBPRZ=1)
+// when its store says so (BackingStore::thin_provisioned); unmapped blocks then read as zeros.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -14,11 +14,6 @@
 
 namespace iscsigw::scsi::internal {
 namespace {
-
-constexpr uint8_t kSanitizeOverwrite = 0x01;
-constexpr uint8_t kSanitizeBlockErase = 0x02;
-constexpr uint8_t kSanitizeCryptoErase = 0x03;
-constexpr uint8_t kSanitizeExitFailureMode = 0x1F;
 
 void CompleteWithStoreResult(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
@@ -336,94 +331,6 @@ Disposition GetLbaStatus(const Command& cmd) {
   if (op == nullptr) return NoMemory(task);
   op->Next();
   return Disposition::kPending;
-}
-
-Disposition Sanitize(const Command& cmd) {
-  // SBC-3 5.19. Every service action completes before status is returned (IMMED only changes when
-  // status is returned, so it is honoured trivially). There is no failure mode to exit: the
-  // operations either complete or end with the store's error, which leaves no half-sanitized
-  // state a later command would have to be refused for.
-  Task& task = cmd.task;
-  Lun& lun = *cmd.lun;
-  const uint8_t* cdb = task.cdb.data();
-  const uint8_t sa = cdb[1] & 0x1F;
-  const uint16_t plen = LoadBe16(cdb + 7);
-  task.transfer_bytes = plen;
-  if ((cdb[1] & 0x40) != 0) {  // ZNR: zoned block devices only
-    SetInvalidFieldInCdb(task, 1, 6);
-    return Disposition::kDone;
-  }
-  for (int i = 2; i <= 6; ++i) {
-    if (cdb[i] != 0) {
-      SetInvalidFieldInCdb(task, static_cast<uint16_t>(i));
-      return Disposition::kDone;
-    }
-  }
-  switch (sa) {
-    case kSanitizeOverwrite:
-    case kSanitizeBlockErase:
-    case kSanitizeExitFailureMode:
-      break;
-    case kSanitizeCryptoErase:
-      // No store encrypts its data, so there is no key to change: the service action is not
-      // supported (SBC-3 5.19.1: INVALID FIELD IN CDB).
-    default:
-      SetInvalidFieldInCdb(task, 1, 4);
-      return Disposition::kDone;
-  }
-  if (sa != kSanitizeOverwrite && plen != 0) {  // only OVERWRITE has a parameter list
-    SetInvalidFieldInCdb(task, 7);
-    return Disposition::kDone;
-  }
-  if (!CheckWritable(cmd)) return Disposition::kDone;
-  const uint64_t blocks = lun.num_blocks();
-  const uint32_t bs = lun.block_size();
-  if (sa == kSanitizeExitFailureMode) return Disposition::kDone;
-  if (sa == kSanitizeBlockErase) {
-    // BLOCK ERASE: every block deallocated (thin stores) reads as zeros; otherwise zeros written.
-    if (lun.store().thin_provisioned()) {
-      lun.store().Unmap(task.slot, 0, blocks * bs,
-                        backing::IoCompletion{CompleteWithStoreResult, &task});
-      return Disposition::kPending;
-    }
-    return WriteRepeated(cmd, 0, blocks, nullptr);
-  }
-  // OVERWRITE (SBC-3 5.19.2): parameter list header (4 bytes) + INITIALIZATION PATTERN.
-  if (plen < 4 || task.data_out_len < plen) {
-    SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
-    return Disposition::kDone;
-  }
-  const uint8_t* p = task.buf;
-  const bool invert = (p[0] & 0x80) != 0;
-  const uint8_t test = (p[0] >> 5) & 0x03;
-  const uint8_t owcount = p[0] & 0x1F;
-  const uint16_t pattern_len = LoadBe16(p + 2);
-  if (test != 0) {
-    SetInvalidFieldInParameterList(task, 0, 6);
-    return Disposition::kDone;
-  }
-  if (owcount == 0) {
-    SetInvalidFieldInParameterList(task, 0, 4);
-    return Disposition::kDone;
-  }
-  if (p[1] != 0) {
-    SetInvalidFieldInParameterList(task, 1);
-    return Disposition::kDone;
-  }
-  if (pattern_len == 0 || pattern_len > bs || plen != 4u + pattern_len) {
-    SetInvalidFieldInParameterList(task, 2);
-    return Disposition::kDone;
-  }
-  // Each pass overwrites every block in full, so on memory and files the medium ends as the last
-  // pass leaves it; that pass is the one written. With INVERT, passes alternate between the
-  // pattern and its inverse, the last one inverted when OWCOUNT is even.
-  uint8_t block[4096];
-  const bool inverted = invert && owcount % 2 == 0;
-  for (uint32_t i = 0; i < bs; ++i) {
-    const uint8_t b = p[4 + i % pattern_len];
-    block[i] = inverted ? static_cast<uint8_t>(~b) : b;
-  }
-  return WriteRepeated(cmd, 0, blocks, block);
 }
 
 Disposition ReadDefectData(const Command& cmd, bool twelve) {

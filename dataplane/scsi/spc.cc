@@ -194,6 +194,9 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
     case 0xB1:  // SBC-3 6.5.2 Block Device Characteristics
       StoreBe16(d + 2, 0x3C);
       StoreBe16(d + 4, 0x0001);  // MEDIUM ROTATION RATE: non-rotating medium
+      // SBC-4 6.6.2: WABEREQ=01b, a read of a block that SANITIZE BLOCK ERASE erased returns GOOD
+      // (zeros); WACEREQ=00b, CRYPTOGRAPHIC ERASE is not supported (sbc_sanitize.cc).
+      d[7] = 0x40;
       return 64;
     case 0xB2:  // SBC-3 6.5.4 Logical Block Provisioning
       StoreBe16(d + 2, 0x0004);
@@ -305,30 +308,59 @@ Disposition ReportLuns(const Command& cmd) {
 
 Disposition RequestSense(const Command& cmd) {
   // SPC-4 6.39. Status and sense are delivered with every iSCSI response (autosense), so the only
-  // state REQUEST SENSE reports is a pending unit attention, which it clears (SAM-5 5.14).
+  // states REQUEST SENSE reports are a pending unit attention, which it clears (SAM-5 5.14), and
+  // the sanitize state of the LUN.
   Task& task = cmd.task;
   const uint8_t* cdb = task.cdb.data();
   const bool desc = (cdb[1] & 0x01) != 0;
   const uint8_t alloc = cdb[4];
   SenseKey key = SenseKey::kNoSense;
   Asc asc = Asc::kNoAdditionalSenseInformation;
+  bool has_progress = false;
+  uint16_t progress = 0;
   if (cmd.lun == nullptr) {
     // SPC-4 6.39: for an incorrect logical unit, GOOD status with ILLEGAL REQUEST / LOGICAL UNIT
     // NOT SUPPORTED as the parameter data.
     key = SenseKey::kIllegalRequest;
     asc = Asc::kLogicalUnitNotSupported;
-  } else if (task.nexus != nullptr) {
+  } else {
     UnitAttention ua;
-    if (task.nexus->PeekUnitAttention(*cmd.lun, &ua)) {
+    if (task.nexus != nullptr && task.nexus->PeekUnitAttention(*cmd.lun, &ua)) {
       task.nexus->PopUnitAttention(*cmd.lun);
       key = SenseKey::kUnitAttention;
       asc = Asc{ua.asc, ua.ascq};
+    } else {
+      // SBC-4 4.11.3: a sanitize operation in progress (with its progress indication), or
+      // sanitize failure mode.
+      has_progress = SanitizeSense(*cmd.lun, &key, &asc, &progress) && key == SenseKey::kNotReady;
     }
   }
-  // DESC=1 asks for descriptor format (SPC-4 4.5.1), which we support; it carries no descriptors.
+  // DESC=1 asks for descriptor format (SPC-4 4.5.1), which we support.
   uint8_t data[kFixedSenseLength];
-  const size_t len =
-      desc ? BuildDescriptorSense(data, key, asc) : BuildFixedSense(data, key, asc, nullptr);
+  size_t len;
+  if (desc) {
+    len = BuildDescriptorSense(data, key, asc);
+    if (has_progress) {
+      // SPC-4 4.5.2.5: sense key specific sense data descriptor carrying the progress indication.
+      data[7] = 8;
+      data[8] = 0x02;
+      data[9] = 0x06;
+      data[10] = 0;
+      data[11] = 0;
+      data[12] = 0x80;  // SKSV
+      data[13] = static_cast<uint8_t>(progress >> 8);
+      data[14] = static_cast<uint8_t>(progress);
+      data[15] = 0;
+      len = 16;
+    }
+  } else {
+    len = BuildFixedSense(data, key, asc, nullptr);
+    if (has_progress) {  // SPC-4 4.5.2.4.4: PROGRESS INDICATION in the sense-key specific field
+      data[15] = 0x80;
+      data[16] = static_cast<uint8_t>(progress >> 8);
+      data[17] = static_cast<uint8_t>(progress);
+    }
+  }
   ReturnData(task, data, len, alloc);
   return Disposition::kDone;
 }
