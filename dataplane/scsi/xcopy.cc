@@ -311,7 +311,16 @@ class CopyOp final : public Pump {
       SetCopyAborted(task_, Asc::kNoAdditionalSenseInformation, seg_, 20);
       return false;
     }
-    if (dst_->config().read_only) {
+    // A copy target in a sanitize operation or sanitize failure mode (SBC-4 4.11) takes no I/O,
+    // and a read-only or software write-protected destination (SBC-3 4.13, SPC-4 7.5.8) no
+    // writes.
+    for (const auto& [lun, field] : {std::pair{src_, 4}, std::pair{dst_, 6}}) {
+      if (lun->sanitize().mode() != SanitizeState::Mode::kIdle) {
+        SetCopyAborted(task_, kAscSanitizeInProgress, seg_, static_cast<uint16_t>(field));
+        return false;
+      }
+    }
+    if (dst_->config().read_only || dst_->mode_pages().software_write_protect()) {
       SetCopyAborted(task_, Asc::kWriteProtected, seg_, 6);
       return false;
     }

@@ -292,6 +292,11 @@ TEST_F(XcopyTest, SegmentErrorsAbortTheCopyAfterEarlierSegments) {
   Xcopy(Params(6, 0, {{kNaa[0]}, {kNaa[2]}}, {{0, 1, 8, 0, 0}}));
   ExpectCopyAborted(Asc::kWriteProtected, 0, 6);
   EXPECT_EQ(Read(2, 0, 8), std::vector<uint8_t>(8 * kBlock, 0));
+  // A destination in sanitize failure mode.
+  ASSERT_TRUE(target_.luns[1]->sanitize().TryBegin(false));
+  target_.luns[1]->sanitize().End(false);
+  Xcopy(Params(7, 0, {{kNaa[0]}, {kNaa[1]}}, {{0, 1, 8, 0, 0}}));
+  ExpectCopyAborted(kAscSanitizeInProgress, 0, 6);
 }
 
 TEST_F(XcopyTest, CopyStatusIsHeldPerListIdentifier) {
