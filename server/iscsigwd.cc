@@ -154,11 +154,22 @@ int Run(int argc, char** argv) {
   mopts.version = ISCSIGW_BUILD_VERSION;
   mopts.commit = ISCSIGW_COMMIT;
   mopts.sessions = [&dataplane] {
-    std::map<std::string, uint64_t> n;
+    std::map<std::string, metrics::StatsCollector::TargetGauges> n;
     for (const auto& s : dataplane.ListSessions()) {
-      if (!s.discovery) ++n[s.target_name];
+      if (s.discovery) continue;
+      auto& g = n[s.target_name];
+      ++g.sessions;
+      // MaxConnections is 1: a listed session has exactly its one full-feature connection.
+      ++g.connections;
     }
     return n;
+  };
+  mopts.stores = [&dataplane] {
+    std::vector<metrics::StatsCollector::StoreUsage> out;
+    for (const auto& u : dataplane.LunUsages()) {
+      out.push_back({u.target, u.lun, u.capacity_bytes, u.allocated_bytes});
+    }
+    return out;
   };
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {

@@ -46,6 +46,10 @@ struct LunSums {
   std::array<uint64_t, runtime::kCmdClasses> latency_sum_ns{};
   std::array<uint64_t, 16> check_conditions{};
   uint64_t reservation_conflicts = 0;
+  uint64_t unit_attentions = 0;
+  std::array<std::array<uint64_t, runtime::kLatencyBuckets>, runtime::kStoreOps> store_latency{};
+  std::array<uint64_t, runtime::kStoreOps> store_latency_sum_ns{};
+  uint64_t store_errors = 0;
 };
 
 LunSums Sum(const runtime::LunStats& ls) {
@@ -63,6 +67,14 @@ LunSums Sum(const runtime::LunStats& ls) {
     s.written_bytes += runtime::Get(sh.written_bytes);
     for (size_t k = 0; k < 16; ++k) s.check_conditions[k] += runtime::Get(sh.check_conditions[k]);
     s.reservation_conflicts += runtime::Get(sh.reservation_conflicts);
+    s.unit_attentions += runtime::Get(sh.unit_attentions);
+    for (size_t o = 0; o < runtime::kStoreOps; ++o) {
+      s.store_latency_sum_ns[o] += runtime::Get(sh.store_latency_sum_ns[o]);
+      for (size_t b = 0; b < runtime::kLatencyBuckets; ++b) {
+        s.store_latency[o][b] += runtime::Get(sh.store_latency[o][b]);
+      }
+    }
+    s.store_errors += runtime::Get(sh.store_errors);
   }
   return s;
 }
@@ -157,6 +169,16 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
                    "Commands that ended in CHECK CONDITION, by sense key", MetricType::Counter);
   auto rc = Family("iscsigw_scsi_reservation_conflicts_total",
                    "Commands that ended in RESERVATION CONFLICT", MetricType::Counter);
+  auto ua = Family("iscsigw_scsi_unit_attentions_total",
+                   "Unit attentions reported to initiators (CHECK CONDITION, sense key UNIT "
+                   "ATTENTION): power on, LUN reset, capacity or LUN inventory changed, ...",
+                   MetricType::Counter);
+  auto slat = Family("iscsigw_store_io_duration_seconds",
+                     "Time from a call into the backing store to its completion, by operation "
+                     "(zero-copy reads of ram and null stores make no call)",
+                     MetricType::Histogram);
+  auto serr = Family("iscsigw_store_io_errors_total",
+                     "Backing store calls that completed with an error", MetricType::Counter);
   for (const runtime::LunStats* ls : stats_->Luns()) {
     const LunSums s = Sum(*ls);
     const std::string lun = std::to_string(ls->lun());
@@ -176,6 +198,43 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
     }
     AddCounter(rc, {{"lun", lun}, {"target", ls->target()}},
                static_cast<double>(s.reservation_conflicts));
+    AddCounter(ua, {{"lun", lun}, {"target", ls->target()}},
+               static_cast<double>(s.unit_attentions));
+    for (size_t o = 0; o < runtime::kStoreOps; ++o) {
+      // Read and write always have a series; the rarer operations appear with their first call.
+      const bool common = o == static_cast<size_t>(runtime::StoreOp::kRead) ||
+                          o == static_cast<size_t>(runtime::StoreOp::kWrite);
+      uint64_t calls = 0;
+      for (uint64_t b : s.store_latency[o]) calls += b;
+      if (!common && calls == 0) continue;
+      AddMetric(slat, {{"lun", lun}, {"op", runtime::kStoreOpNames[o]}, {"target", ls->target()}})
+          .histogram = Histogram(s.store_latency[o], s.store_latency_sum_ns[o]);
+    }
+    AddCounter(serr, {{"lun", lun}, {"target", ls->target()}}, static_cast<double>(s.store_errors));
+  }
+
+  auto tmf = Family("iscsigw_iscsi_task_management_requests_total",
+                    "Task management requests answered, by function (RFC 7143 11.5.1) and "
+                    "response (11.6.1)",
+                    MetricType::Counter);
+  for (const runtime::TargetStats* ts : stats_->Targets()) {
+    std::array<std::array<uint64_t, runtime::kTmfResponses>, runtime::kTmfFunctions> sum{};
+    for (unsigned r = 0; r < ts->shards(); ++r) {
+      const runtime::TargetShard& sh = ts->shard_at(r);
+      for (size_t f = 0; f < runtime::kTmfFunctions; ++f) {
+        for (size_t x = 0; x < runtime::kTmfResponses; ++x) sum[f][x] += runtime::Get(sh.tmf[f][x]);
+      }
+    }
+    for (size_t f = 0; f < runtime::kTmfFunctions; ++f) {
+      for (size_t x = 0; x < runtime::kTmfResponses; ++x) {
+        if (sum[f][x] == 0) continue;  // series appear with their first occurrence
+        AddCounter(tmf,
+                   {{"function", runtime::kTmfFunctionNames[f]},
+                    {"response", runtime::kTmfResponseNames[x]},
+                    {"target", ts->target()}},
+                   static_cast<double>(sum[f][x]));
+      }
+    }
   }
 
   // Process-level iSCSI counters: sum every reactor shard.
@@ -183,8 +242,13 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
   std::array<std::array<uint64_t, 64>, 2> pdus{};
   std::array<uint64_t, runtime::kLoginResults> logins{};
   uint64_t logouts = 0, digest = 0, nop_timeouts = 0;
-  auto conns = Family("iscsigw_runtime_connections", "iSCSI connections placed on each reactor",
+  auto conns = Family("iscsigw_reactor_connections", "iSCSI connections placed on each reactor",
                       MetricType::Gauge);
+  auto busy = Family("iscsigw_reactor_busy_seconds_total",
+                     "CPU time (user and system) the reactor thread has used running handlers and "
+                     "their system calls; time blocked waiting for events is not counted. Read "
+                     "from the thread's CPU clock at scrape; rate() near 1 is a saturated reactor",
+                     MetricType::Counter);
   for (unsigned r = 0; r < n; ++r) {
     const runtime::ReactorShard* sh = stats_->reactor(r);
     if (sh == nullptr) continue;
@@ -198,6 +262,9 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
     const std::atomic<int>* g = stats_->connection_gauge(r);
     AddGauge(conns, {{"reactor", std::to_string(r)}},
              g ? static_cast<double>(g->load(std::memory_order_relaxed)) : 0.0);
+    if (const double cpu = stats_->ReactorCpuSeconds(r); cpu >= 0) {
+      AddCounter(busy, {{"reactor", std::to_string(r)}}, cpu);
+    }
   }
   auto pdu = Family("iscsigw_iscsi_pdus_total", "iSCSI PDUs by opcode and direction (rx, tx)",
                     MetricType::Counter);
@@ -222,7 +289,7 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
     AddCounter(f, {}, static_cast<double>(v));
     out.push_back(std::move(f));
   };
-  for (auto* f : {&cmds, &rbytes, &wbytes, &lat, &cc, &rc, &pdu, &login}) {
+  for (auto* f : {&cmds, &rbytes, &wbytes, &lat, &cc, &rc, &ua, &slat, &serr, &pdu, &login, &tmf}) {
     out.push_back(std::move(*f));
   }
   simple("iscsigw_iscsi_logouts_total", "Logout requests received", logouts);
@@ -233,13 +300,34 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
   simple("iscsigw_iscsi_nop_timeouts_total", "Connections dropped for an unanswered NOP-In",
          nop_timeouts);
   out.push_back(std::move(conns));
+  out.push_back(std::move(busy));
   if (sessions_) {
     auto sess =
         Family("iscsigw_iscsi_sessions", "Logged-in normal sessions per target", MetricType::Gauge);
-    for (const auto& [target, count] : sessions_()) {
-      AddGauge(sess, {{"target", target}}, static_cast<double>(count));
+    auto tconns =
+        Family("iscsigw_iscsi_connections",
+               "Full-feature phase connections of normal sessions per target", MetricType::Gauge);
+    for (const auto& [target, g] : sessions_()) {
+      AddGauge(sess, {{"target", target}}, static_cast<double>(g.sessions));
+      AddGauge(tconns, {{"target", target}}, static_cast<double>(g.connections));
     }
     out.push_back(std::move(sess));
+    out.push_back(std::move(tconns));
+  }
+  if (stores_) {
+    auto cap = Family("iscsigw_store_capacity_bytes", "Size of the LUN's backing store",
+                      MetricType::Gauge);
+    auto alloc = Family("iscsigw_store_allocated_bytes",
+                        "Bytes of the LUN's backing store that hold storage: ram chunks in use, a "
+                        "file's allocated blocks (st_blocks), 0 for a null store",
+                        MetricType::Gauge);
+    for (const StoreUsage& u : stores_()) {
+      const std::string lun = std::to_string(u.lun);
+      AddGauge(cap, {{"lun", lun}, {"target", u.target}}, static_cast<double>(u.capacity_bytes));
+      AddGauge(alloc, {{"lun", lun}, {"target", u.target}}, static_cast<double>(u.allocated_bytes));
+    }
+    out.push_back(std::move(cap));
+    out.push_back(std::move(alloc));
   }
   return out;
 }

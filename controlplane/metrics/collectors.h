@@ -1,7 +1,9 @@
 // Prometheus collectors for iscsigwd. They read state at scrape time only:
 //   StatsCollector   - sums the per-reactor counter shards of dataplane/runtime/stats.h (SCSI
-//                      commands, bytes, latency, iSCSI PDUs, logins, ...) plus gauges the caller
-//                      supplies through a callback (sessions per target).
+//                      commands, bytes, latency, iSCSI PDUs, logins, task management, backing
+//                      store I/O, ...), reads each reactor thread's CPU clock, and adds gauges the
+//                      caller supplies through callbacks (sessions and connections per target,
+//                      capacity and allocation per LUN).
 //   ProcessCollector - process_* metrics from /proc/self (CPU, resident memory, fds, start time).
 //   BuildInfoCollector - iscsigw_build_info{version,commit} 1.
 // Threading: Collect() runs on the exposer's HTTP threads; it takes Stats' mutex briefly and never
@@ -22,16 +24,31 @@ namespace iscsigw::metrics {
 
 class StatsCollector : public prometheus::Collectable {
  public:
-  // Sessions per target name, read at scrape (may be empty).
-  using SessionCounter = std::function<std::map<std::string, uint64_t>()>;
+  // Logged-in normal sessions and their connections per target name, read at scrape (may be
+  // empty).
+  struct TargetGauges {
+    uint64_t sessions = 0;
+    uint64_t connections = 0;
+  };
+  using SessionCounter = std::function<std::map<std::string, TargetGauges>()>;
+  // Size and allocation of every configured LUN's store, read at scrape (never on a reactor).
+  struct StoreUsage {
+    std::string target;
+    uint64_t lun = 0;
+    uint64_t capacity_bytes = 0;
+    uint64_t allocated_bytes = 0;
+  };
+  using StoreCounter = std::function<std::vector<StoreUsage>()>;
 
-  explicit StatsCollector(const runtime::Stats* stats, SessionCounter sessions = {})
-      : stats_(stats), sessions_(std::move(sessions)) {}
+  explicit StatsCollector(const runtime::Stats* stats, SessionCounter sessions = {},
+                          StoreCounter stores = {})
+      : stats_(stats), sessions_(std::move(sessions)), stores_(std::move(stores)) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   const runtime::Stats* stats_;
   SessionCounter sessions_;
+  StoreCounter stores_;
 };
 
 class ProcessCollector : public prometheus::Collectable {

@@ -19,7 +19,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsOptions
     return Status(StatusCode::kUnavailable,
                   "--metrics-listen " + options.listen + ": cannot listen: " + e.what());
   }
-  s->stats_ = std::make_shared<StatsCollector>(&runtime::Stats::Global(), options.sessions);
+  s->stats_ =
+      std::make_shared<StatsCollector>(&runtime::Stats::Global(), options.sessions, options.stores);
   s->process_ = std::make_shared<ProcessCollector>();
   s->build_ = std::make_shared<BuildInfoCollector>(options.version, options.commit);
   s->exposer_->RegisterCollectable(s->stats_);

@@ -20,6 +20,7 @@ struct MetricsOptions {
   std::string version;
   std::string commit;
   StatsCollector::SessionCounter sessions;
+  StatsCollector::StoreCounter stores;
 };
 
 class MetricsServer {

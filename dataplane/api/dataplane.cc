@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "dataplane/api/instrumented_store.h"
 #include "dataplane/api/lun_state_files.h"
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
@@ -436,6 +437,9 @@ Status Dataplane::Apply(const Config& config) {
       lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
       lc.state_store = impl_->lun_state ? impl_->lun_state->ForLun(t.name, l.id) : nullptr;
       lc.task_aborter = std::make_shared<GatewayTaskAborter>(impl_->gateway, t.name);
+      // Backing I/O latency and errors are counted per LUN around every store call.
+      store = std::make_shared<InstrumentedStore>(std::move(store),
+                                                  runtime::Stats::Global().ForLun(t.name, l.id));
       auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
       next[key] = Impl::LunEntry{l, lun};
       tc->info.luns.push_back(lun);
@@ -490,6 +494,17 @@ std::optional<uint64_t> Dataplane::LunSizeBytes(const std::string& target, uint3
   auto it = impl_->luns.find({target, lun});
   if (it == impl_->luns.end()) return std::nullopt;
   return it->second.lun->store().size_bytes();
+}
+
+std::vector<Dataplane::LunUsage> Dataplane::LunUsages() const {
+  std::lock_guard lock(impl_->config_mu);
+  std::vector<LunUsage> out;
+  out.reserve(impl_->luns.size());
+  for (const auto& [key, entry] : impl_->luns) {
+    backing::BackingStore& store = entry.lun->store();
+    out.push_back({key.first, key.second, store.size_bytes(), store.allocated_bytes()});
+  }
+  return out;
 }
 
 size_t Dataplane::connections() const {

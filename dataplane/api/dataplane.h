@@ -85,6 +85,16 @@ class Dataplane {
   std::optional<uint64_t> LunSizeBytes(const std::string& target, uint32_t lun) const;
   size_t connections() const;
 
+  // Size and storage in use of every configured LUN's store, for monitoring. Takes the
+  // configuration lock and may make a system call per file LUN (fstat); never call it per I/O.
+  struct LunUsage {
+    std::string target;
+    uint32_t lun = 0;
+    uint64_t capacity_bytes = 0;
+    uint64_t allocated_bytes = 0;
+  };
+  std::vector<LunUsage> LunUsages() const;
+
   std::vector<iscsi::SessionInfo> ListSessions() const;
   bool DropSession(uint16_t tsih);
   // Drops every session of `target` (all targets if empty) whose initiator is `initiator` (any

@@ -46,6 +46,9 @@ class BackingStore {
   // True when Unmap deallocates storage (thin provisioning: LBPME=1). Unmapped ranges always read
   // back as zeros (LBPRZ=1).
   virtual bool thin_provisioned() const { return false; }
+  // Bytes of storage the store holds now; a thick store holds all of size_bytes(). Any thread; may
+  // make a system call, so it is for monitoring (read at scrape), never for the I/O path.
+  virtual uint64_t allocated_bytes() const { return size_bytes(); }
   // Bytes (a power of two) of the unit in which Unmap deallocates; a partial unit is zeroed and
   // stays mapped.
   virtual uint64_t unmap_granularity() const { return 4096; }

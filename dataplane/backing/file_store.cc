@@ -239,6 +239,14 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
 FileStore::FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd)
     : path_(std::move(path)), size_bytes_(size_bytes), read_only_(read_only), fd_(fd) {}
 
+uint64_t FileStore::allocated_bytes() const {
+  if (!regular_file_) return size_bytes();
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return 0;
+  // stat(2): st_blocks counts 512-byte units whatever the file system's block size.
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
 int FileStore::Grow(uint64_t new_size_bytes) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return errno;

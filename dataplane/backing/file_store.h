@@ -71,6 +71,8 @@ class FileStore final : public BackingStore {
   // ReadModifyWrite run on the blocking pool, which posts the completion back to the slot; they
   // exclude unlocked writes through gate_ (while one runs, writes go through the pool too).
   bool thin_provisioned() const override { return regular_file_; }
+  // A regular file's allocated blocks (fstat st_blocks * 512); a block device's whole size.
+  uint64_t allocated_bytes() const override;
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        IoCompletion done) override;

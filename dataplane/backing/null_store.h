@@ -29,6 +29,7 @@ class NullStore final : public BackingStore {
 
   // Nothing is stored, so every block is deallocated and reads as zeros (LBPRZ).
   bool thin_provisioned() const override { return true; }
+  uint64_t allocated_bytes() const override { return 0; }
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        IoCompletion done) override;

@@ -63,7 +63,9 @@ class RamStore final : public BackingStore {
 
   // Bytes of chunk memory in use: grows on writes to unallocated or unmapped chunks, shrinks when
   // Unmap releases a whole chunk.
-  uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  uint64_t allocated_bytes() const override {
+    return allocated_bytes_.load(std::memory_order_relaxed);
+  }
 
  private:
   static constexpr uint64_t kLeafChunks = 1024;

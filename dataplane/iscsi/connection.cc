@@ -799,10 +799,21 @@ void Connection::CountCommand(const Task* t) {
   if (st.status == scsi::ScsiStatus::kCheckCondition && st.sense_len >= 3) {
     // SPC-4 4.5.2 / 4.5.3: descriptor format (72h/73h) keeps the key in byte 1, fixed in byte 2.
     const bool descriptor = (st.sense[0] & 0x7f) >= 0x72;
-    runtime::Add(shard->check_conditions[(descriptor ? st.sense[1] : st.sense[2]) & 0x0f], 1);
+    const uint8_t key = (descriptor ? st.sense[1] : st.sense[2]) & 0x0f;
+    runtime::Add(shard->check_conditions[key], 1);
+    if (key == 0x06) runtime::Add(shard->unit_attentions, 1);  // SPC-4 4.5.6 UNIT ATTENTION
   } else if (st.status == scsi::ScsiStatus::kReservationConflict) {
     runtime::Add(shard->reservation_conflicts, 1);
   }
+}
+
+void Connection::CountTmf(uint8_t function, uint8_t response) {
+  if (!runtime::Stats::Global().enabled()) return;
+  if (target_stats_ == nullptr) {
+    // Once per connection: a session's target never changes.
+    target_stats_ = runtime::Stats::Global().ForTarget(session_->target_name());
+  }
+  if (runtime::TargetShard* shard = target_stats_->shard(reactor_)) shard->Tmf(function, response);
 }
 
 void Connection::CountLogin(uint16_t status) {
@@ -978,6 +989,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       resp = TmfResponse::kNotSupported;
       break;
   }
+  CountTmf(h.tmf_function(), static_cast<uint8_t>(resp));
   ControlPdu* c = NewControl();
   c->hdr.SetOpcode(Opcode::kTaskMgmtResponse);
   c->hdr.SetFlags(0x80);

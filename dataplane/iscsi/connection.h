@@ -133,12 +133,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   void CountLogin(uint16_t status);
   void CountCommand(const Task* t);
+  void CountTmf(uint8_t function, uint8_t response);
 
   Gateway& gw_;
   const unsigned reactor_;
   runtime::ReactorShard* const stats_;  // this reactor's counters; written on this thread only
   // Per-LUN counter blocks of this connection's target, by LUN id, looked up on first use.
   std::array<runtime::LunStats*, 256> lun_stats_{};
+  // The counter block of this connection's target, looked up on the first task management request.
+  runtime::TargetStats* target_stats_ = nullptr;
   boost::asio::ip::tcp::socket socket_;
   const uint64_t id_;
   std::string peer_;

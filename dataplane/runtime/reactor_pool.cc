@@ -44,7 +44,12 @@ void ReactorPool::Start() {
       current_reactor = static_cast<int>(i);
       const std::string name = "reactor-" + std::to_string(i);
       pthread_setname_np(pthread_self(), name.c_str());
+      clockid_t clock{};
+      const bool timed = pthread_getcpuclockid(pthread_self(), &clock) == 0;
+      if (timed) Stats::Global().SetReactorClock(i, clock);
       r->io.run();
+      // The clock names this thread's id: withdraw it before the id can be reused.
+      if (timed) Stats::Global().ClearReactorClock(i);
     });
   }
 }

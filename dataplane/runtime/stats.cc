@@ -7,6 +7,10 @@ Stats& Stats::Global() {
   return *stats;
 }
 
+Stats::Stats() {
+  for (auto& c : reactor_clock_) c.store(kNoClock, std::memory_order_relaxed);
+}
+
 Stats::~Stats() {
   for (auto& r : reactor_) delete r.load(std::memory_order_relaxed);
 }
@@ -40,6 +44,32 @@ std::vector<const LunStats*> Stats::Luns() const {
   out.reserve(luns_.size());
   for (const auto& [key, s] : luns_) out.push_back(s.get());
   return out;
+}
+
+TargetStats* Stats::ForTarget(const std::string& target) {
+  std::lock_guard lock(mu_);
+  auto& slot = targets_[target];
+  if (!slot) {
+    const unsigned n = reactors_.load(std::memory_order_relaxed);
+    slot = std::make_unique<TargetStats>(target, n ? n : 1);
+  }
+  return slot.get();
+}
+
+std::vector<const TargetStats*> Stats::Targets() const {
+  std::lock_guard lock(mu_);
+  std::vector<const TargetStats*> out;
+  out.reserve(targets_.size());
+  for (const auto& [key, s] : targets_) out.push_back(s.get());
+  return out;
+}
+
+double Stats::ReactorCpuSeconds(unsigned i) const {
+  if (i >= kMaxReactors) return -1;
+  const clockid_t clock = reactor_clock_[i].load(std::memory_order_acquire);
+  timespec ts{};
+  if (clock == kNoClock || ::clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 }  // namespace iscsigw::runtime

@@ -15,6 +15,8 @@
 // switch is a relaxed bool read once per command.
 #pragma once
 
+#include <time.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -74,6 +76,12 @@ constexpr size_t LatencyBucket(uint64_t ns) {
   return i;
 }
 
+// Backing store operations (label `op`), timed from the call into the store to its completion.
+enum class StoreOp : uint8_t { kRead = 0, kWrite, kFlush, kUnmap, kReadModifyWrite };
+inline constexpr size_t kStoreOps = 5;
+inline constexpr std::array<const char*, kStoreOps> kStoreOpNames = {"read", "write", "flush",
+                                                                     "unmap", "read_modify_write"};
+
 // One reactor's share of one LUN's counters.
 struct alignas(64) LunShard {
   std::array<std::atomic<uint64_t>, kCmdClasses> commands{};
@@ -84,6 +92,12 @@ struct alignas(64) LunShard {
   std::array<std::atomic<uint64_t>, kCmdClasses> latency_sum_ns{};
   std::array<std::atomic<uint64_t>, 16> check_conditions{};  // by sense key
   std::atomic<uint64_t> reservation_conflicts{0};
+  // CHECK CONDITION with sense key UNIT ATTENTION: a pending unit attention reported (SAM-5 5.14).
+  std::atomic<uint64_t> unit_attentions{0};
+  // Backing store calls, written by the store's instrumentation on the calling reactor.
+  std::array<std::array<std::atomic<uint64_t>, kLatencyBuckets>, kStoreOps> store_latency{};
+  std::array<std::atomic<uint64_t>, kStoreOps> store_latency_sum_ns{};
+  std::atomic<uint64_t> store_errors{0};
 
   // Records one finished command. Reactor `slot` only.
   void Record(CmdClass cls, uint64_t bytes, uint64_t latency_ns) {
@@ -93,6 +107,14 @@ struct alignas(64) LunShard {
     if (cls == CmdClass::kWrite) Add(written_bytes, bytes);
     Add(latency[c][LatencyBucket(latency_ns)], 1);
     Add(latency_sum_ns[c], latency_ns);
+  }
+  // Records one finished backing store call; err is its errno value (0: success). Reactor `slot`
+  // only.
+  void RecordStoreIo(StoreOp op, uint64_t latency_ns, int err) {
+    const auto o = static_cast<size_t>(op);
+    Add(store_latency[o][LatencyBucket(latency_ns)], 1);
+    Add(store_latency_sum_ns[o], latency_ns);
+    if (err != 0) Add(store_errors, 1);
   }
 };
 
@@ -150,6 +172,57 @@ constexpr LoginResult LoginResultFor(uint16_t status) {
   }
 }
 
+// Task management functions (label `function`): RFC 7143 11.5.1 codes 1..8 at their own index,
+// anything else at 0 ("other", answered "Function rejected" or "not supported").
+inline constexpr size_t kTmfFunctions = 9;
+inline constexpr std::array<const char*, kTmfFunctions> kTmfFunctionNames = {
+    "other",          "abort_task",         "abort_task_set",    "clear_aca",
+    "clear_task_set", "logical_unit_reset", "target_warm_reset", "target_cold_reset",
+    "task_reassign"};
+constexpr size_t TmfFunctionIndex(uint8_t function) {
+  return function >= 1 && function <= 8 ? function : 0;
+}
+// Task management responses (label `response`): RFC 7143 11.6.1 codes 0..6 at their own index,
+// 255 (Function rejected) at 7.
+inline constexpr size_t kTmfResponses = 8;
+inline constexpr std::array<const char*, kTmfResponses> kTmfResponseNames = {
+    "function_complete",
+    "task_does_not_exist",
+    "lun_does_not_exist",
+    "task_still_allegiant",
+    "task_allegiance_reassignment_not_supported",
+    "not_supported",
+    "authorization_failed",
+    "function_rejected"};
+constexpr size_t TmfResponseIndex(uint8_t response) { return response <= 6 ? response : 7; }
+
+// One reactor's share of one target's counters.
+struct alignas(64) TargetShard {
+  std::array<std::array<std::atomic<uint64_t>, kTmfResponses>, kTmfFunctions> tmf{};
+
+  // Records one answered task management request. Reactor `slot` only.
+  void Tmf(uint8_t function, uint8_t response) {
+    Add(tmf[TmfFunctionIndex(function)][TmfResponseIndex(response)], 1);
+  }
+};
+
+// Per-target counter block: one shard per reactor.
+class TargetStats {
+ public:
+  TargetStats(std::string target, unsigned reactors)
+      : target_(std::move(target)), n_(reactors), shards_(new TargetShard[reactors]) {}
+  const std::string& target() const { return target_; }
+  unsigned shards() const { return n_; }
+  // Null for a reactor index beyond the count the block was sized for.
+  TargetShard* shard(unsigned slot) { return slot < n_ ? &shards_[slot] : nullptr; }
+  const TargetShard& shard_at(unsigned i) const { return shards_[i]; }
+
+ private:
+  const std::string target_;
+  const unsigned n_;
+  const std::unique_ptr<TargetShard[]> shards_;
+};
+
 // iSCSI PDU directions (label `direction`).
 inline constexpr std::array<const char*, 2> kDirectionNames = {"rx", "tx"};
 
@@ -190,6 +263,10 @@ class Stats {
   LunStats* ForLun(const std::string& target, uint64_t lun);
   // Every LUN block, for the collector. Takes mu_.
   std::vector<const LunStats*> Luns() const;
+  // The counter block of a target, created on first use. Any thread; takes mu_.
+  TargetStats* ForTarget(const std::string& target);
+  // Every target block, for the collector. Takes mu_.
+  std::vector<const TargetStats*> Targets() const;
 
   // The live connection count of reactor i (ReactorPool's own counter), or null.
   void SetConnectionGauge(unsigned i, const std::atomic<int>* gauge) {
@@ -199,10 +276,22 @@ class Stats {
     return i < kMaxReactors ? conn_gauge_[i].load(std::memory_order_acquire) : nullptr;
   }
 
+  // The CPU-time clock (pthread_getcpuclockid) of reactor i's thread while it runs. The reactor
+  // sets it when its thread starts and clears it before the thread exits; the collector reads the
+  // clock at scrape, so busy time costs the reactor nothing.
+  void SetReactorClock(unsigned i, clockid_t clock) {
+    if (i < kMaxReactors) reactor_clock_[i].store(clock, std::memory_order_release);
+  }
+  void ClearReactorClock(unsigned i) {
+    if (i < kMaxReactors) reactor_clock_[i].store(kNoClock, std::memory_order_release);
+  }
+  // Seconds of CPU time reactor i's thread has used, or a negative value when it is not running.
+  double ReactorCpuSeconds(unsigned i) const;
+
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void SetEnabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
-  Stats() = default;
+  Stats();
   Stats(const Stats&) = delete;
   Stats& operator=(const Stats&) = delete;
   ~Stats();
@@ -213,6 +302,9 @@ class Stats {
   std::atomic<unsigned> reactors_{0};
   std::array<std::atomic<const std::atomic<int>*>, kMaxReactors> conn_gauge_{};
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<LunStats>> luns_;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<TargetStats>> targets_;                 // guarded by mu_
+  static constexpr clockid_t kNoClock = -1;
+  std::array<std::atomic<clockid_t>, kMaxReactors> reactor_clock_;
   std::atomic<bool> enabled_{true};
 };
 

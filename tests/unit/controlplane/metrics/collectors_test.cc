@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
+#include <pthread.h>
+#include <time.h>
 
+#include <cerrno>
 #include <cmath>
 #include <map>
 #include <string>
@@ -115,7 +118,9 @@ TEST(StatsCollector, SumsReactorShards) {
   runtime::Add(stats.reactor(0)->logins[0], 2);
   std::atomic<int> conns{5};
   stats.SetConnectionGauge(1, &conns);
-  StatsCollector c(&stats, [] { return std::map<std::string, uint64_t>{{"t", 3}}; });
+  StatsCollector c(&stats, [] {
+    return std::map<std::string, StatsCollector::TargetGauges>{{"t", {3, 2}}};
+  });
   const auto fs = c.Collect();
   double scsi_rx = -1, r2t_tx = -1;
   for (const auto& m : FindFamily(fs, "iscsigw_iscsi_pdus_total").metric) {
@@ -133,11 +138,120 @@ TEST(StatsCollector, SumsReactorShards) {
   EXPECT_EQ(logins["success"], 2);
   EXPECT_EQ(logins["authentication_failure"], 1);
   EXPECT_EQ(logins["target_not_found"], 0);
-  const auto& conn = FindFamily(fs, "iscsigw_runtime_connections");
+  const auto& conn = FindFamily(fs, "iscsigw_reactor_connections");
   ASSERT_EQ(conn.metric.size(), 2u);
   EXPECT_EQ(conn.metric[1].gauge.value, 5);
   EXPECT_EQ(Label(conn.metric[1], "reactor"), "1");
   EXPECT_EQ(FindFamily(fs, "iscsigw_iscsi_sessions").metric[0].gauge.value, 3);
+  const auto& tconn = FindFamily(fs, "iscsigw_iscsi_connections");
+  ASSERT_EQ(tconn.metric.size(), 1u);
+  EXPECT_EQ(Label(tconn.metric[0], "target"), "t");
+  EXPECT_EQ(tconn.metric[0].gauge.value, 2);
+}
+
+TEST(StatsCollector, SumsTaskManagementByFunctionAndResponse) {
+  runtime::Stats stats;
+  stats.Configure(2);
+  runtime::TargetStats* ts = stats.ForTarget("iqn.2026-11.io.iscsigw:a");
+  EXPECT_EQ(stats.ForTarget("iqn.2026-11.io.iscsigw:a"), ts);
+  ts->shard(0)->Tmf(5, 0);  // LOGICAL UNIT RESET, Function complete
+  ts->shard(1)->Tmf(5, 0);
+  ts->shard(1)->Tmf(1, 1);       // ABORT TASK, Task does not exist
+  ts->shard(0)->Tmf(0x7f, 255);  // undefined function, Function rejected
+  EXPECT_EQ(ts->shard(2), nullptr);
+  const auto fs = StatsCollector(&stats).Collect();
+  const auto& f = FindFamily(fs, "iscsigw_iscsi_task_management_requests_total");
+  std::map<std::string, double> got;
+  for (const auto& m : f.metric) {
+    EXPECT_EQ(Label(m, "target"), "iqn.2026-11.io.iscsigw:a");
+    got[Label(m, "function") + "/" + Label(m, "response")] = m.counter.value;
+  }
+  // Only combinations that happened have a series.
+  EXPECT_EQ(got, (std::map<std::string, double>{{"logical_unit_reset/function_complete", 2},
+                                                {"abort_task/task_does_not_exist", 1},
+                                                {"other/function_rejected", 1}}));
+}
+
+TEST(TmfLabels, FollowRfc7143Codes) {
+  EXPECT_STREQ(runtime::kTmfFunctionNames[runtime::TmfFunctionIndex(1)], "abort_task");
+  EXPECT_STREQ(runtime::kTmfFunctionNames[runtime::TmfFunctionIndex(7)], "target_cold_reset");
+  EXPECT_STREQ(runtime::kTmfFunctionNames[runtime::TmfFunctionIndex(8)], "task_reassign");
+  EXPECT_STREQ(runtime::kTmfFunctionNames[runtime::TmfFunctionIndex(9)], "other");
+  EXPECT_STREQ(runtime::kTmfFunctionNames[runtime::TmfFunctionIndex(0)], "other");
+  EXPECT_STREQ(runtime::kTmfResponseNames[runtime::TmfResponseIndex(5)], "not_supported");
+  EXPECT_STREQ(runtime::kTmfResponseNames[runtime::TmfResponseIndex(6)], "authorization_failed");
+  EXPECT_STREQ(runtime::kTmfResponseNames[runtime::TmfResponseIndex(255)], "function_rejected");
+  EXPECT_STREQ(runtime::kTmfResponseNames[runtime::TmfResponseIndex(7)], "function_rejected");
+}
+
+TEST(StatsCollector, UnitAttentionsAndStoreIoPerLun) {
+  runtime::Stats stats;
+  stats.Configure(2);
+  runtime::LunStats* ls = stats.ForLun("iqn.2026-11.io.iscsigw:b", 0);
+  runtime::Add(ls->shard(0)->unit_attentions, 1);
+  runtime::Add(ls->shard(1)->unit_attentions, 2);
+  ls->shard(0)->RecordStoreIo(runtime::StoreOp::kWrite, 8'000, 0);           // le=1e-05
+  ls->shard(1)->RecordStoreIo(runtime::StoreOp::kWrite, 3'000'000, EIO);     // le=0.005
+  ls->shard(1)->RecordStoreIo(runtime::StoreOp::kFlush, 20'000'000'000, 0);  // +Inf
+  const auto fs = StatsCollector(&stats).Collect();
+  const std::string t = "iqn.2026-11.io.iscsigw:b";
+  EXPECT_EQ(Find(FindFamily(fs, "iscsigw_scsi_unit_attentions_total"), t, "0", "")->counter.value,
+            3);
+  EXPECT_EQ(Find(FindFamily(fs, "iscsigw_store_io_errors_total"), t, "0", "")->counter.value, 1);
+  const auto& lat = FindFamily(fs, "iscsigw_store_io_duration_seconds");
+  std::map<std::string, const ClientMetric::Histogram*> by_op;
+  for (const auto& m : lat.metric) by_op[Label(m, "op")] = &m.histogram;
+  // read and write always have a series; flush appeared with its call; unmap never happened.
+  ASSERT_EQ(by_op.size(), 3u);
+  ASSERT_TRUE(by_op.count("read") && by_op.count("write") && by_op.count("flush"));
+  EXPECT_EQ(by_op["read"]->sample_count, 0u);
+  const auto& w = *by_op["write"];
+  ASSERT_EQ(w.bucket.size(), runtime::kLatencyBuckets);
+  EXPECT_EQ(w.sample_count, 2u);
+  EXPECT_DOUBLE_EQ(w.sample_sum, 3'008'000e-9);
+  EXPECT_EQ(w.bucket[0].cumulative_count, 1u);  // le 10 us
+  EXPECT_EQ(w.bucket[7].cumulative_count, 1u);  // le 2.5 ms
+  EXPECT_EQ(w.bucket[8].cumulative_count, 2u);  // le 5 ms
+  EXPECT_EQ(by_op["flush"]->bucket[18].cumulative_count, 0u);
+  EXPECT_EQ(by_op["flush"]->bucket[19].cumulative_count, 1u);
+}
+
+TEST(StatsCollector, StoreGaugesFromTheCallback) {
+  runtime::Stats stats;
+  StatsCollector c(&stats, {}, [] {
+    return std::vector<StatsCollector::StoreUsage>{{"iqn.2026-11.io.iscsigw:c", 1, 1 << 30, 4096}};
+  });
+  const auto fs = c.Collect();
+  EXPECT_EQ(
+      Find(FindFamily(fs, "iscsigw_store_capacity_bytes"), "iqn.2026-11.io.iscsigw:c", "1", "")
+          ->gauge.value,
+      1 << 30);
+  EXPECT_EQ(
+      Find(FindFamily(fs, "iscsigw_store_allocated_bytes"), "iqn.2026-11.io.iscsigw:c", "1", "")
+          ->gauge.value,
+      4096);
+}
+
+TEST(StatsCollector, ReactorBusySecondsFromTheThreadCpuClock) {
+  runtime::Stats stats;
+  stats.Configure(2);
+  clockid_t clock{};
+  ASSERT_EQ(pthread_getcpuclockid(pthread_self(), &clock), 0);
+  stats.SetReactorClock(1, clock);
+  // Burn a little CPU on this thread so its clock is visibly above zero.
+  volatile uint64_t x = 0;
+  for (int i = 0; i < 2'000'000; ++i) x = x + i;
+  auto fs = StatsCollector(&stats).Collect();
+  const auto& busy = FindFamily(fs, "iscsigw_reactor_busy_seconds_total");
+  ASSERT_EQ(busy.metric.size(), 1u);  // reactor 0 has no running thread
+  EXPECT_EQ(Label(busy.metric[0], "reactor"), "1");
+  EXPECT_GT(busy.metric[0].counter.value, 0);
+  timespec own{};
+  ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own), 0);
+  EXPECT_LE(busy.metric[0].counter.value, own.tv_sec + own.tv_nsec / 1e9);
+  stats.ClearReactorClock(1);
+  fs = StatsCollector(&stats).Collect();
+  EXPECT_TRUE(FindFamily(fs, "iscsigw_reactor_busy_seconds_total").metric.empty());
 }
 
 TEST(LoginResultFor, MapsRfc7143StatusDetails) {

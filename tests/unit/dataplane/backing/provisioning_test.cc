@@ -191,6 +191,7 @@ TEST(RamStoreProvisioning, ReadModifyWriteIsAtomicAgainstWritersOnOtherThreads) 
 TEST(NullStoreProvisioning, EverythingIsDeallocated) {
   NullStore store(8 * kMiB);
   EXPECT_TRUE(store.thin_provisioned());
+  EXPECT_EQ(store.allocated_bytes(), 0u);
   Result r;
   store.Unmap(0, 0, 8 * kMiB, Record(&r));
   EXPECT_EQ(r.err, 0);
@@ -240,6 +241,8 @@ TEST_F(FileStoreProvisioningTest, UnmapPunchesAHoleThatReadsZeros) {
   Wait(w);
   ASSERT_EQ(w.err, 0);
   const uint64_t before = AllocatedBytes();
+  EXPECT_GE(before, 2 * kMiB);
+  EXPECT_EQ(store_->allocated_bytes(), before);  // what metrics report: st_blocks * 512
 
   Result u;
   store_->Unmap(0, 0, kMiB, Record(&u));
@@ -247,6 +250,7 @@ TEST_F(FileStoreProvisioningTest, UnmapPunchesAHoleThatReadsZeros) {
   Wait(u);
   ASSERT_EQ(u.err, 0);
   EXPECT_LE(AllocatedBytes() + kMiB, before);
+  EXPECT_EQ(store_->allocated_bytes(), AllocatedBytes());
 
   std::vector<uint8_t> back(2 * kMiB);
   Result r;

@@ -1,0 +1,102 @@
+// InstrumentedStore: a BackingStore that forwards every call to the store it wraps and records, in
+// the LUN's per-reactor counter shards (dataplane/runtime/stats.h), how long each data call took
+// from the call to its completion and whether it failed. Every LUN's store is wrapped in one, so
+// latency and errors are measured the same way for ram, null and file stores.
+//
+// What is timed: Read, Write, Flush, Unmap and ReadModifyWrite. MapRead (zero-copy reads of ram
+// and null stores), GetProvisioning, Prefetch and Grow pass through untimed: they move no data.
+// ENOTSUP ("this store does not offer that call") is not counted as an error.
+//
+// Threading: as BackingStore says, a call made with `slot` completes on reactor `slot`'s thread, so
+// each slot's pool of in-flight call records has exactly one user and needs no lock. A record is
+// allocated only when a slot has more calls in flight than ever before (bounded by the sessions'
+// command windows); the steady state allocates nothing. Records are freed with the store.
+// Calls with a slot beyond the LUN's shard count, or made while counting is off, are forwarded
+// without a record.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "dataplane/backing/backing_store.h"
+#include "dataplane/runtime/stats.h"
+
+namespace iscsigw::api {
+
+class InstrumentedStore final : public backing::BackingStore {
+ public:
+  // `stats` must outlive the store (runtime::Stats keeps LUN blocks for the life of the process).
+  InstrumentedStore(std::shared_ptr<backing::BackingStore> inner, runtime::LunStats* stats);
+  ~InstrumentedStore() override;
+  InstrumentedStore(const InstrumentedStore&) = delete;
+  InstrumentedStore& operator=(const InstrumentedStore&) = delete;
+
+  backing::BackingStore& inner() { return *inner_; }
+
+  std::string_view kind() const override { return inner_->kind(); }
+  uint64_t size_bytes() const override { return inner_->size_bytes(); }
+  bool persistent() const override { return inner_->persistent(); }
+  bool thin_provisioned() const override { return inner_->thin_provisioned(); }
+  uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
+  uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, backing::IoCompletion done) override {
+    inner_->Unmap(slot, offset, len, Begin(slot, runtime::StoreOp::kUnmap, done));
+  }
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       backing::IoCompletion done) override {
+    inner_->GetProvisioning(slot, offset, max_len, out, done);
+  }
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, backing::IoCompletion done) override {
+    inner_->ReadModifyWrite(slot, offset, scratch, fua, modify,
+                            Begin(slot, runtime::StoreOp::kReadModifyWrite, done));
+  }
+  void Prefetch(uint64_t offset, uint64_t len) override { inner_->Prefetch(offset, len); }
+  size_t MapRead(uint64_t offset, uint64_t len, std::span<backing::Segment> segs) override {
+    return inner_->MapRead(offset, len, segs);
+  }
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
+            backing::IoCompletion done) override {
+    inner_->Read(slot, offset, buf, Begin(slot, runtime::StoreOp::kRead, done));
+  }
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             backing::IoCompletion done) override {
+    inner_->Write(slot, offset, buf, fua, Begin(slot, runtime::StoreOp::kWrite, done));
+  }
+  void Flush(unsigned slot, backing::IoCompletion done) override {
+    inner_->Flush(slot, Begin(slot, runtime::StoreOp::kFlush, done));
+  }
+  int Grow(uint64_t new_size_bytes) override { return inner_->Grow(new_size_bytes); }
+
+  // Call records slot `slot` owns (in flight or free).
+  size_t RecordsForTest(unsigned slot) const;
+
+ private:
+  // One call in flight: who to tell, and when it started.
+  struct Call {
+    InstrumentedStore* store = nullptr;
+    backing::IoCompletion done;
+    uint64_t start_ns = 0;
+    unsigned slot = 0;
+    runtime::StoreOp op = runtime::StoreOp::kRead;
+    Call* next_free = nullptr;
+    Call* next_owned = nullptr;  // every record of the slot, for the destructor
+  };
+  // One reactor's records; cache-line aligned so reactors never share a line.
+  struct alignas(64) Slot {
+    Call* free = nullptr;
+    Call* owned = nullptr;
+  };
+
+  // The completion to hand the wrapped store: `done` itself when the call is not recorded.
+  backing::IoCompletion Begin(unsigned slot, runtime::StoreOp op, backing::IoCompletion done);
+  static void Finish(void* ctx, int err);
+
+  const std::shared_ptr<backing::BackingStore> inner_;
+  runtime::LunStats* const stats_;
+  const std::unique_ptr<Slot[]> slots_;  // slots_[i] used only on reactor i's thread
+};
+
+}  // namespace iscsigw::api
