@@ -247,6 +247,23 @@ class Initiator:
         last, block = struct.unpack(">II", data)
         return status, (last + 1) * block, sense
 
+    def task_management(self, function, lun=0, ref_itt=0xFFFFFFFF, ref_cmd_sn=0):
+        """Sends an immediate Task Management Function Request (RFC 7143 11.5; function 1 ABORT
+        TASK .. 8 TASK REASSIGN) and returns the Response field of the answer (11.6.1)."""
+        bhs = bytearray(48)
+        bhs[0] = 0x42
+        bhs[1] = 0x80 | function
+        bhs[9] = lun
+        struct.pack_into(">I", bhs, 16, self._next_itt())
+        struct.pack_into(">I", bhs, 20, ref_itt)
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        struct.pack_into(">I", bhs, 32, ref_cmd_sn)
+        self.send(bhs)
+        r = self.recv_skipping_nops()
+        assert r.opcode == 0x22, f"expected a Task Management Response, got 0x{r.opcode:02x}"
+        self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+        return r.bhs[2]
+
     def wait_async(self):
         """Returns (AsyncEvent, Parameter3) of the next Async Message."""
         pending = getattr(self, "async_events", [])

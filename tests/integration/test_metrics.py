@@ -5,9 +5,11 @@ Ports are chosen by the kernel; every wait polls with a deadline.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import unittest
@@ -15,11 +17,16 @@ import urllib.parse
 import urllib.request
 
 from harness import Daemon, IQN_PREFIX, simple_state, wait_for
-from iscsi_client import Initiator
+from iscsi_client import Initiator, sense_key_asc
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 TARGET = IQN_PREFIX + "metrics"
+# A target of its own for the store and task-management test, so its counts are exact.
+STORE_TARGET = IQN_PREFIX + "metrics-store"
+RAM_SIZE = 64 << 20
+NULL_SIZE = 32 << 20
+MIB = 1 << 20
 WRITES = 7   # WRITE(10) of one 512-byte block each
 READS = 5    # READ(10) of two blocks each
 
@@ -39,7 +46,12 @@ def free_port():
 class MetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.daemon = Daemon(state=simple_state("metrics")).start()
+        state = simple_state("metrics")
+        state["targets"].append(
+            {"name": STORE_TARGET, "allowAnyInitiator": True,
+             "luns": [{"id": 0, "ram": {}, "sizeBytes": str(RAM_SIZE), "blockSize": 512},
+                      {"id": 1, "null": {}, "sizeBytes": str(NULL_SIZE), "blockSize": 512}]})
+        cls.daemon = Daemon(state=state).start()
         cls.metrics = cls.daemon.ports["metrics"]
         cls.prom_dir = tempfile.mkdtemp(prefix="iscsigw-prom-")
         cls.prom = None
@@ -105,6 +117,10 @@ class MetricsTest(unittest.TestCase):
         # Process-wide counters may already hold the other tests' logins: measure from here.
         logins0 = self.counter('iscsigw_iscsi_logins_total{result="success"}')
         logouts0 = self.counter("iscsigw_iscsi_logouts_total")
+        before = self.scrape()
+        commands0 = sum_of(before, "iscsigw_iscsi_pdus_total", opcode="scsi_command",
+                           direction="rx")
+        data_in0 = sum_of(before, "iscsigw_iscsi_pdus_total", opcode="data_in", direction="tx")
         ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:metrics")
         ini.login(TARGET)
         # The first command of a new I_T nexus reports POWER ON (a unit attention): spend it on
@@ -145,8 +161,9 @@ class MetricsTest(unittest.TestCase):
         self.wait_value(f'iscsigw_scsi_command_duration_seconds_bucket{{{sel},class="write",le="+Inf"}}',
                         WRITES)
         self.wait_value('sum(iscsigw_iscsi_pdus_total{opcode="scsi_command",direction="rx"})',
-                        WRITES + READS + turs)
-        self.wait_value('sum(iscsigw_iscsi_pdus_total{opcode="data_in",direction="tx"})', READS)
+                        commands0 + WRITES + READS + turs)
+        self.wait_value('sum(iscsigw_iscsi_pdus_total{opcode="data_in",direction="tx"})',
+                        data_in0 + READS)
         self.wait_value('iscsigw_iscsi_logins_total{result="success"}', logins0 + 1)
         self.wait_value('iscsigw_iscsi_logouts_total', logouts0 + 1)
         if turs > 1:
@@ -172,11 +189,127 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(self.counter('iscsigw_iscsi_logins_total{result="target_not_found"}'),
                          before + 1)
 
+    def test_store_task_management_and_reactor_metrics(self):
+        def value(name, **labels):
+            return sample(self.scrape(), name, **labels)
+
+        t = STORE_TARGET
+        # Capacity is the configured size; nothing is allocated before the first write.
+        self.assertEqual(value("iscsigw_store_capacity_bytes", target=t, lun="0"), RAM_SIZE)
+        self.assertEqual(value("iscsigw_store_capacity_bytes", target=t, lun="1"), NULL_SIZE)
+        self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), 0)
+        self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="1"), 0)
+
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:metrics-store")
+        ini.login(t)
+        wait_for(lambda: value("iscsigw_iscsi_connections", target=t) == 1, 10,
+                 what="iscsigw_iscsi_connections 1")
+        self.assertEqual(value("iscsigw_iscsi_sessions", target=t), 1)
+        # Connections of the earlier tests close asynchronously: wait until only this one is left.
+        wait_for(lambda: sum_of(self.scrape(), "iscsigw_reactor_connections") == 1, 10,
+                 what="one connection placed on the reactors")
+
+        def drain_unit_attentions(lun):
+            # Every CHECK CONDITION before GOOD here is a unit attention being reported.
+            n = 0
+            while True:
+                status, sense = ini.test_unit_ready(lun)
+                if status == 0:
+                    return n
+                self.assertEqual(sense_key_asc(sense)[0], 6, sense.hex())
+                n += 1
+                self.assertLess(n, 5)
+
+        uas = drain_unit_attentions(0)  # power on / I_T nexus loss
+        self.assertGreaterEqual(uas, 1)
+
+        # One block in chunk 0 and one in chunk 2 of the ram store: two 1 MiB chunks allocated.
+        self.assertEqual(ini.write(0, 0, b"\x11" * 512)[0], 0)
+        self.assertEqual(ini.write(0, 2 * MIB // 512, b"\x22" * 512)[0], 0)
+        self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), 2 * MIB)
+        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="0",
+                               op="write"), 2)
+        # UNMAP (SBC-3 5.28) of all of chunk 0 gives it back.
+        params = struct.pack(">HH4xQI4x", 22, 16, 0, MIB // 512)
+        status, _, sense = ini._command(0, struct.pack(">B6xHB", 0x42, len(params), 0),
+                                        data=params)
+        self.assertEqual(status, 0, sense.hex())
+        self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), MIB)
+        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="0",
+                               op="unmap"), 1)
+        self.assertEqual(value("iscsigw_store_io_errors_total", target=t, lun="0"), 0)
+
+        tmf = "iscsigw_iscsi_task_management_requests_total"
+        self.assertIsNone(value(tmf, target=t, function="logical_unit_reset",
+                                response="function_complete"))
+        # RFC 7143 11.5.1: LOGICAL UNIT RESET (5) of LUN 0; ABORT TASK (1) of a task that never
+        # existed, with a RefCmdSN outside the window.
+        self.assertEqual(ini.task_management(5, lun=0), 0)
+        far = ini.cmd_sn + 1000
+        self.assertEqual(ini.task_management(1, lun=0, ref_itt=0x7777, ref_cmd_sn=far), 1)
+        self.assertEqual(value(tmf, target=t, function="logical_unit_reset",
+                               response="function_complete"), 1)
+        self.assertEqual(value(tmf, target=t, function="abort_task",
+                               response="task_does_not_exist"), 1)
+        self.assertEqual(sum_of(self.scrape(), tmf, target=t), 2)
+
+        # SAM-5 6.3: the reset raised a unit attention for this I_T nexus too.
+        after_reset = drain_unit_attentions(0)
+        self.assertEqual(after_reset, 1)
+        uas += after_reset
+        self.assertEqual(value("iscsigw_scsi_unit_attentions_total", target=t, lun="0"), uas)
+        self.assertEqual(value("iscsigw_scsi_check_conditions_total", target=t, lun="0",
+                               sense_key="unit_attention"), uas)
+        self.assertEqual(ini.logout(), 0)
+        ini.close()
+        wait_for(lambda: value("iscsigw_iscsi_connections", target=t) in (None, 0), 10,
+                 what="iscsigw_iscsi_connections 0")
+
+        text = self.scrape()
+        r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # Every reactor thread has run handlers (accepts, logins): its CPU clock is above zero.
+        reactors = sample_labels(text, "iscsigw_reactor_connections", "reactor")
+        self.assertGreaterEqual(len(reactors), 1)
+        for reactor in reactors:
+            busy = sample(text, "iscsigw_reactor_busy_seconds_total", reactor=reactor)
+            self.assertIsNotNone(busy, reactor)
+            self.assertGreaterEqual(busy, 0)
+        self.assertGreater(sum_of(text, "iscsigw_reactor_busy_seconds_total"), 0)
+
     def counter(self, series):
         for line in self.scrape().splitlines():
             if line.startswith(series + " "):
                 return float(line.split()[-1])
         return 0.0
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text, name):
+    """(labels, value) of every sample of `name` in a text exposition."""
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            yield dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+
+
+def sample(text, name, **labels):
+    """The value of the one sample of `name` whose labels include `labels`, or None."""
+    found = [v for l, v in samples(text, name) if all(l.get(k) == x for k, x in labels.items())]
+    assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
+    return found[0] if found else None
+
+
+def sum_of(text, name, **labels):
+    return sum(v for l, v in samples(text, name) if all(l.get(k) == x for k, x in labels.items()))
+
+
+def sample_labels(text, name, label):
+    return sorted({l[label] for l, _ in samples(text, name) if label in l})
 
 
 class JsonLogTest(unittest.TestCase):
