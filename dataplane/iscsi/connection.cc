@@ -265,9 +265,9 @@ bool Connection::AcceptCmdSn(const BhsView& h) {
   // RFC 7143 4.2.2.1: a non-immediate command outside [ExpCmdSN, MaxCmdSN] is silently ignored.
   // With one connection per session TCP keeps commands in order, so a CmdSN ahead of ExpCmdSN
   // can only come from a broken initiator; it is dropped as well rather than held forever.
-  ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_->tsih(),
-                   "dropping CmdSN {} (ExpCmdSN {}, MaxCmdSN {})", sn, session_->exp_cmd_sn(),
-                   session_->max_cmd_sn());
+  ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::debug,
+                      "{}dropping CmdSN {} (ExpCmdSN {}, MaxCmdSN {})", LogCtx(), sn,
+                      session_->exp_cmd_sn(), session_->max_cmd_sn());
   return false;
 }
 
@@ -1432,8 +1432,9 @@ void Connection::OnWritten(const boost::system::error_code& ec) {
   }
   sent_.clear();
   if (ec) {
-    ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, id_, session_ ? session_->tsih() : 0,
-                     "write failed: {}", ec.message());
+    if (log::Iscsi().should_log(spdlog::level::debug)) {
+      log::Iscsi().debug("{}write to {} failed: {}", LogCtx(), peer_, ec.message());
+    }
     Close();
     return;
   }
