@@ -1,5 +1,6 @@
 // Named loggers (pdu, iscsi, scsi, backing, ctl) over spdlog, the connection-scoped prefix
-// `[C<id> S<tsih> I<itt>]`, and a rate limiter for errors an initiator can cause at will.
+// `[C<id> S<tsih> ini=<initiator> tgt=<target>]` (ConnContext), and a rate limiter for errors an
+// initiator can cause at will.
 //
 // After Init every logger hands its lines to one async sink: a bounded queue drained by one
 // background thread. A full queue drops its oldest line (overrun_oldest), so a reactor that logs
@@ -122,11 +123,12 @@ struct fmt::formatter<iscsigw::log::ConnContext> {
   }
 };
 
-// Connection-scoped logging: ISCSIGW_LOG_CONN(logger, level, conn_id, tsih, fmt, args...)
-#define ISCSIGW_LOG_CONN(logger, lvl, cid, tsih, fmtstr, ...)                             \
-  do {                                                                                    \
-    auto& lg_ = (logger);                                                                 \
-    if (lg_.should_log(lvl)) lg_.log(lvl, "[C{} S{}] " fmtstr, cid, tsih, ##__VA_ARGS__); \
+// Connection-scoped logging with the level checked before anything is formatted:
+// ISCSIGW_LOG_CONN(logger, level, conn_context, fmt, args...) writes the ConnContext prefix.
+#define ISCSIGW_LOG_CONN(logger, lvl, conn_ctx, fmtstr, ...)                     \
+  do {                                                                           \
+    auto& lg_ = (logger);                                                        \
+    if (lg_.should_log(lvl)) lg_.log(lvl, "{}" fmtstr, conn_ctx, ##__VA_ARGS__); \
   } while (0)
 
 // Rate-limited logging of an initiator-caused error through `limiter` (a log::RateLimiter the

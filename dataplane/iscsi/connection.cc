@@ -1432,9 +1432,8 @@ void Connection::OnWritten(const boost::system::error_code& ec) {
   }
   sent_.clear();
   if (ec) {
-    if (log::Iscsi().should_log(spdlog::level::debug)) {
-      log::Iscsi().debug("{}write to {} failed: {}", LogCtx(), peer_, ec.message());
-    }
+    ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, LogCtx(), "write to {} failed: {}", peer_,
+                     ec.message());
     Close();
     return;
   }

@@ -76,6 +76,20 @@ TEST(RateLimiter, MacroWritesOneLineAndThenTheSuppressedCount) {
   EXPECT_EQ(out.str(), "[C2] reject 8\n");
 }
 
+TEST(Log, ConnMacroWritesTheContextAndSkipsDisabledLevels) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  sink->set_pattern("%v");
+  spdlog::logger lg("iscsi", sink);
+  lg.set_level(spdlog::level::info);
+  int formatted = 0;
+  auto counted = [&formatted] { return ++formatted; };
+  ISCSIGW_LOG_CONN(lg, spdlog::level::debug, (ConnContext{3, 1, "i", "t"}), "n {}", counted());
+  EXPECT_EQ(formatted, 0);  // arguments are not even evaluated below the level
+  ISCSIGW_LOG_CONN(lg, spdlog::level::info, (ConnContext{3, 1, "i", "t"}), "n {}", counted());
+  EXPECT_EQ(out.str(), "[C3 S1 ini=i tgt=t] n 1\n");
+}
+
 // Init, level changes and Shutdown share the process-wide loggers: one test walks through them.
 TEST(Log, AsyncSinkLevelsPerLoggerAndShutdownDrains) {
   std::ostringstream out;
