@@ -285,6 +285,23 @@ Disposition StartStopUnit(const Command& cmd) {
   const uint8_t power_condition = cdb[4] >> 4;
   const bool no_flush = (cdb[4] & 0x04) != 0;
   const bool start = (cdb[4] & 0x01) != 0;
+  // SBC-3 5.25, table 70: the reserved fields must be zero.
+  if ((cdb[1] & 0xFE) != 0) {
+    SetInvalidFieldInCdb(task, 1);
+    return Disposition::kDone;
+  }
+  if (cdb[2] != 0) {
+    SetInvalidFieldInCdb(task, 2);
+    return Disposition::kDone;
+  }
+  if ((cdb[3] & 0xF0) != 0) {
+    SetInvalidFieldInCdb(task, 3);
+    return Disposition::kDone;
+  }
+  if ((cdb[4] & 0x08) != 0) {
+    SetInvalidFieldInCdb(task, 4, 3);
+    return Disposition::kDone;
+  }
   // LOEJ (bit 1) asks to load/eject removable medium; the medium is not removable (RMB=0 in
   // INQUIRY) so there is nothing to load or eject.
   switch (power_condition) {

@@ -1,6 +1,7 @@
 // SANITIZE and the sanitize operation (SBC-3 5.19, SBC-4 4.11 / 5.30) through Engine::Execute, on a
 // RamStore whose write completions a test can hold back to see the operation in progress; and the
-// control mode page's SWP bit (SPC-4 7.5.8) that write-protects the LUN.
+// control mode page's SWP bit (SPC-4 7.5.8) that write-protects the LUN; START STOP UNIT's reserved
+// fields (SBC-3 5.25).
 #include "dataplane/scsi/sanitize.h"
 
 #include <gtest/gtest.h>
@@ -388,6 +389,22 @@ TEST_F(SanitizeTest, SwpIsChangeableAndWriteProtectsTheLun) {
   Write10(3, 0x44);
   ExpectGood();
   EXPECT_EQ(Read10(3), std::vector<uint8_t>(kBlock, 0x44));
+}
+
+// ---- START STOP UNIT ----------------------------------------------------------------------------
+
+TEST_F(SanitizeTest, StartStopUnitRefusesReservedFields) {
+  Run({0x1B, 0x01, 0, 0, 0x01, 0});  // IMMED, START
+  ExpectGood();
+  Run({0x1B, 0x02, 0, 0, 0x01, 0});  // byte 1 bits 7..1 reserved
+  ExpectInvalidFieldInCdb(1);
+  Run({0x1B, 0, 0x01, 0, 0x01, 0});  // byte 2 reserved
+  ExpectInvalidFieldInCdb(2);
+  Run({0x1B, 0, 0, 0x10, 0x01, 0});  // byte 3 bits 7..4 reserved
+  ExpectInvalidFieldInCdb(3);
+  Run({0x1B, 0, 0, 0, 0x09, 0});  // byte 4 bit 3 reserved
+  ExpectInvalidFieldInCdb(4);
+  EXPECT_EQ(task_.sense[15] & 0x0F, 0x08 | 3);  // BPV, bit 3
 }
 
 TEST(ModePagesSwp, SavedSwpRoundTrips) {
