@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Runs libiscsi's conformance suite (iscsi-test-cu -t ALL --dataloss) against a fresh iscsigwd and
-compares every test's result with tests/conformance/expectations.txt.
+"""Runs libiscsi's conformance suite (iscsi-test-cu -t ALL --dataloss --allow-sanitize) against a
+fresh iscsigwd and compares every test's result with tests/conformance/expectations.txt.
 
 Every test not listed there must PASS. A listed test carries the result it is expected to have
 (SKIP or FAIL) and the reason (spec section, scope decision, or libiscsi test bug). Any difference,
@@ -66,8 +66,8 @@ def main():
     # The URL twice: the multipath tests get two sessions (two I_T nexuses) to the same LUN.
     url = f"iscsi://{daemon.portal}/{TARGET}/0"
     try:
-        p = harness.run(["iscsi-test-cu", "--dataloss", "-t", "ALL", "-i", INITIATOR_1,
-                         "-I", INITIATOR_2, url, url], timeout=1800, check=False)
+        p = harness.run(["iscsi-test-cu", "--dataloss", "--allow-sanitize", "-t", "ALL",
+                         "-i", INITIATOR_1, "-I", INITIATOR_2, url, url], timeout=1800, check=False)
     finally:
         rc = daemon.stop()
     output = p.stdout + p.stderr
@@ -96,7 +96,7 @@ def main():
         if name not in seen:
             problems.append(f"{name}: listed in expectations.txt but not run by iscsi-test-cu")
     total = sum(counts.values())
-    print(f"iscsi-test-cu -t ALL --dataloss on a {args.store} LUN: {total} tests, "
+    print(f"iscsi-test-cu -t ALL --dataloss --allow-sanitize on a {args.store} LUN: {total} tests, "
           f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} really skipped")
     for name, result, msg in results:
         if result != "PASS":
