@@ -174,8 +174,9 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
                    "ATTENTION): power on, LUN reset, capacity or LUN inventory changed, ...",
                    MetricType::Counter);
   auto slat = Family("iscsigw_store_io_duration_seconds",
-                     "Time from a call into the backing store to its completion, by operation "
-                     "(zero-copy reads of ram and null stores make no call)",
+                     "Time from a call into a file backing store to its completion, by "
+                     "operation (ram and null stores complete in memory within the SCSI command "
+                     "and are not timed)",
                      MetricType::Histogram);
   auto serr = Family("iscsigw_store_io_errors_total",
                      "Backing store calls that completed with an error", MetricType::Counter);
@@ -201,12 +202,11 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
     AddCounter(ua, {{"lun", lun}, {"target", ls->target()}},
                static_cast<double>(s.unit_attentions));
     for (size_t o = 0; o < runtime::kStoreOps; ++o) {
-      // Read and write always have a series; the rarer operations appear with their first call.
-      const bool common = o == static_cast<size_t>(runtime::StoreOp::kRead) ||
-                          o == static_cast<size_t>(runtime::StoreOp::kWrite);
+      // A series appears with the first timed call of its operation: stores that are not timed
+      // (ram, null) and operations a LUN never sees add no empty histograms.
       uint64_t calls = 0;
       for (uint64_t b : s.store_latency[o]) calls += b;
-      if (!common && calls == 0) continue;
+      if (calls == 0) continue;
       AddMetric(slat, {{"lun", lun}, {"op", runtime::kStoreOpNames[o]}, {"target", ls->target()}})
           .histogram = Histogram(s.store_latency[o], s.store_latency_sum_ns[o]);
     }

@@ -437,9 +437,11 @@ Status Dataplane::Apply(const Config& config) {
       lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
       lc.state_store = impl_->lun_state ? impl_->lun_state->ForLun(t.name, l.id) : nullptr;
       lc.task_aborter = std::make_shared<GatewayTaskAborter>(impl_->gateway, t.name);
-      // Backing I/O latency and errors are counted per LUN around every store call.
+      // Backing I/O errors are counted per LUN around every store call, and the latency of the
+      // stores whose calls can wait (files); ram and null complete inline in memory.
       store = std::make_shared<InstrumentedStore>(std::move(store),
-                                                  runtime::Stats::Global().ForLun(t.name, l.id));
+                                                  runtime::Stats::Global().ForLun(t.name, l.id),
+                                                  l.backing == BackingKind::kFile);
       auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
       next[key] = Impl::LunEntry{l, lun};
       tc->info.luns.push_back(lun);

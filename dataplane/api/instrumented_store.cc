@@ -6,8 +6,8 @@
 namespace iscsigw::api {
 
 InstrumentedStore::InstrumentedStore(std::shared_ptr<backing::BackingStore> inner,
-                                     runtime::LunStats* stats)
-    : inner_(std::move(inner)), stats_(stats), slots_(new Slot[stats->shards()]) {}
+                                     runtime::LunStats* stats, bool timed)
+    : inner_(std::move(inner)), stats_(stats), timed_(timed), slots_(new Slot[stats->shards()]) {}
 
 InstrumentedStore::~InstrumentedStore() {
   for (unsigned i = 0; i < stats_->shards(); ++i) {
@@ -36,7 +36,7 @@ backing::IoCompletion InstrumentedStore::Begin(unsigned slot, runtime::StoreOp o
   }
   c->done = done;
   c->op = op;
-  c->start_ns = runtime::NowNs();
+  c->start_ns = timed_ ? runtime::NowNs() : 0;
   return backing::IoCompletion{&InstrumentedStore::Finish, c};
 }
 
@@ -44,7 +44,12 @@ void InstrumentedStore::Finish(void* ctx, int err) {
   Call* c = static_cast<Call*>(ctx);
   InstrumentedStore* self = c->store;
   if (runtime::LunShard* shard = self->stats_->shard(c->slot)) {
-    shard->RecordStoreIo(c->op, runtime::NowNs() - c->start_ns, err == ENOTSUP ? 0 : err);
+    const int counted = err == ENOTSUP ? 0 : err;
+    if (c->start_ns != 0) {
+      shard->RecordStoreIo(c->op, runtime::NowNs() - c->start_ns, counted);
+    } else if (counted != 0) {
+      runtime::Add(shard->store_errors, 1);
+    }
   }
   // The record goes back before the caller learns of the completion, which may issue the next
   // call on this slot at once.

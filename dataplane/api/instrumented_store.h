@@ -3,9 +3,12 @@
 // from the call to its completion and whether it failed. Every LUN's store is wrapped in one, so
 // latency and errors are measured the same way for ram, null and file stores.
 //
-// What is timed: Read, Write, Flush, Unmap and ReadModifyWrite. MapRead (zero-copy reads of ram
-// and null stores), GetProvisioning, Prefetch and Grow pass through untimed: they move no data.
-// ENOTSUP ("this store does not offer that call") is not counted as an error.
+// What is timed: Read, Write, Flush, Unmap and ReadModifyWrite of a store constructed `timed`.
+// MapRead (zero-copy reads of ram and null stores), GetProvisioning, Prefetch and Grow pass
+// through untimed: they move no data. Stores that complete every call inline in memory (ram, null)
+// are wrapped untimed: their call time is part of the SCSI command time already, and two clock
+// reads (~50 ns each on a virtual machine) would cost more than the call. Their errors are still
+// counted. ENOTSUP ("this store does not offer that call") is not counted as an error.
 //
 // Threading: as BackingStore says, a call made with `slot` completes on reactor `slot`'s thread, so
 // each slot's pool of in-flight call records has exactly one user and needs no lock. A record is
@@ -28,7 +31,8 @@ namespace iscsigw::api {
 class InstrumentedStore final : public backing::BackingStore {
  public:
   // `stats` must outlive the store (runtime::Stats keeps LUN blocks for the life of the process).
-  InstrumentedStore(std::shared_ptr<backing::BackingStore> inner, runtime::LunStats* stats);
+  InstrumentedStore(std::shared_ptr<backing::BackingStore> inner, runtime::LunStats* stats,
+                    bool timed = true);
   ~InstrumentedStore() override;
   InstrumentedStore(const InstrumentedStore&) = delete;
   InstrumentedStore& operator=(const InstrumentedStore&) = delete;
@@ -78,7 +82,7 @@ class InstrumentedStore final : public backing::BackingStore {
   struct Call {
     InstrumentedStore* store = nullptr;
     backing::IoCompletion done;
-    uint64_t start_ns = 0;
+    uint64_t start_ns = 0;  // 0: not timed
     unsigned slot = 0;
     runtime::StoreOp op = runtime::StoreOp::kRead;
     Call* next_free = nullptr;
@@ -96,6 +100,7 @@ class InstrumentedStore final : public backing::BackingStore {
 
   const std::shared_ptr<backing::BackingStore> inner_;
   runtime::LunStats* const stats_;
+  const bool timed_;
   const std::unique_ptr<Slot[]> slots_;  // slots_[i] used only on reactor i's thread
 };
 

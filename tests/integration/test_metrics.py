@@ -26,6 +26,7 @@ TARGET = IQN_PREFIX + "metrics"
 STORE_TARGET = IQN_PREFIX + "metrics-store"
 RAM_SIZE = 64 << 20
 NULL_SIZE = 32 << 20
+FILE_SIZE = 16 << 20
 MIB = 1 << 20
 WRITES = 7   # WRITE(10) of one 512-byte block each
 READS = 5    # READ(10) of two blocks each
@@ -46,14 +47,17 @@ def free_port():
 class MetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        cls.prom_dir = tempfile.mkdtemp(prefix="iscsigw-prom-")
         state = simple_state("metrics")
         state["targets"].append(
             {"name": STORE_TARGET, "allowAnyInitiator": True,
              "luns": [{"id": 0, "ram": {}, "sizeBytes": str(RAM_SIZE), "blockSize": 512},
-                      {"id": 1, "null": {}, "sizeBytes": str(NULL_SIZE), "blockSize": 512}]})
+                      {"id": 1, "null": {}, "sizeBytes": str(NULL_SIZE), "blockSize": 512},
+                      {"id": 2, "file": {"path": os.path.join(cls.prom_dir, "lun2.img"),
+                                         "create": True},
+                       "sizeBytes": str(FILE_SIZE), "blockSize": 512}]})
         cls.daemon = Daemon(state=state).start()
         cls.metrics = cls.daemon.ports["metrics"]
-        cls.prom_dir = tempfile.mkdtemp(prefix="iscsigw-prom-")
         cls.prom = None
 
     @classmethod
@@ -199,6 +203,9 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value("iscsigw_store_capacity_bytes", target=t, lun="1"), NULL_SIZE)
         self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), 0)
         self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="1"), 0)
+        self.assertEqual(value("iscsigw_store_capacity_bytes", target=t, lun="2"), FILE_SIZE)
+        file_alloc0 = value("iscsigw_store_allocated_bytes", target=t, lun="2")
+        self.assertIsNotNone(file_alloc0)
 
         ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:metrics-store")
         ini.login(t)
@@ -227,16 +234,29 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(ini.write(0, 0, b"\x11" * 512)[0], 0)
         self.assertEqual(ini.write(0, 2 * MIB // 512, b"\x22" * 512)[0], 0)
         self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), 2 * MIB)
-        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="0",
-                               op="write"), 2)
+        # Ram stores complete in memory and are not timed; a file store's calls are.
+        self.assertIsNone(value("iscsigw_store_io_duration_seconds_count", target=t, lun="0",
+                                op="write"))
+        drain_unit_attentions(2)
+        for i in range(3):
+            self.assertEqual(ini.write(2, 64 * i, bytes([i + 1]) * 4096)[0], 0)
+        self.assertEqual(ini.read(2, 0, 8)[0], 0)
+        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="2",
+                               op="write"), 3)
+        self.assertEqual(value("iscsigw_store_io_duration_seconds_bucket", target=t, lun="2",
+                               op="write", le="+Inf"), 3)
+        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="2",
+                               op="read"), 1)
+        self.assertEqual(value("iscsigw_store_io_errors_total", target=t, lun="2"), 0)
+        # st_blocks of the sparse file: at least the 12 KiB just written.
+        self.assertGreaterEqual(value("iscsigw_store_allocated_bytes", target=t, lun="2"),
+                                file_alloc0 + 3 * 4096)
         # UNMAP (SBC-3 5.28) of all of chunk 0 gives it back.
         params = struct.pack(">HH4xQI4x", 22, 16, 0, MIB // 512)
         status, _, sense = ini._command(0, struct.pack(">B6xHB", 0x42, len(params), 0),
                                         data=params)
         self.assertEqual(status, 0, sense.hex())
         self.assertEqual(value("iscsigw_store_allocated_bytes", target=t, lun="0"), MIB)
-        self.assertEqual(value("iscsigw_store_io_duration_seconds_count", target=t, lun="0",
-                               op="unmap"), 1)
         self.assertEqual(value("iscsigw_store_io_errors_total", target=t, lun="0"), 0)
 
         tmf = "iscsigw_iscsi_task_management_requests_total"

@@ -144,6 +144,20 @@ TEST_F(InstrumentedStoreTest, AsynchronousCompletionsReachTheirCallersAndRecords
   EXPECT_EQ(Calls(lun_->shard_at(1), StoreOp::kWrite), 6u);
 }
 
+TEST_F(InstrumentedStoreTest, UntimedStoreCountsErrorsOnly) {
+  auto fake = std::make_shared<FakeStore>();
+  InstrumentedStore store(fake, lun_, /*timed=*/false);
+  std::vector<uint8_t> data(512);
+  Result r, f;
+  store.Read(0, 0, data, Record(&r));
+  store.Flush(0, Record(&f));
+  EXPECT_EQ(r.err, 0);
+  EXPECT_EQ(f.err, EIO);
+  EXPECT_EQ(Calls(lun_->shard_at(0), StoreOp::kRead), 0u);
+  EXPECT_EQ(Calls(lun_->shard_at(0), StoreOp::kFlush), 0u);
+  EXPECT_EQ(runtime::Get(lun_->shard_at(0).store_errors), 1u);
+}
+
 TEST_F(InstrumentedStoreTest, SlotBeyondTheShardsIsForwardedUnrecorded) {
   InstrumentedStore store(std::make_shared<backing::RamStore>(kMiB), lun_);
   std::vector<uint8_t> data(512, 1);
