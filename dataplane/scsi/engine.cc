@@ -124,6 +124,14 @@ void Nexus::ClearUnitAttentions(uint64_t lun_id) {
   s.pending.clear();
 }
 
+void Nexus::ClearUnitAttention(Lun& lun, UnitAttention ua) {
+  if (lun.id() >= kMaxLuns) return;
+  PerLun& s = Slot(lun.id());
+  Sync(lun, s);
+  std::erase_if(s.pending,
+                [ua](const UnitAttention& p) { return p.asc == ua.asc && p.ascq == ua.ascq; });
+}
+
 // ---------------------------------------------------------------------------------------------
 // TargetInfo
 

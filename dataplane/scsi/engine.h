@@ -153,6 +153,9 @@ class Nexus {
   void AddUnitAttention(uint64_t lun_id, UnitAttention ua);
   // Clears every pending unit attention of this nexus for lun_id (e.g. after a reset it issued).
   void ClearUnitAttentions(uint64_t lun_id);
+  // Clears the pending unit attentions of this nexus for `lun` that equal `ua` (REPORT LUNS and
+  // REPORTED LUNS DATA HAS CHANGED, SPC-4 6.33).
+  void ClearUnitAttention(Lun& lun, UnitAttention ua);
 
   // EXTENDED COPY records (xcopy.cc). At most kMaxCopies copies run at once per nexus; finished
   // records with held data are kept until reported or until a new copy needs the slot.

@@ -301,6 +301,13 @@ Disposition ReportLuns(const Command& cmd) {
       ++count;
     }
   }
+  if (list_luns && task.nexus != nullptr) {
+    // SPC-4 6.33: the initiator now has the current inventory, so a pending REPORTED LUNS DATA
+    // HAS CHANGED unit attention of this I_T nexus is cleared on every logical unit.
+    for (const auto& lun : cmd.target.luns) {
+      if (lun != nullptr) task.nexus->ClearUnitAttention(*lun, UnitAttention{0x3F, 0x0E});
+    }
+  }
   StoreBe32(data, static_cast<uint32_t>(8 * count));  // LUN LIST LENGTH
   ReturnData(task, data, 8 + 8 * count, alloc);
   return Disposition::kDone;

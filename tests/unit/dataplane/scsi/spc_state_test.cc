@@ -269,6 +269,26 @@ std::vector<Descriptor> ParseAll(const std::vector<uint8_t>& d, bool rctd) {
   return out;
 }
 
+TEST_F(SpcStateTest, ReportLunsClearsReportedLunsDataChangedForItsNexusOnly) {
+  Nexus a("iqn.a,i,0x1", 1), b("iqn.b,i,0x2", 1);
+  Login(a);
+  Login(b);
+  lun().RaiseUnitAttention(UnitAttention{0x3F, 0x0E}, nullptr);
+  lun().RaiseUnitAttention(UnitAttention{0x2A, 0x09}, nullptr);
+  Run(a, {0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0});  // REPORT LUNS: no unit attention reported
+  ExpectGood();
+  Run(a, {0x00, 0, 0, 0, 0, 0});  // only CAPACITY DATA HAS CHANGED is left for a
+  ASSERT_EQ(task_.status, ScsiStatus::kCheckCondition);
+  EXPECT_EQ(task_.sense[12], 0x2A);
+  EXPECT_EQ(task_.sense[13], 0x09);
+  Run(a, {0x00, 0, 0, 0, 0, 0});
+  ExpectGood();
+  Run(b, {0x00, 0, 0, 0, 0, 0});  // b has not asked: it still learns of the change
+  ASSERT_EQ(task_.status, ScsiStatus::kCheckCondition);
+  EXPECT_EQ(task_.sense[12], 0x3F);
+  EXPECT_EQ(task_.sense[13], 0x0E);
+}
+
 TEST_F(SpcStateTest, RsocAllListsEveryCommandOfTheTable) {
   Run(a_, {0xA3, 0x0C, 0x00, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0});
   ExpectGood();
