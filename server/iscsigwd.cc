@@ -66,6 +66,11 @@ int Run(int argc, char** argv) {
 
   log::Init(spdlog::level::from_str(flags.log_level),
             flags.log_format == "json" ? log::Format::kJson : log::Format::kText);
+  // Every return below, early failures included, drains the log queue in order first: the line
+  // saying why the start failed is the one the operator needs.
+  struct LogDrain {
+    ~LogDrain() { log::Shutdown(); }
+  } log_drain;
   auto& ctl = log::Ctl();
 
   if (::mkdir(flags.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -191,7 +196,6 @@ int Run(int argc, char** argv) {
   grpc_server.value()->Shutdown();
   dataplane.Stop();
   ctl.info("stopped");
-  log::Shutdown();
   return 0;
 }
 
