@@ -437,6 +437,9 @@ Status Dataplane::Apply(const Config& config) {
       lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
       lc.state_store = impl_->lun_state ? impl_->lun_state->ForLun(t.name, l.id) : nullptr;
       lc.task_aborter = std::make_shared<GatewayTaskAborter>(impl_->gateway, t.name);
+      lc.post = [pool = &impl_->pool](unsigned slot, std::function<void()> fn) {
+        asio::post(pool->context(slot), std::move(fn));
+      };
       // Backing I/O errors are counted per LUN around every store call, and the latency of the
       // stores whose calls can wait (files); ram and null complete inline in memory.
       store = std::make_shared<InstrumentedStore>(std::move(store),

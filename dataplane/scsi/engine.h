@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,11 @@ struct LunConfig {
   std::shared_ptr<LunStateStore> state_store;
   // Aborts other nexuses' tasks for PREEMPT AND ABORT; null: only the registrations are preempted.
   std::shared_ptr<TaskAborter> task_aborter;
+  // Runs fn later, in a fresh turn of reactor `slot`'s event loop. Long operations (SANITIZE,
+  // WRITE SAME, VERIFY, EXTENDED COPY) on stores that complete inline give the reactor back through
+  // it between pieces; empty: they run to the end in one turn (tests).
+  using PostFn = std::function<void(unsigned slot, std::function<void()> fn)>;
+  PostFn post;
 };
 
 // Additional sense code + qualifier of a unit attention.

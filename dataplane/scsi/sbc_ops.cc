@@ -159,6 +159,7 @@ void StartFill(const Command& cmd, uint64_t offset, uint64_t len, std::span<cons
     SetCheckCondition(cmd.task, SenseKey::kHardwareError, Asc::kInternalTargetFailure);
     return cmd.task.Complete();
   }
+  op->YieldThrough(cmd.lun->config().post, cmd.task.slot);
   op->Start();
 }
 
@@ -169,6 +170,7 @@ void StartReadRange(const Command& cmd, uint64_t offset, uint64_t len, RangeVisi
     SetCheckCondition(cmd.task, SenseKey::kHardwareError, Asc::kInternalTargetFailure);
     return cmd.task.Complete();
   }
+  op->YieldThrough(cmd.lun->config().post, cmd.task.slot);
   op->Start();
 }
 

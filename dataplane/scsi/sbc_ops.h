@@ -56,9 +56,21 @@ void StartReadRange(const Command& cmd, uint64_t offset, uint64_t len, RangeVisi
 
 // Runs store calls one after another without growing the stack when they complete inline
 // (RamStore, NullStore): a completion that arrives during Issue() only records its result and the
-// loop in Run() goes on; one that arrives later resumes the loop itself. Used by the copy manager
-// (xcopy.cc) too.
+// loop in Run() goes on; one that arrives later resumes the loop itself. After kYieldPieces inline
+// completions in a row the loop goes on in a later turn of the reactor (LunConfig::post), so one
+// command never holds a reactor for more than a few milliseconds. Used by SANITIZE
+// (sbc_sanitize.cc) and the copy manager (xcopy.cc) too.
 class Pump {
+ public:
+  static constexpr unsigned kYieldPieces = 8;
+
+  // Lets Run() yield through `post` (may be empty) on reactor `slot`; `post` outlives the
+  // operation (it lives in the LUN's config).
+  void YieldThrough(const LunConfig::PostFn& post, unsigned slot) {
+    post_ = &post;
+    slot_ = slot;
+  }
+
  protected:
   virtual ~Pump() = default;
   // Starts the next store call with completion OnDone(this); returns false when there is none.
@@ -79,6 +91,10 @@ class Pump {
       issuing_ = false;
       if (!inline_done_) return;  // OnDone resumes
       if (!Done(err_)) return Finish();
+      if (post_ != nullptr && *post_ && ++streak_ == kYieldPieces) {
+        streak_ = 0;
+        return (*post_)(slot_, [this] { Run(); });
+      }
     }
   }
   static void OnDone(void* ctx, int err) {
@@ -88,6 +104,7 @@ class Pump {
       self->inline_done_ = true;
       return;
     }
+    self->streak_ = 0;  // the store gave the reactor back already
     if (!self->Done(err)) return self->Finish();
     self->Run();
   }
@@ -96,6 +113,9 @@ class Pump {
   bool issuing_ = false;
   bool inline_done_ = false;
   int err_ = 0;
+  const LunConfig::PostFn* post_ = nullptr;
+  unsigned slot_ = 0;
+  unsigned streak_ = 0;  // inline completions since the reactor last ran something else
 };
 
 // Offset of the first byte where a and b differ, or n when they are equal.

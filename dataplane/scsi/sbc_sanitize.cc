@@ -44,15 +44,18 @@ void SetCheckConditionWithProgress(Task& task, SenseKey key, Asc asc, uint16_t p
   task.sense[17] = static_cast<uint8_t>(progress);
 }
 
-// One sanitize operation over the whole medium. Runs on reactor `slot`; deletes itself at the end.
-class SanitizeOp {
+// One sanitize operation over the whole medium. Runs on reactor `slot`, a piece at a time through
+// the Pump (sbc_ops.h), which gives the reactor back between pieces; deletes itself at the end.
+class SanitizeOp final : public Pump {
  public:
   SanitizeOp(std::shared_ptr<Lun> keep, Lun& lun, unsigned slot, bool erase)
       : keep_(std::move(keep)),
         lun_(lun),
         slot_(slot),
         erase_(erase),
-        end_(lun.num_blocks() * lun.block_size()) {}
+        end_(lun.num_blocks() * lun.block_size()) {
+    YieldThrough(lun.config().post, slot);
+  }
 
   // The buffer OVERWRITE repeats (kWritePiece bytes); null for BLOCK ERASE.
   uint8_t* AllocPattern() {
@@ -61,27 +64,13 @@ class SanitizeOp {
   }
   // With IMMED=0 the command completes when the operation ends.
   void SetWaiter(Task* task) { waiter_ = task; }
-
-  void Run() {
-    for (;;) {
-      issuing_ = true;
-      inline_done_ = false;
-      if (!Issue()) {
-        issuing_ = false;
-        return Finish(0);
-      }
-      issuing_ = false;
-      if (!inline_done_) return;  // OnDone resumes
-      if (err_ != 0) return Finish(err_);
-      Advance();
-    }
-  }
+  void Start() { Run(); }
 
  private:
   // Starts the next store call; false when the medium is done (flushed).
-  bool Issue() {
+  bool Issue() override {
     backing::BackingStore& store = lun_.store();
-    const backing::IoCompletion done{OnDone, this};
+    const backing::IoCompletion done{OnDone, static_cast<Pump*>(this)};
     if (pos_ >= end_) {
       if (flushed_) return false;
       flushed_ = true;
@@ -101,26 +90,19 @@ class SanitizeOp {
                 done);
     return true;
   }
-  void Advance() {
+  bool Done(int err) override {
+    if (err != 0) {
+      err_ = err;
+      return false;
+    }
     pos_ += piece_;
     const uint64_t done = std::min(pos_, end_);
     lun_.sanitize().SetProgress(end_ == 0 ? 0xFFFF : static_cast<uint16_t>((done * 0xFFFF) / end_));
+    return true;
   }
-  // Not inlined into Run(): the compiler cannot see that issuing_ keeps an inline completion from
-  // reaching Finish(), and would warn about a use after delete.
-  [[gnu::noinline]] static void OnDone(void* ctx, int err) {
-    auto* self = static_cast<SanitizeOp*>(ctx);
-    self->err_ = err;
-    if (self->issuing_) {
-      self->inline_done_ = true;
-      return;
-    }
-    if (err != 0) return self->Finish(err);
-    self->Advance();
-    self->Run();
-  }
-  void Finish(int err) {
+  void Finish() override {
     // SBC-4 4.11.5: a failed operation leaves the LUN in sanitize failure mode.
+    const int err = err_;
     lun_.sanitize().End(err == 0);
     Task* waiter = waiter_;
     if (waiter != nullptr && err != 0) SetStoreError(*waiter, err, true);
@@ -138,9 +120,7 @@ class SanitizeOp {
   uint64_t pos_ = 0;
   uint64_t piece_ = 0;
   bool flushed_ = false;
-  bool issuing_ = false;
-  bool inline_done_ = false;
-  int err_ = 0;
+  int err_ = 0;  // the store error that ended the operation
 };
 
 }  // namespace
@@ -306,11 +286,11 @@ Disposition Sanitize(const Command& cmd) {
   if (immed) {
     // SBC-3 5.19.1: IMMED=1 returns status once the CDB and parameter list are validated; the
     // operation goes on, reported through NOT READY / SANITIZE IN PROGRESS.
-    op->Run();
+    op->Start();
     return Disposition::kDone;
   }
   op->SetWaiter(&task);
-  op->Run();
+  op->Start();
   return Disposition::kPending;
 }
 

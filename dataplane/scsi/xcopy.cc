@@ -274,7 +274,8 @@ class CopyOp final : public Pump {
       : task_(task), plan_(std::move(plan)), record_(record) {}
 
   // Allocates the bounce buffer and runs the copy; always completes the task.
-  void Start() {
+  void Start(const Lun& addressed) {
+    YieldThrough(addressed.config().post, task_.slot);
     buf_.reset(new (std::nothrow) uint8_t[kPieceBytes]);
     if (buf_ == nullptr) {
       SetCheckCondition(task_, SenseKey::kHardwareError, Asc::kInternalTargetFailure);
@@ -507,7 +508,7 @@ Disposition ExtendedCopy(const Command& cmd) {
     SetCheckCondition(task, SenseKey::kHardwareError, Asc::kInternalTargetFailure);
     return Disposition::kDone;
   }
-  op->Start();
+  op->Start(*cmd.lun);
   return Disposition::kPending;
 }
 
