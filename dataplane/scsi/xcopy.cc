@@ -445,6 +445,17 @@ size_t OperatingParameters(const Lun& lun, uint8_t* d) {
   return kLen;
 }
 
+// A third-party copy descriptor (SPC-4 7.8.17.1) whose body is a one-byte list length and the
+// list, padded to a multiple of four bytes; returns its length.
+size_t PutListDescriptor(uint8_t* t, uint16_t type, const uint8_t* list, size_t n) {
+  const size_t len = (5 + n + 3) & ~size_t{3};
+  StoreBe16(t, type);
+  StoreBe16(t + 2, static_cast<uint16_t>(len - 4));
+  t[4] = static_cast<uint8_t>(n);
+  std::memcpy(t + 5, list, n);
+  return len;
+}
+
 }  // namespace
 
 Disposition ExtendedCopy(const Command& cmd) {
@@ -585,25 +596,16 @@ size_t VpdThirdPartyCopy(const Command& cmd, uint8_t* d) {
   std::memset(d, 0, kThirdPartyCopyVpdMax);
   d[1] = 0x8F;
   size_t pos = 4;
-  // Supported Commands (0001h): THIRD-PARTY COPY OUT / IN with their service actions; each
-  // descriptor is padded to a multiple of four bytes.
-  {
-    uint8_t* t = d + pos;
-    constexpr uint8_t kList[] = {kThirdPartyCopyOut,
-                                 1,
-                                 kSaExtendedCopyLid1,
-                                 kThirdPartyCopyIn,
-                                 3,
-                                 kSaCopyStatusLid1,
-                                 kSaOperatingParameters,
-                                 kSaFailedSegmentDetailsLid1};
-    const size_t len = (5 + sizeof(kList) + 3) & ~size_t{3};
-    StoreBe16(t, 0x0001);
-    StoreBe16(t + 2, static_cast<uint16_t>(len - 4));
-    t[4] = sizeof(kList);
-    std::memcpy(t + 5, kList, sizeof(kList));
-    pos += len;
-  }
+  // Supported Commands (0001h): THIRD-PARTY COPY OUT / IN with their service actions.
+  constexpr uint8_t kCommands[] = {kThirdPartyCopyOut,
+                                   1,
+                                   kSaExtendedCopyLid1,
+                                   kThirdPartyCopyIn,
+                                   3,
+                                   kSaCopyStatusLid1,
+                                   kSaOperatingParameters,
+                                   kSaFailedSegmentDetailsLid1};
+  pos += PutListDescriptor(d + pos, 0x0001, kCommands, sizeof(kCommands));
   // Parameter Data (0004h).
   {
     uint8_t* t = d + pos;
@@ -616,15 +618,8 @@ size_t VpdThirdPartyCopy(const Command& cmd, uint8_t* d) {
     pos += 32;
   }
   // Supported Descriptors (0008h).
-  {
-    uint8_t* t = d + pos;
-    const size_t len = (5 + sizeof(kImplementedDescriptors) + 3) & ~size_t{3};
-    StoreBe16(t, 0x0008);
-    StoreBe16(t + 2, static_cast<uint16_t>(len - 4));
-    t[4] = sizeof(kImplementedDescriptors);
-    std::memcpy(t + 5, kImplementedDescriptors, sizeof(kImplementedDescriptors));
-    pos += len;
-  }
+  pos +=
+      PutListDescriptor(d + pos, 0x0008, kImplementedDescriptors, sizeof(kImplementedDescriptors));
   // Supported CSCD Descriptor IDs (000Ch): none (no CSCD descriptor ID addressing).
   {
     uint8_t* t = d + pos;

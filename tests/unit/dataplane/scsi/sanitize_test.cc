@@ -19,6 +19,7 @@
 #include "dataplane/scsi/mode_pages.h"
 #include "dataplane/scsi/sense.h"
 #include "dataplane/scsi/task.h"
+#include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
 namespace {
@@ -93,7 +94,7 @@ class HoldStore final : public backing::BackingStore {
 
 class SanitizeTest : public ::testing::Test {
  protected:
-  SanitizeTest() : nexus_("iqn.test,i,0x1", 1), other_("iqn.other,i,0x2", 1), buf_(1 << 20) {
+  SanitizeTest() : nexus_("iqn.test,i,0x1", 1), other_("iqn.other,i,0x2", 1) {
     store_ = std::make_shared<HoldStore>(kBlocks * kBlock);
     target_.name = "iqn.2026-11.io.iscsigw:t1";
     LunConfig c;
@@ -110,42 +111,16 @@ class SanitizeTest : public ::testing::Test {
   // Runs one CDB; returns whether the task completed before Execute returned.
   bool Run(std::initializer_list<uint8_t> cdb, uint32_t expected = 0,
            const std::vector<uint8_t>& data_out = {}, Nexus* nexus = nullptr) {
-    task_ = Task{};
-    std::copy(cdb.begin(), cdb.end(), task_.cdb.begin());
-    task_.cdb_len = 16;
-    task_.nexus = nexus != nullptr ? nexus : &nexus_;
-    task_.expected_length = expected;
-    task_.buf = buf_.data();
-    task_.buf_cap = static_cast<uint32_t>(buf_.size());
-    if (!data_out.empty()) {
-      std::memcpy(buf_.data(), data_out.data(), data_out.size());
-      task_.data_out_len = static_cast<uint32_t>(data_out.size());
-      task_.dir = DataDirection::kWrite;
-    }
-    completions_ = 0;
-    task_.complete = [](Task*, void* ctx) { ++*static_cast<int*>(ctx); };
-    task_.complete_ctx = &completions_;
-    Engine::Execute(target_, task_);
+    runner_.Start(cdb, expected, data_out, nexus);
     EXPECT_LE(completions_, 1);
     return completions_ == 1;
   }
-  std::vector<uint8_t> DataIn() const {
-    std::vector<uint8_t> out;
-    for (uint32_t i = 0; i < task_.in_seg_count; ++i) {
-      out.insert(out.end(), task_.in_segs[i].data, task_.in_segs[i].data + task_.in_segs[i].len);
-    }
-    return out;
-  }
+  std::vector<uint8_t> DataIn() const { return runner_.DataIn(); }
   void ExpectGood() {
     EXPECT_EQ(completions_, 1);
     EXPECT_EQ(task_.status, ScsiStatus::kGood);
   }
-  void ExpectCheck(SenseKey key, Asc asc) {
-    ASSERT_EQ(task_.status, ScsiStatus::kCheckCondition);
-    EXPECT_EQ(task_.sense[2] & 0x0F, static_cast<uint8_t>(key));
-    EXPECT_EQ(task_.sense[12], asc.asc);
-    EXPECT_EQ(task_.sense[13], asc.ascq);
-  }
+  void ExpectCheck(SenseKey key, Asc asc) { ExpectSense(task_, key, asc); }
   void ExpectInvalidFieldInCdb(uint16_t byte) {
     ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
     EXPECT_EQ(task_.sense[15] & 0xC0, 0xC0);  // SKSV, C/D=1
@@ -195,9 +170,9 @@ class SanitizeTest : public ::testing::Test {
   Nexus other_;
   std::shared_ptr<HoldStore> store_;
   TargetInfo target_;
-  std::vector<uint8_t> buf_;
-  Task task_;
-  int completions_ = 0;
+  Runner runner_{target_, nexus_};
+  Task& task_ = runner_.task();
+  int& completions_ = runner_.completions();
 };
 
 // ---- VPD and parameter checks

@@ -56,13 +56,7 @@ class SbcExtTest : public ::testing::Test {
   }
   static uint8_t B(uint64_t v, int shift) { return static_cast<uint8_t>(v >> shift); }
 
-  void ExpectCheck(SenseKey key, Asc asc) {
-    Task& t = runner_->task();
-    ASSERT_EQ(t.status, ScsiStatus::kCheckCondition);
-    EXPECT_EQ(t.sense[2] & 0x0F, static_cast<uint8_t>(key));
-    EXPECT_EQ(t.sense[12], asc.asc);
-    EXPECT_EQ(t.sense[13], asc.ascq);
-  }
+  void ExpectCheck(SenseKey key, Asc asc) { ExpectSense(runner_->task(), key, asc); }
   void ExpectGood() {
     EXPECT_EQ(runner_->task().status, ScsiStatus::kGood);
     EXPECT_EQ(runner_->task().sense_len, 0);

@@ -39,8 +39,8 @@ struct Cscd {
 };
 
 // An EXTENDED COPY (LID1) parameter list (SPC-4 6.4.3).
-std::vector<uint8_t> Params(uint8_t list_id, uint8_t usage, std::initializer_list<Cscd> cscds,
-                            std::initializer_list<Seg> segs) {
+std::vector<uint8_t> Params(uint8_t list_id, uint8_t usage, const std::vector<Cscd>& cscds,
+                            const std::vector<Seg>& segs) {
   std::vector<uint8_t> p(16, 0);
   p[0] = list_id;
   p[1] = static_cast<uint8_t>(usage << 3);
@@ -70,6 +70,10 @@ std::vector<uint8_t> Params(uint8_t list_id, uint8_t usage, std::initializer_lis
   StoreBe32(&p[8], static_cast<uint32_t>(28 * segs.size()));
   return p;
 }
+
+// n descriptors naming LUN 0, and n one-block segments within it.
+std::vector<Cscd> ManyCscds(size_t n) { return std::vector<Cscd>(n, Cscd{kNaa[0]}); }
+std::vector<Seg> ManySegs(size_t n) { return std::vector<Seg>(n, Seg{0, 0, 1, 0, 1}); }
 
 class XcopyTest : public ::testing::Test {
  protected:
@@ -135,13 +139,7 @@ class XcopyTest : public ::testing::Test {
     return v;
   }
 
-  void ExpectCheck(SenseKey key, Asc asc) {
-    Task& t = runner_->task();
-    ASSERT_EQ(t.status, ScsiStatus::kCheckCondition);
-    EXPECT_EQ(t.sense[2] & 0x0F, static_cast<uint8_t>(key));
-    EXPECT_EQ(t.sense[12], asc.asc);
-    EXPECT_EQ(t.sense[13], asc.ascq);
-  }
+  void ExpectCheck(SenseKey key, Asc asc) { ExpectSense(runner_->task(), key, asc); }
   // COPY ABORTED for segment `index`, segment pointer at `field`.
   void ExpectCopyAborted(Asc asc, uint32_t index, uint16_t field) {
     ExpectCheck(SenseKey::kCopyAborted, asc);
@@ -213,17 +211,7 @@ TEST_F(XcopyTest, ParameterListLengthErrors) {
   Xcopy(std::vector<uint8_t>(p.begin(), p.begin() + 8), 8);  // shorter than the header
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
   // Descriptor lists longer than MAXIMUM DESCRIPTOR LIST LENGTH (368).
-  auto big = Params(1, 0,
-                    {{kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]},
-                     {kNaa[0]}},
-                    {{0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}});
+  auto big = Params(1, 0, ManyCscds(9), ManySegs(4));
   Xcopy(big);
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
   // Inline data is not accepted (MAXIMUM INLINE DATA LENGTH 0).
@@ -235,21 +223,9 @@ TEST_F(XcopyTest, ParameterListLengthErrors) {
 }
 
 TEST_F(XcopyTest, DescriptorCountAndTypeErrors) {
-  Xcopy(Params(1, 0,
-               {{kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]},
-                {kNaa[0]}},
-               {{0, 0, 1, 0, 1}}));
+  Xcopy(Params(1, 0, ManyCscds(9), {{0, 0, 1, 0, 1}}));
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kTooManyTargetDescriptors);
-  Xcopy(Params(
-      1, 0, {{kNaa[0]}},
-      {{0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 0, 1}}));
+  Xcopy(Params(1, 0, {{kNaa[0]}}, ManySegs(5)));
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kTooManySegmentDescriptors);
   Xcopy(Params(1, 0, {{kNaa[0], 0, 0xE0}}, {{0, 0, 1, 0, 1}}));  // Fibre Channel N_Port_Name
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kUnsupportedTargetDescriptorType);
