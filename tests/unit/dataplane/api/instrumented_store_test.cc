@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dataplane/backing/ram_store.h"
+#include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::api {
 namespace {
@@ -15,21 +16,9 @@ using backing::BackingStore;
 using backing::IoCompletion;
 using runtime::StoreOp;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-struct Result {
-  int calls = 0;
-  int err = -1;
-};
-
-IoCompletion Record(Result* r) {
-  return IoCompletion{[](void* ctx, int err) {
-                        auto* res = static_cast<Result*>(ctx);
-                        ++res->calls;
-                        res->err = err;
-                      },
-                      r};
-}
+using backing::kMiB;
+using backing::Record;
+using backing::Result;
 
 // Completes writes only when the test says so, with the error it chooses; reads at once.
 class FakeStore final : public BackingStore {

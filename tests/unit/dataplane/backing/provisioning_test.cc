@@ -16,25 +16,10 @@
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
+#include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
 namespace {
-
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-struct Result {
-  int calls = 0;
-  int err = -1;
-};
-
-IoCompletion Record(Result* r) {
-  return IoCompletion{[](void* ctx, int err) {
-                        auto* res = static_cast<Result*>(ctx);
-                        ++res->calls;
-                        res->err = err;
-                      },
-                      r};
-}
 
 void WriteOrDie(BackingStore& s, uint64_t offset, const std::vector<uint8_t>& data) {
   Result r;
