@@ -61,14 +61,14 @@ struct Asc {
   static const Asc kInternalTargetFailure;                           // 44h/00h
   static const Asc kCommandsClearedByAnotherInitiator;               // 2Fh/00h
   // Third-party copy (SPC-4 6.4).
-  static const Asc kOperationInProgress;                 // 00h/16h
-  static const Asc kUnreachableCopyTarget;               // 08h/04h
-  static const Asc kTooManyTargetDescriptors;            // 26h/06h
-  static const Asc kUnsupportedTargetDescriptorType;     // 26h/07h
-  static const Asc kTooManySegmentDescriptors;           // 26h/08h
-  static const Asc kUnsupportedSegmentDescriptorType;    // 26h/09h
-  static const Asc kInlineDataLengthExceeded;            // 26h/0Bh
-  static const Asc kInsufficientResources;               // 55h/03h
+  static const Asc kOperationInProgress;               // 00h/16h
+  static const Asc kUnreachableCopyTarget;             // 08h/04h
+  static const Asc kTooManyTargetDescriptors;          // 26h/06h
+  static const Asc kUnsupportedTargetDescriptorType;   // 26h/07h
+  static const Asc kTooManySegmentDescriptors;         // 26h/08h
+  static const Asc kUnsupportedSegmentDescriptorType;  // 26h/09h
+  static const Asc kInlineDataLengthExceeded;          // 26h/0Bh
+  static const Asc kInsufficientResources;             // 55h/03h
 
   friend constexpr bool operator==(Asc a, Asc b) { return a.asc == b.asc && a.ascq == b.ascq; }
 };
