@@ -401,12 +401,7 @@ Disposition PersistentReserveIn(const Command& cmd) {
     SetInvalidFieldInCdb(task, 1);
     return Disposition::kDone;
   }
-  for (uint16_t i = 2; i <= 6; ++i) {
-    if (cdb[i] != 0) {
-      SetInvalidFieldInCdb(task, i);
-      return Disposition::kDone;
-    }
-  }
+  if (RejectNonZeroCdbBytes(task, 2, 6)) return Disposition::kDone;
   const uint8_t sa = cdb[1] & 0x1F;
   const uint16_t alloc = LoadBe16(cdb + 7);
   std::vector<uint8_t> out(8, 0);

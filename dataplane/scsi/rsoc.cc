@@ -189,12 +189,7 @@ Disposition PreventAllowMediumRemoval(const Command& cmd) {
   // and 01b are accepted and change nothing observable; 10b and 11b are obsolete.
   Task& task = cmd.task;
   const uint8_t* cdb = task.cdb.data();
-  for (uint16_t i = 1; i <= 3; ++i) {
-    if (cdb[i] != 0) {
-      SetInvalidFieldInCdb(task, i);
-      return Disposition::kDone;
-    }
-  }
+  if (RejectNonZeroCdbBytes(task, 1, 3)) return Disposition::kDone;
   if ((cdb[4] & 0xFC) != 0) {
     SetInvalidFieldInCdb(task, 4);
     return Disposition::kDone;

@@ -55,9 +55,23 @@ void SetInvalidFieldInCdb(Task& task, uint16_t byte, int8_t bit) {
   SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb, &fp);
 }
 
+bool RejectNonZeroCdbBytes(Task& task, uint16_t first, uint16_t last) {
+  for (uint16_t i = first; i <= last; ++i) {
+    if (task.cdb[i] != 0) {
+      SetInvalidFieldInCdb(task, i);
+      return true;
+    }
+  }
+  return false;
+}
+
 void SetInvalidFieldInParameterList(Task& task, uint16_t byte, int8_t bit) {
+  SetParameterListError(task, Asc::kInvalidFieldInParameterList, byte, bit);
+}
+
+void SetParameterListError(Task& task, Asc asc, uint16_t byte, int8_t bit) {
   const FieldPointer fp{false, byte, bit};
-  SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, Asc::kInvalidFieldInParameterList, &fp);
+  SetCheckConditionWithSks(task, SenseKey::kIllegalRequest, asc, &fp);
 }
 
 void SetCheckConditionWithInfo(Task& task, SenseKey key, Asc asc, uint64_t information) {

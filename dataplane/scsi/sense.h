@@ -135,8 +135,14 @@ inline void SetCheckCondition(Task& task, SenseKey key, uint8_t asc, uint8_t asc
 }
 // ILLEGAL REQUEST / INVALID FIELD IN CDB (24h/00h) pointing at cdb[byte] (bit: -1 for the byte).
 void SetInvalidFieldInCdb(Task& task, uint16_t byte, int8_t bit = -1);
+// Reserved CDB bytes cdb[first..last] must be zero: otherwise INVALID FIELD IN CDB pointing at the
+// first non-zero one, and true.
+bool RejectNonZeroCdbBytes(Task& task, uint16_t first, uint16_t last);
 // ILLEGAL REQUEST / INVALID FIELD IN PARAMETER LIST (26h/00h) pointing at the parameter byte.
 void SetInvalidFieldInParameterList(Task& task, uint16_t byte, int8_t bit = -1);
+// ILLEGAL REQUEST with another parameter-list code (e.g. TOO MANY TARGET DESCRIPTORS) pointing at
+// the parameter byte.
+void SetParameterListError(Task& task, Asc asc, uint16_t byte, int8_t bit = -1);
 // CHECK CONDITION with the INFORMATION field set (VALID=1), e.g. MISCOMPARE with the offset of the
 // first differing byte (SBC-3 5.2). Values above 32 bits use descriptor format (SPC-4 4.5.2.2).
 void SetCheckConditionWithInfo(Task& task, SenseKey key, Asc asc, uint64_t information);

@@ -125,13 +125,6 @@ void SetParameterListLengthError(Task& task) {
   SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
 }
 
-// ILLEGAL REQUEST with `asc` and a field pointer into the parameter list.
-void SetParameterError(Task& task, Asc asc, size_t byte) {
-  SetInvalidFieldInParameterList(task, static_cast<uint16_t>(byte));
-  task.sense[12] = asc.asc;
-  task.sense[13] = asc.ascq;
-}
-
 // The logical unit of `target` whose NAA designator (VPD 83h, SPC-4 7.8.6.6) equals the designation
 // descriptor at d (4-byte header, then the designator), or null.
 std::shared_ptr<Lun> ResolveDesignator(const TargetInfo& target, const uint8_t* d) {
@@ -185,7 +178,7 @@ bool ParseParameterList(const Command& cmd, const uint8_t* p, size_t len, Plan* 
     return false;
   }
   if (inline_len != 0) {  // MAXIMUM INLINE DATA LENGTH is zero
-    SetParameterError(task, Asc::kInlineDataLengthExceeded, 12);
+    SetParameterListError(task, Asc::kInlineDataLengthExceeded, static_cast<uint16_t>(12));
     return false;
   }
 
@@ -194,11 +187,12 @@ bool ParseParameterList(const Command& cmd, const uint8_t* p, size_t len, Plan* 
   for (size_t off = kHeaderLength; off < cscd_end; off += kCscdLength) {
     const uint8_t* d = p + off;
     if (d[0] != kCscdIdentification) {
-      SetParameterError(task, Asc::kUnsupportedTargetDescriptorType, off);
+      SetParameterListError(task, Asc::kUnsupportedTargetDescriptorType,
+                            static_cast<uint16_t>(off));
       return false;
     }
     if (plan->cscd_count == kMaxCscdDescriptors) {
-      SetParameterError(task, Asc::kTooManyTargetDescriptors, off);
+      SetParameterListError(task, Asc::kTooManyTargetDescriptors, static_cast<uint16_t>(off));
       return false;
     }
     if (cscd_end - off < kCscdLength) {  // the list ends inside a descriptor
@@ -239,11 +233,12 @@ bool ParseParameterList(const Command& cmd, const uint8_t* p, size_t len, Plan* 
   for (size_t off = cscd_end; off < seg_end;) {
     const uint8_t* d = p + off;
     if (d[0] != kSegmentBlockToBlock) {
-      SetParameterError(task, Asc::kUnsupportedSegmentDescriptorType, off);
+      SetParameterListError(task, Asc::kUnsupportedSegmentDescriptorType,
+                            static_cast<uint16_t>(off));
       return false;
     }
     if (plan->segment_count == kMaxSegmentDescriptors) {
-      SetParameterError(task, Asc::kTooManySegmentDescriptors, off);
+      SetParameterListError(task, Asc::kTooManySegmentDescriptors, static_cast<uint16_t>(off));
       return false;
     }
     if (seg_end - off < kBlockToBlockLength || LoadBe16(d + 2) != kBlockToBlockLength - 4) {
@@ -466,9 +461,11 @@ Disposition ExtendedCopy(const Command& cmd) {
     SetInvalidFieldInCdb(task, 1, 4);
     return Disposition::kDone;
   }
-  if ((cdb[1] & 0xE0) != 0 || std::any_of(cdb + 2, cdb + 10, [](uint8_t b) { return b != 0; }) ||
-      cdb[14] != 0) {
-    SetInvalidFieldInCdb(task, (cdb[1] & 0xE0) != 0 ? 1 : cdb[14] != 0 ? 14 : 2);
+  if ((cdb[1] & 0xE0) != 0) {
+    SetInvalidFieldInCdb(task, 1);
+    return Disposition::kDone;
+  }
+  if (RejectNonZeroCdbBytes(task, 2, 9) || RejectNonZeroCdbBytes(task, 14, 14)) {
     return Disposition::kDone;
   }
   const uint32_t plen = LoadBe32(cdb + 10);
@@ -530,9 +527,11 @@ Disposition ReceiveCopyResults(const Command& cmd) {
   const uint8_t sa = cdb[1] & 0x1F;
   const uint8_t list_id = cdb[2];
   const uint32_t alloc = LoadBe32(cdb + 10);
-  if ((cdb[1] & 0xE0) != 0 || std::any_of(cdb + 3, cdb + 10, [](uint8_t b) { return b != 0; }) ||
-      cdb[14] != 0) {
-    SetInvalidFieldInCdb(task, (cdb[1] & 0xE0) != 0 ? 1 : cdb[14] != 0 ? 14 : 3);
+  if ((cdb[1] & 0xE0) != 0) {
+    SetInvalidFieldInCdb(task, 1);
+    return Disposition::kDone;
+  }
+  if (RejectNonZeroCdbBytes(task, 3, 9) || RejectNonZeroCdbBytes(task, 14, 14)) {
     return Disposition::kDone;
   }
   uint8_t data[kHeaderLength + 60 + kMaxSenseLength];

@@ -242,8 +242,9 @@ TEST_F(XcopyTest, DescriptorCountAndTypeErrors) {
   Xcopy(Params(1, 0b11, {{kNaa[0]}}, {{0, 0, 1, 0, 1}}));  // no list id, but one given
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInParameterList);
   // A reserved CDB byte and an unknown service action.
-  Run({0x83, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  Run({0x83, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  EXPECT_EQ(LoadBe16(&runner_->task().sense[16]), 5);  // the byte that is set
   Run({0x83, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
 }
