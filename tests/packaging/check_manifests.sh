@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline checks of deploy/ and helm/iscsigw: render every kustomize overlay and the CSI example
-# with `kubectl kustomize`, render the chart with default values and with ci/full-values.yaml
+# with `kubectl kustomize` of the kubectl on PATH and of Debian 12's kubectl 1.20 (the same output), render the chart with default values and with ci/full-values.yaml
 # (helmrender: Go text/template + sprig, the engine Helm uses; plus `helm lint`/`helm template`
 # when a helm binary is on PATH), then yamllint the sources and every rendered file and validate
 # every rendered object against the Kubernetes API schemas (validate/validate.mjs). Also checks
@@ -35,13 +35,42 @@ if [ ! -d "$here/validate/node_modules/kubernetes-models" ]; then
 fi
 validate() { node "$here/validate/validate.mjs" "$@"; }
 
-# Kustomize: the base, each overlay, the CSI example.
+# Kustomize: the base, each overlay, the CSI example, with every kustomize we can reach. The
+# manifests are written for both the v2.0.3 inside Debian 12's kubectl 1.20 (what a fresh machine
+# has) and kustomize v5 (kubectl 1.27+, what clusters' users have); both must render them, and
+# render the same objects. The one thing allowed to differ is the generated ConfigMap's name
+# suffix: each version hashes the content its own way, and each must point the StatefulSet at
+# the name it generated.
+kubectls=()
+add_kubectl() {  # add_kubectl PATH: once per distinct kustomize version
+  local v
+  v=$("$1" version --client 2>/dev/null | tr -d '\n' | sed -E 's/.*(GitVersion:"|Client Version: )(v[0-9]+\.[0-9]+).*/\2/')
+  for k in "${kubectls[@]}"; do [ "${k%%=*}" != "$v" ] || return 0; done
+  kubectls+=("$v=$1")
+}
+command -v kubectl >/dev/null 2>&1 && add_kubectl "$(command -v kubectl)"
+debian_kubectl=$("$here/debian_kubectl.sh") || die "cannot unpack Debian 12's kubectl (kubernetes-client)"
+add_kubectl "$debian_kubectl"
+log "kustomize renderers: ${kubectls[*]}"
 rendered=()
 for dir in deploy/base deploy/overlays/*/ deploy/examples/csi-iscsi; do
   dir=${dir%/}
-  f="$out/kustomize-$(echo "${dir#deploy/}" | tr / -).yaml"
-  check "kubectl kustomize $dir" sh -c "kubectl kustomize '$dir' > '$f'"
-  rendered+=("$f")
+  name=kustomize-$(echo "${dir#deploy/}" | tr / -)
+  first=""; first_ver=""
+  for k in "${kubectls[@]}"; do
+    ver=${k%%=*}; bin=${k#*=}
+    f="$out/$name-$ver.yaml"
+    check "kubectl $ver kustomize $dir" sh -c "'$bin' kustomize '$dir' > '$f'"
+    check "kubectl $ver: the StatefulSet mounts the ConfigMap generated beside it" \
+      "$here/check_configmap_refs.py" "$f"
+    sed -E 's/(iscsigw-bootstrap)-[a-z0-9]{10}$/\1-HASH/' "$f" > "$f.normal"
+    if [ -z "$first" ]; then
+      first=$f; first_ver=$ver; cp "$f" "$out/$name.yaml"; rendered+=("$out/$name.yaml")
+    else
+      check "kubectl $first_ver and $ver render $dir alike" \
+        diff -u "$first.normal" "$f.normal"
+    fi
+  done
 done
 check "demo overlay bootstrap equals deploy/examples/demo.json" \
   cmp -s deploy/examples/demo.json deploy/overlays/demo/bootstrap.json
