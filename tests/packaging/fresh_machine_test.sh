@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the README's test command as a newcomer would on a fresh Debian 12: a clean
+# `debootstrap --variant=minbase bookworm` root (root user, apt only, nothing else installed), the
+# committed tree (git archive HEAD) copied in, then `scripts/test.sh` inside a chroot. It catches
+# what the development machines carry but the install script does not bring. Not part of CI: it
+# takes 20 to 30 minutes (the minbase root is built once and copied for each run).
+#
+#   tests/packaging/fresh_machine_test.sh [--keep]      as root; --keep leaves the chroot behind
+#
+# Output: the test command's output, and the last line of ctest's summary; exit status is the test
+# command's.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+keep=0
+[ "${1:-}" = "--keep" ] && keep=1
+[ "$(id -u)" -eq 0 ] || die "run as root (debootstrap and chroot)"
+command -v debootstrap >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends debootstrap
+
+# The mirror the host's apt uses, so the chroot reaches what the host reaches.
+mirror=$(grep -hoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+  | head -1 | tr -d ' ')
+mirror=${mirror:-http://deb.debian.org/debian}
+security=${mirror%/debian*}/debian-security
+
+base="$pkg_work/fresh-bookworm-minbase"
+if [ ! -f "$base/.complete" ]; then
+  log "debootstrap bookworm minbase from $mirror into $base"
+  rm -rf "$base"
+  debootstrap --variant=minbase bookworm "$base" "$mirror" >"$pkg_work/debootstrap.log" 2>&1 \
+    || die "debootstrap failed (log: $pkg_work/debootstrap.log)"
+  touch "$base/.complete"
+fi
+
+root=$(mktemp -d "$pkg_work/fresh-run.XXXXXX")
+mounted=()
+cleanup() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
+  if [ "$keep" -eq 1 ]; then log "chroot kept at $root"; else rm -rf "$root"; fi
+}
+trap cleanup EXIT
+log "copying the minbase root to $root"
+cp -a "$base/." "$root/"
+rm -f "$root/.complete"
+cat >"$root/etc/apt/sources.list" <<SRC
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+deb $security bookworm-security main
+SRC
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# What a booted machine has: /proc, /sys, /dev, a tmpfs /dev/shm and /tmp.
+for m in proc sys dev dev/pts; do
+  mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
+done
+mount -t tmpfs -o size=4g tmpfs "$root/dev/shm"; mounted+=("$root/dev/shm")
+
+mkdir -p "$root/root/iscsigw"
+git -C "$repo_root" archive HEAD | tar -x -C "$root/root/iscsigw"
+log "scripts/test.sh in the chroot (commit $(git -C "$repo_root" rev-parse --short HEAD))"
+start=$SECONDS
+set +e
+chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  /bin/bash -c 'cd /root/iscsigw && scripts/test.sh' 2>&1 | tee "$pkg_work/fresh-run.log"
+rc=${PIPESTATUS[0]}
+set -e
+log "scripts/test.sh exited $rc after $((SECONDS - start)) s (log: $pkg_work/fresh-run.log)"
+exit "$rc"
