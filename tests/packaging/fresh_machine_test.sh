@@ -18,7 +18,7 @@ command -v debootstrap >/dev/null 2>&1 || apt-get install -y -qq --no-install-re
 
 # The mirror the host's apt uses, so the chroot reaches what the host reaches.
 mirror=$(grep -hoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-  | head -1 | tr -d ' ')
+  | head -1 | tr -d ' ' || true)
 mirror=${mirror:-http://deb.debian.org/debian}
 security=${mirror%/debian*}/debian-security
 
