@@ -1,7 +1,9 @@
 """A minimal iSCSI initiator for tests (RFC 7143): login with optional CHAP (any CHAP_A, mutual,
 a chosen challenge), SendTargets, READ(10)/WRITE(10) with immediate data, logout, and waiting for
 an Async Message. Just enough to assert exact login status codes and data round trips that
-libiscsi's command-line tools cannot show. Blocking sockets with timeouts; never sleeps.
+libiscsi's command-line tools cannot show. Commands go one at a time, or several in flight with
+send_command/recv_response inside the target's CmdSN window. Blocking sockets with timeouts;
+never sleeps.
 """
 import hashlib
 import os
@@ -74,7 +76,9 @@ class Initiator:
         self.itt = 1
         self.cmd_sn = 1
         self.exp_stat_sn = 0
+        self.max_cmd_sn = None  # from the last PDU that carried it (RFC 7143 11.x: MaxCmdSN)
         self.target_mrdsl = 8192
+        self._pending = {}  # ITT -> read buffer of each command sent but not yet answered
         self.mutual_verified = False
 
     # -- framing
@@ -99,6 +103,9 @@ class Initiator:
         if ahs:
             self._recv_exact(ahs)
         data = self._recv_exact(dsl + (-dsl % 4))[:dsl]
+        # Every target-to-initiator PDU but a failed login response carries MaxCmdSN at 32.
+        if bhs[0] & 0x3F != 0x23 or bhs[36:38] == b"\0\0":
+            self.max_cmd_sn = struct.unpack(">I", bhs[32:36])[0]
         return Pdu(bhs, data)
 
     def recv_skipping_nops(self):
@@ -197,6 +204,21 @@ class Initiator:
                 if item.startswith(b"TargetName=")]
 
     def _command(self, lun, cdb, read_len=0, data=b""):
+        itt = self.send_command(lun, cdb, read_len, data)
+        got, status, buf, sense = self.recv_response()
+        assert got == itt, f"answer for ITT {got}, expected {itt}"
+        return status, buf, sense
+
+    def window_open(self):
+        """True when the target's CmdSN window admits one more command (RFC 7143 3.2.2.1:
+        CmdSN <= MaxCmdSN in serial arithmetic)."""
+        if self.max_cmd_sn is None:
+            return True
+        return (self.max_cmd_sn - self.cmd_sn) & 0xFFFFFFFF < 0x80000000
+
+    def send_command(self, lun, cdb, read_len=0, data=b""):
+        """Sends a SCSI Command (simple task attribute, immediate data only) without waiting for
+        its answer; returns its ITT. recv_response collects the answers, in any order."""
         bhs = bytearray(48)
         bhs[0] = 0x01
         bhs[1] = 0x80 | (0x40 if read_len else 0) | (0x20 if data else 0) | 0x01
@@ -208,19 +230,25 @@ class Initiator:
         self.cmd_sn += 1
         bhs[32:32 + len(cdb)] = cdb
         assert len(data) <= min(self.target_mrdsl, 65536), "immediate data only"
+        self._pending[itt] = bytearray(read_len)
         self.send(bhs, data)
-        buf = bytearray(read_len)
+        return itt
+
+    def recv_response(self):
+        """Waits for the next command to finish; returns (itt, status, data read, sense)."""
         while True:
             r = self.recv_skipping_nops()
+            itt = struct.unpack(">I", r.bhs[16:20])[0]
             if r.opcode == 0x25:  # Data-In
+                buf = self._pending[itt]
                 offset = struct.unpack(">I", r.bhs[40:44])[0]
                 buf[offset:offset + len(r.data)] = r.data
                 if r.flags & 0x01:
                     self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
-                    return r.bhs[3], bytes(buf), b""
+                    return itt, r.bhs[3], bytes(self._pending.pop(itt)), b""
             elif r.opcode == 0x21:  # SCSI Response
                 self.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
-                return r.bhs[3], bytes(buf), r.data
+                return itt, r.bhs[3], bytes(self._pending.pop(itt)), r.data
             elif r.opcode == 0x32:  # Async Message: remember it, keep waiting
                 self.async_events = getattr(self, "async_events", []) + [r]
             else:
