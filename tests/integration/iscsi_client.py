@@ -7,8 +7,10 @@ never sleeps.
 """
 import hashlib
 import os
+import select
 import socket
 import struct
+import time
 
 ALGORITHMS = {5: "md5", 6: "sha1", 7: "sha256", 8: "sha3_256"}
 
@@ -321,8 +323,141 @@ class Initiator:
     def close(self):
         self.sock.close()
 
+    # -- several tasks in flight with task management and logout: answers come from poll()
+    def submit_tmf(self, function, lun=0, ref_itt=0xFFFFFFFF, ref_cmd_sn=0):
+        """Sends an immediate Task Management Function Request (RFC 7143 11.5) without waiting for
+        its answer; returns its ITT. Immediate, it carries the next CmdSN without advancing it
+        (3.2.2.1); ABORT TASK (1) names its task by ITT and RefCmdSN, LOGICAL UNIT RESET is 5."""
+        bhs = bytearray(48)
+        bhs[0] = 0x42
+        bhs[1] = 0x80 | function
+        bhs[9] = lun
+        itt = self._next_itt()
+        struct.pack_into(">I", bhs, 16, itt)
+        struct.pack_into(">I", bhs, 20, ref_itt)
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        struct.pack_into(">I", bhs, 32, ref_cmd_sn)
+        self.send(bhs)
+        return itt
+
+    def submit_logout(self, reason=0):
+        """Sends an immediate Logout Request (RFC 7143 11.14; reason 0 closes the session) without
+        waiting for its answer; returns its ITT."""
+        bhs = bytearray(48)
+        bhs[0] = 0x46
+        bhs[1] = 0x80 | reason
+        itt = self._next_itt()
+        struct.pack_into(">I", bhs, 16, itt)
+        struct.pack_into(">II", bhs, 24, self.cmd_sn, self.exp_stat_sn)
+        self.send(bhs)
+        return itt
+
+    def poll(self, timeout):
+        """Reads what the target sends within `timeout` seconds and returns it as a list of Answer
+        in arrival order. Kinds: "scsi" (SCSI Response, or the Data-In carrying status; data holds
+        what was read for a command from send_command), "tmf", "logout", "nop" (the answer to a
+        NOP-Out of ours), "async", "reject" (itt is the rejected PDU's) and "other". Target pings
+        are answered here. Keeps ExpStatSN and MaxCmdSN current and records in stat_sn_errors
+        every status PDU whose StatSN is not the one expected (RFC 7143 4.2.2.2: StatSN advances by
+        one per status on a connection). Raises ConnectionError when the target closes. poll keeps
+        bytes it has read but not yet parsed, so the blocking receive methods must not be mixed
+        with it on one connection."""
+        if not hasattr(self, "_rx"):
+            self._rx = bytearray()
+            self.stat_sn_errors = []
+        readable, _, _ = select.select([self.sock], [], [], timeout)
+        if not readable:
+            return []
+        chunk = self.sock.recv(1 << 20)
+        at = time.monotonic()
+        if not chunk:
+            raise ConnectionError("connection closed by the target")
+        self._rx += chunk
+        answers = []
+        while len(self._rx) >= 48:
+            ahs = self._rx[4] * 4
+            dsl = int.from_bytes(self._rx[5:8], "big")
+            total = 48 + ahs + dsl + (-dsl % 4)
+            if len(self._rx) < total:
+                break
+            p = Pdu(bytes(self._rx[:48]), bytes(self._rx[48 + ahs:48 + ahs + dsl]))
+            del self._rx[:total]
+            answer = self._dispatch(p, at)
+            if answer is not None:
+                answers.append(answer)
+        return answers
+
+    def _dispatch(self, p, at):
+        op = p.opcode
+        itt = struct.unpack(">I", p.bhs[16:20])[0]
+        self.max_cmd_sn = struct.unpack(">I", p.bhs[32:36])[0]
+        status_pdu = (op in (0x21, 0x22, 0x24, 0x26, 0x32, 0x3F)
+                      or (op == 0x25 and p.flags & 0x01) or (op == 0x20 and itt != 0xFFFFFFFF))
+        stat_sn = struct.unpack(">I", p.bhs[24:28])[0]
+        if status_pdu:
+            if stat_sn != self.exp_stat_sn:
+                self.stat_sn_errors.append(
+                    f"opcode 0x{op:02x} ITT 0x{itt:08x}: StatSN {stat_sn}, expected "
+                    f"{self.exp_stat_sn}")
+            if (stat_sn + 1 - self.exp_stat_sn) & 0xFFFFFFFF < 0x80000000:
+                self.exp_stat_sn = (stat_sn + 1) & 0xFFFFFFFF
+        if op == 0x20:  # NOP-In
+            if itt == 0xFFFFFFFF:
+                if struct.unpack(">I", p.bhs[20:24])[0] != 0xFFFFFFFF:
+                    self._answer_ping(p)
+                return None
+            return Answer("nop", p, itt, at, stat_sn)
+        if op == 0x25:  # Data-In
+            buf = self._pending.get(itt)
+            if buf is None:
+                return Answer("other", p, itt, at, stat_sn)
+            offset = struct.unpack(">I", p.bhs[40:44])[0]
+            buf[offset:offset + len(p.data)] = p.data
+            if not p.flags & 0x01:
+                return None
+            self._pending.pop(itt)
+            return Answer("scsi", p, itt, at, stat_sn, status=p.bhs[3], response=0,
+                          data=bytes(buf))
+        if op == 0x21:  # SCSI Response
+            buf = self._pending.pop(itt, None)
+            return Answer("scsi", p, itt, at, stat_sn, status=p.bhs[3], response=p.bhs[2],
+                          data=bytes(buf or b""), sense=p.data)
+        if op == 0x22:
+            return Answer("tmf", p, itt, at, stat_sn, response=p.bhs[2])
+        if op == 0x26:
+            return Answer("logout", p, itt, at, stat_sn, response=p.bhs[2])
+        if op == 0x32:
+            return Answer("async", p, itt, at, stat_sn, event=p.bhs[36],
+                          parameter3=struct.unpack(">H", p.bhs[42:44])[0], sense=p.data)
+        if op == 0x3F:
+            ref = struct.unpack(">I", p.data[16:20])[0] if len(p.data) >= 20 else 0xFFFFFFFF
+            return Answer("reject", p, ref, at, stat_sn, reason=p.bhs[2])
+        return Answer("other", p, itt, at, stat_sn)
+
 
 def sense_key_asc(sense):
     """Sense key, ASC and ASCQ of a SCSI Response data segment (2-byte length + fixed sense)."""
     s = sense[2:]
     return s[2] & 0x0F, s[12], s[13]
+
+
+class Answer:
+    """One PDU that Initiator.poll dispatched: kind, itt, when its bytes were read (`at`,
+    time.monotonic()), its StatSN, and per kind status/response/data/sense (scsi), response (tmf,
+    logout), event/parameter3/sense (async) or reason (reject); pdu is the raw PDU."""
+
+    def __init__(self, kind, pdu, itt, at, stat_sn, **fields):
+        self.kind = kind
+        self.pdu = pdu
+        self.itt = itt
+        self.at = at
+        self.stat_sn = stat_sn
+        self.status = None
+        self.response = None
+        self.data = b""
+        self.sense = b""
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        return (f"Answer({self.kind} ITT 0x{self.itt:08x} StatSN {self.stat_sn} "
+                f"status {self.status} response {self.response})")
