@@ -48,6 +48,18 @@ deb $mirror bookworm-updates main
 deb $security bookworm-security main
 SRC
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The site's network trust, which every machine here has before any package: its extra CA
+# certificates (installed into the bundle when ca-certificates is) and the variables naming the
+# bundle (npm reads NODE_EXTRA_CA_CERTS). Packages are not copied, only this.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
+site_env=()
+for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE REQUESTS_CA_BUNDLE \
+  GIT_SSL_CAINFO http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [ -n "${!v:-}" ] && site_env+=("$v=${!v}")
+done
 # What a booted machine has: /proc, /sys, /dev, a tmpfs /dev/shm and /tmp.
 for m in proc sys dev dev/pts; do
   mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
@@ -60,6 +72,7 @@ log "scripts/test.sh in the chroot (commit $(git -C "$repo_root" rev-parse --sho
 start=$SECONDS
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  "${site_env[@]}" \
   /bin/bash -c 'cd /root/iscsigw && scripts/test.sh' 2>&1 | tee "$pkg_work/fresh-run.log"
 rc=${PIPESTATUS[0]}
 set -e
