@@ -85,6 +85,14 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
           return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +
                                  ": no backing (ram, null or file)");
       }
+      if (l.has_fault()) {
+        if (Status s = ToFaultSpec(l.fault(),
+                                   "lun " + std::to_string(l.id()) + " of " + ts.name + ": fault.",
+                                   &ls.fault);
+            !s.ok()) {
+          return s;
+        }
+      }
       if (Status s = api::ValidateLun(ts.name, ls); !s.ok()) return s;
       ts.luns.push_back(std::move(ls));
     }
@@ -95,6 +103,40 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
     return s;
   }
   return cfg;
+}
+
+Status ToFaultSpec(const iscsigw::v1::FaultInjection& f, const std::string& who,
+                   backing::FaultSpec* out) {
+  out->delay = std::chrono::milliseconds(f.delay_ms());
+  if (f.delay_ms() > 60000)
+    return InvalidArgument(who + "delay_ms " + std::to_string(f.delay_ms()) + " is above 60000");
+  if (!f.error().empty()) {
+    out->error = backing::FaultErrnoFromName(f.error());
+    if (out->error == 0) {
+      return InvalidArgument(who + "error " + f.error() + " is not EIO, ENOSPC or EROFS");
+    }
+  }
+  if (f.ops_size() > 0) {
+    out->reads = out->writes = out->flushes = false;
+    for (const auto& op : f.ops()) {
+      if (op == "read") {
+        out->reads = true;
+      } else if (op == "write") {
+        out->writes = true;
+      } else if (op == "flush") {
+        out->flushes = true;
+      } else {
+        return InvalidArgument(who + "ops: " + op + " is not read, write or flush");
+      }
+    }
+  }
+  out->after_ops = f.after_ops();
+  if (f.probability() < 0 || f.probability() > 1) {
+    return InvalidArgument(who + "probability " + std::to_string(f.probability()) +
+                           " is outside [0, 1]");
+  }
+  out->probability = f.probability() == 0 ? 1.0 : f.probability();
+  return Status::Ok();
 }
 
 iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& c) {

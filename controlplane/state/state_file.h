@@ -28,6 +28,9 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state);
 void Normalize(iscsigw::v1::State* state);
 
 iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
+// A LUN's test-only fault injection; `who` prefixes errors ("lun 0 of iqn...: fault.").
+Status ToFaultSpec(const iscsigw::v1::FaultInjection& fault, const std::string& who,
+                   backing::FaultSpec* out);
 
 // Adds to `into` every target of `bootstrap` that it does not have yet, and every LUN of an
 // existing target that it does not have yet (the bootstrap is idempotent, DESIGN.md).

@@ -77,10 +77,16 @@ std::string EndpointString(const tcp::endpoint& ep) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+#ifdef ISCSIGW_FAULT_INJECTION
+constexpr bool kFaultInjectionBuilt = true;
+#else
+constexpr bool kFaultInjectionBuilt = false;
+#endif
+
 bool SameBacking(const LunSpec& a, const LunSpec& b) {
   return a.backing == b.backing && a.path == b.path && a.size_bytes == b.size_bytes &&
          a.block_size == b.block_size && a.read_only == b.read_only && a.serial == b.serial &&
-         a.device_id == b.device_id;
+         a.device_id == b.device_id && a.fault == b.fault;
 }
 
 // Same LUN except for a larger size: grown online rather than reopened.
@@ -238,6 +244,9 @@ struct Dataplane::Impl {
         sock.close(ignored);
         continue;
       }
+      // Counted now, not when the connection starts on its reactor: the next accept picks its
+      // reactor right away and must see this one.
+      pool.AddConnection(r, 1);
       auto conn = std::make_shared<iscsi::Connection>(gateway, r, std::move(sock), ++next_conn_id);
       {
         std::lock_guard lock(conns_mu);
@@ -385,6 +394,11 @@ Status Dataplane::Apply(const Config& config) {
         inventory_changed = true;
         added.insert(l.id);
       }
+      if (l.fault.active() && !kFaultInjectionBuilt) {
+        return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name +
+                               ": fault is for tests; this build has no fault injection "
+                               "(configure with -DISCSIGW_FAULT_INJECTION=ON)");
+      }
       if (l.backing == BackingKind::kFile) {
         if (Status s = PrepareFile("lun " + std::to_string(l.id) + " of " + t.name + ": ", l);
             !s.ok()) {
@@ -440,6 +454,19 @@ Status Dataplane::Apply(const Config& config) {
       lc.post = [pool = &impl_->pool](unsigned slot, std::function<void()> fn) {
         asio::post(pool->context(slot), std::move(fn));
       };
+      if (l.fault.active()) {
+        // Inside the instrumented wrapper, so that injected errors are counted like real ones.
+        store = std::make_shared<backing::FaultStore>(
+            std::move(store), l.fault,
+            [pool = &impl_->pool](unsigned slot, std::chrono::milliseconds delay,
+                                  std::function<void()> fn) {
+              auto timer = std::make_shared<asio::steady_timer>(pool->context(slot), delay);
+              timer->async_wait(
+                  [timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
+            });
+        log::Ctl().warn("lun {} of {}: fault injection on (delay {} ms, error {}, after {} calls)",
+                        l.id, t.name, l.fault.delay.count(), l.fault.error, l.fault.after_ops);
+      }
       // Backing I/O errors are counted per LUN around every store call, and the latency of the
       // stores whose calls can wait (files); ram and null complete inline in memory.
       store = std::make_shared<InstrumentedStore>(std::move(store),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/backing/fault_store.h"
 #include "dataplane/base/status.h"
 #include "dataplane/iscsi/gateway.h"
 
@@ -32,6 +33,9 @@ struct LunSpec {
   bool thick = false;  // file backing: allocate every block when the file is created
   std::string serial;
   uint64_t device_id = 0;
+  // Test builds only (ISCSIGW_FAULT_INJECTION): faults wrapped around the store; inactive by
+  // default. Other builds refuse a LUN whose faults are active.
+  backing::FaultSpec fault;
 };
 
 struct AclEntrySpec {

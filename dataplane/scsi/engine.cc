@@ -246,6 +246,7 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
   const OpEntry& entry = kOpTable[opcode];
 
   Lun* lun = target.FindLun(task.lun);
+  task.unit = lun;
   if (lun == nullptr && !entry.missing_lun_ok) {
     // SPC-4 4.5.6 / SAM-5 5.9.x: commands other than INQUIRY, REPORT LUNS and REQUEST SENSE to an
     // incorrect logical unit end with LOGICAL UNIT NOT SUPPORTED.

@@ -89,6 +89,22 @@ class Lun : public std::enable_shared_from_this<Lun> {
   Reservations& reservations() { return reservations_; }
   // The sanitize operation state (sanitize.h); a background sanitize holds a shared_ptr to the LUN.
   SanitizeState& sanitize() { return sanitize_; }
+  // Store write errors, for SYNCHRONIZE CACHE: a write that failed on the store is never reported
+  // durable by a later flush. NoteWriteError counts one (any thread); TakeWriteErrors is true once
+  // per batch of errors counted since the last call that returned true, as Linux reports a
+  // writeback error to the next fsync.
+  void NoteWriteError() { write_errors_.fetch_add(1, std::memory_order_acq_rel); }
+  bool TakeWriteErrors() {
+    const uint64_t now = write_errors_.load(std::memory_order_acquire);
+    uint64_t seen = write_errors_reported_.load(std::memory_order_acquire);
+    while (seen < now) {
+      if (write_errors_reported_.compare_exchange_weak(seen, now, std::memory_order_acq_rel)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Makes the durable part of this LUN's state (lun_state.cc) durable through config().state_store
   // and runs done on reactor `slot`; false (done not called) when there is no state store.
   bool SaveState(unsigned slot, backing::IoCompletion done);
@@ -114,6 +130,8 @@ class Lun : public std::enable_shared_from_this<Lun> {
   const LunConfig config_;
   const std::shared_ptr<backing::BackingStore> store_;
   std::atomic<uint64_t> ua_epoch_{0};
+  std::atomic<uint64_t> write_errors_{0};
+  std::atomic<uint64_t> write_errors_reported_{0};
   mutable std::mutex ua_mu_;
   std::vector<UaEvent> ua_log_;  // guarded by ua_mu_; bounded (oldest dropped)
   ModePages mode_pages_;

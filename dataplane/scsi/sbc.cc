@@ -9,6 +9,7 @@
 #include "dataplane/base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sbc_ops.h"
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi::internal {
@@ -94,21 +95,38 @@ bool CheckRw(const Command& cmd, const RwCdb& r) {
   return true;
 }
 
+// Store errors become sense data through SetStoreError: EIO is MEDIUM ERROR (UNRECOVERED READ
+// ERROR, WRITE ERROR), ENOSPC on a thin LUN SPACE ALLOCATION FAILED WRITE PROTECT (SBC-3 4.7.3.7),
+// EROFS WRITE PROTECTED.
 void ReadDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
-  if (err != 0) SetCheckCondition(task, SenseKey::kMediumError, Asc::kUnrecoveredReadError);
+  if (err != 0) SetStoreError(task, err, false);
   task.Complete();
 }
 
 void WriteDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
-  if (err != 0) SetCheckCondition(task, SenseKey::kMediumError, Asc::kWriteError);
+  if (err != 0) SetStoreError(task, err, true);
   task.Complete();
 }
 
-void IgnoreDone(void* ctx, int err) {
-  (void)ctx;
-  (void)err;
+// SYNCHRONIZE CACHE: a flush that itself succeeded still fails when a write failed on the store
+// since the last flush that reported one, so that no initiator takes a failed write for durable.
+void FlushDone(void* ctx, int err) {
+  Task& task = *static_cast<Task*>(ctx);
+  if (err != 0) {
+    SetStoreError(task, err, true);
+    if (task.unit != nullptr) task.unit->TakeWriteErrors();  // this error is the report
+  } else if (task.unit != nullptr && task.unit->TakeWriteErrors()) {
+    SetCheckCondition(task, SenseKey::kMediumError, Asc::kWriteError);
+  }
+  task.Complete();
+}
+
+// SYNCHRONIZE CACHE with IMMED: the command has already ended GOOD, so a failed flush becomes a
+// deferred error that the next SYNCHRONIZE CACHE of the LUN reports (FlushDone).
+void ImmedFlushDone(void* ctx, int err) {
+  if (err != 0) static_cast<Lun*>(ctx)->NoteWriteError();
 }
 
 Disposition DoRead(const Command& cmd, const RwCdb& r) {
@@ -186,10 +204,10 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
 Disposition StartFlush(const Command& cmd, bool immed) {
   Task& task = cmd.task;
   if (immed) {
-    cmd.lun->store().Flush(task.slot, backing::IoCompletion{IgnoreDone, nullptr});
+    cmd.lun->store().Flush(task.slot, backing::IoCompletion{ImmedFlushDone, cmd.lun});
     return Disposition::kDone;
   }
-  cmd.lun->store().Flush(task.slot, backing::IoCompletion{WriteDone, &task});
+  cmd.lun->store().Flush(task.slot, backing::IoCompletion{FlushDone, &task});
   return Disposition::kPending;
 }
 

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi::internal {
@@ -141,6 +142,7 @@ bool CheckWritable(const Command& cmd) {
 }
 
 void SetStoreError(Task& task, int err, bool write) {
+  if (write && task.unit != nullptr) task.unit->NoteWriteError();
   if (err == EROFS) {
     SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);
   } else if (err == ENOSPC || (err == ENOMEM && write)) {

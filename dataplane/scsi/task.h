@@ -36,6 +36,8 @@ inline constexpr size_t kMaxCdbLength = 32;
 inline constexpr size_t kMaxSenseLength = 96;
 inline constexpr size_t kMaxInSegments = 32;
 
+class Lun;
+
 struct Task {
   // Request, filled by the transport.
   std::array<uint8_t, kMaxCdbLength> cdb{};
@@ -45,6 +47,9 @@ struct Task {
   uint32_t expected_length = 0;  // transport's expected data transfer length in bytes
   unsigned slot = 0;             // reactor index, passed to BackingStore calls
   Nexus* nexus = nullptr;        // the I_T nexus this command arrived on
+  // Set by Engine::Execute: the logical unit the command runs on (null for a missing LUN). Valid
+  // until the command completes.
+  Lun* unit = nullptr;
 
   // Data-Out: exactly data_out_len received bytes in buf (data_out_len <= expected_length).
   uint32_t data_out_len = 0;

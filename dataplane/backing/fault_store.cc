@@ -1,0 +1,74 @@
+#include "dataplane/backing/fault_store.h"
+
+#include <random>
+
+namespace iscsigw::backing {
+
+int FaultErrnoFromName(std::string_view name) {
+  if (name == "EIO") return EIO;
+  if (name == "ENOSPC") return ENOSPC;
+  if (name == "EROFS") return EROFS;
+  return 0;
+}
+
+FaultStore::FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, DeferFn defer)
+    : inner_(std::move(inner)), spec_(spec), defer_(std::move(defer)) {}
+
+size_t FaultStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
+  if (spec_.delay.count() > 0 || (spec_.error != 0 && spec_.reads)) return 0;
+  return inner_->MapRead(offset, len, segs);
+}
+
+int FaultStore::Decide(Op op) {
+  if (spec_.error == 0) return 0;
+  const bool matches = (op == Op::kRead && spec_.reads) || (op == Op::kWrite && spec_.writes) ||
+                       (op == Op::kFlush && spec_.flushes);
+  if (!matches) return 0;
+  if (matching_.fetch_add(1, std::memory_order_relaxed) < spec_.after_ops) return 0;
+  if (spec_.probability < 1.0) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= spec_.probability) return 0;
+  }
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  return spec_.error;
+}
+
+void FaultStore::Run(unsigned slot, Op op, IoCompletion done, std::function<void()> call) {
+  const int err = Decide(op);
+  std::function<void()> step =
+      err != 0 ? std::function<void()>([done, err] { done(err); }) : std::move(call);
+  if (spec_.delay.count() > 0 && defer_) {
+    defer_(slot, spec_.delay, std::move(step));
+  } else {
+    step();
+  }
+}
+
+void FaultStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
+  Run(slot, Op::kRead, done,
+      [this, slot, offset, buf, done] { inner_->Read(slot, offset, buf, done); });
+}
+
+void FaultStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                       IoCompletion done) {
+  Run(slot, Op::kWrite, done,
+      [this, slot, offset, buf, fua, done] { inner_->Write(slot, offset, buf, fua, done); });
+}
+
+void FaultStore::Flush(unsigned slot, IoCompletion done) {
+  Run(slot, Op::kFlush, done, [this, slot, done] { inner_->Flush(slot, done); });
+}
+
+void FaultStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+  Run(slot, Op::kWrite, done,
+      [this, slot, offset, len, done] { inner_->Unmap(slot, offset, len, done); });
+}
+
+void FaultStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch,
+                                 bool fua, ModifyFn modify, IoCompletion done) {
+  Run(slot, Op::kWrite, done, [this, slot, offset, scratch, fua, modify, done] {
+    inner_->ReadModifyWrite(slot, offset, scratch, fua, modify, done);
+  });
+}
+
+}  // namespace iscsigw::backing

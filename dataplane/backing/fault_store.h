@@ -1,0 +1,93 @@
+// FaultStore: a BackingStore for tests that wraps another and makes its calls slow or failing, the
+// way a sick disk or a full thin pool does (leveldb's SpecialEnv idea). Configured per LUN:
+//   - a delay: every read, write and flush is started `delay` later (so its data lands later
+//     too), on the same reactor, without blocking it;
+//   - an errno (EIO, ENOSPC, EROFS) for reads, writes (Write, ReadModifyWrite, Unmap) or flushes,
+//     after the first `after_ops` of those calls have gone through, each with a probability.
+// A failed call does not reach the wrapped store: a failed write changes nothing.
+//
+// The data plane accepts a LUN with faults only in a build configured with
+// -DISCSIGW_FAULT_INJECTION=ON (the test build); release builds and the container image refuse
+// it. The wrapper may allocate per call (a timer per delayed call): it is never on a production
+// path. Threading: as BackingStore; the counters are atomics, the random source is per thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dataplane/backing/backing_store.h"
+
+namespace iscsigw::backing {
+
+struct FaultSpec {
+  std::chrono::milliseconds delay{0};
+  int error = 0;  // errno for failing calls; 0: none fail
+  bool reads = true;
+  bool writes = true;
+  bool flushes = true;
+  uint64_t after_ops = 0;    // matching calls that succeed before failures start
+  double probability = 1.0;  // of each matching call failing after that
+
+  bool active() const { return delay.count() > 0 || error != 0; }
+  friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
+};
+
+// "EIO", "ENOSPC" or "EROFS" -> errno; 0 for anything else.
+int FaultErrnoFromName(std::string_view name);
+
+// Runs fn on reactor `slot` after `delay` (a steady timer on that reactor's io_context).
+using DeferFn =
+    std::function<void(unsigned slot, std::chrono::milliseconds delay, std::function<void()> fn)>;
+
+class FaultStore final : public BackingStore {
+ public:
+  FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, DeferFn defer);
+
+  std::string_view kind() const override { return inner_->kind(); }
+  uint64_t size_bytes() const override { return inner_->size_bytes(); }
+  bool persistent() const override { return inner_->persistent(); }
+  bool thin_provisioned() const override { return inner_->thin_provisioned(); }
+  uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
+  uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override {
+    inner_->GetProvisioning(slot, offset, max_len, out, done);
+  }
+  void Prefetch(uint64_t offset, uint64_t len) override { inner_->Prefetch(offset, len); }
+  int Grow(uint64_t new_size_bytes) override { return inner_->Grow(new_size_bytes); }
+  // Zero-copy reads would bypass the faults: with read faults or a delay every read goes
+  // through Read.
+  size_t MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) override;
+
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             IoCompletion done) override;
+  void Flush(unsigned slot, IoCompletion done) override;
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+
+  // Calls failed so far.
+  uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
+
+ private:
+  enum class Op : uint8_t { kRead, kWrite, kFlush };
+  // The errno this call fails with, or 0 to let it through.
+  int Decide(Op op);
+  // Runs `call` now or after the delay; a failing call completes `done` with its errno instead.
+  void Run(unsigned slot, Op op, IoCompletion done, std::function<void()> call);
+
+  const std::shared_ptr<BackingStore> inner_;
+  const FaultSpec spec_;
+  const DeferFn defer_;
+  std::atomic<uint64_t> matching_{0};
+  std::atomic<uint64_t> failures_{0};
+};
+
+}  // namespace iscsigw::backing
