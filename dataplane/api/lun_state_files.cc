@@ -158,10 +158,10 @@ void LunStateFiles::Remove(const std::shared_ptr<scsi::LunStateStore>& store) {
 void GatewayTaskAborter::AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,
                                     const scsi::Nexus* except) {
   gateway_.ForEachSession(target_, [lun_id, who, except](iscsi::Session& s) {
-    if (&s.nexus() == except || s.connection() == nullptr) return;
+    if (&s.nexus() == except) return;
     for (const auto& m : who) {
       if (m.Matches(s.nexus())) {
-        s.connection()->AbortTasks(lun_id);
+        s.AbortTasks(lun_id, nullptr);
         return;
       }
     }

@@ -28,6 +28,16 @@ constexpr auto kTimerTick = std::chrono::milliseconds(500);
 // AHS type 1: Extended CDB (RFC 7143 11.2.1.3).
 constexpr uint8_t kAhsExtendedCdb = 1;
 
+// ASCQs of ASC 4Bh for a write ended by a Data-Out out of sequence (SPC-4 annex D).
+constexpr uint8_t kDataPhaseError = 0x00;    // 4Bh/00h DATA PHASE ERROR (DataSN, F bit)
+constexpr uint8_t kTooMuchWriteData = 0x02;  // 4Bh/02h TOO MUCH WRITE DATA (beyond the burst)
+constexpr uint8_t kDataOffsetError = 0x05;   // 4Bh/05h DATA OFFSET ERROR (BufferOffset)
+
+uint8_t DataOutAscq(bool data_sn_ok, bool offset_ok) {
+  if (!data_sn_ok) return kDataPhaseError;
+  return offset_ok ? kTooMuchWriteData : kDataOffsetError;
+}
+
 void SetFixedSense(scsi::Task& t, uint8_t key, uint8_t asc, uint8_t ascq) {
   t.status = scsi::ScsiStatus::kCheckCondition;
   t.sense.fill(0);
@@ -70,8 +80,7 @@ Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket sock
 Connection::~Connection() { gw_.RemoveConnection(); }
 
 void Connection::Start() {
-  started_ = last_rx_ = std::chrono::steady_clock::now();
-  gw_.pool().AddConnection(reactor_, 1);
+  started_ = last_rx_ = std::chrono::steady_clock::now();  // counted by the acceptor
   auto self = shared_from_this();
   asio::co_spawn(
       socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
@@ -103,7 +112,10 @@ void Connection::Close() {
         ReleaseTask(&t);
       }
     }
-    gw_.Unregister(session_->tsih(), session_.get());
+    // A session whose writes are still in flight stays registered, closing, until they end: a
+    // reinstatement of it must wait for them (RFC 7143 6.3.5). OnScsiComplete unregisters it.
+    session_->set_closing();
+    if (async_pending_ == 0) gw_.Unregister(session_->tsih(), session_.get());
     session_->set_connection(nullptr);
     if (session_->tsih() != 0) {
       log::Iscsi().info("{}session closed: {} session of {} from {}", LogCtx(),
@@ -153,11 +165,13 @@ asio::awaitable<void> Connection::ReadLoop() {
     Flush();
     // Backpressure: while the send side is full of control PDUs, wait for it to drain before
     // parsing (and reading) more.
-    while (ok && paused_ && !closed_) {
+    while (ok && (paused_ || held_) && !closed_) {
       wake_.expires_after(std::chrono::seconds(1));
       co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (control_free_.size() >= 4 || control_storage_.size() < kMaxControlPdus) {
+      if (paused_ && (control_free_.size() >= 4 || control_storage_.size() < kMaxControlPdus)) {
         paused_ = false;
+      }
+      if (!paused_ && !held_ && !closed_) {
         ok = ParseBuffered();
         Flush();
       }
@@ -169,7 +183,7 @@ asio::awaitable<void> Connection::ReadLoop() {
 
 bool Connection::ParseBuffered() {
   bool ok = true;
-  while (ok && !closed_ && !paused_) {
+  while (ok && !closed_ && !paused_ && !held_) {
     if (phase_ == Phase::kLoggingOut) {
       rx_begin_ = rx_end_;  // nothing more is processed after a logout or a final reject
       break;
@@ -405,6 +419,7 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   negotiator_->AppendTargetDeclarations(static_cast<Stage>(csg), tpgt, &out);
 
   const bool to_ffp = transit && nsg == 3;
+  std::vector<std::shared_ptr<Session>> replaced;
   if (to_ffp) {
     st = negotiator_->Finish();
     if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
@@ -413,13 +428,8 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     session_ = std::make_shared<Session>(gw_, reactor_, params_.initiator_name, isid_,
                                          login_target_, params_, peer_);
     session_->set_exp_cmd_sn(h.cmd_sn());
-    std::shared_ptr<Session> replaced;
     gw_.Register(session_, &replaced);
     session_->set_connection(this);
-    if (replaced) {
-      // RFC 7143 6.3.5 session reinstatement: the old session's connection is closed.
-      asio::post(gw_.pool().context(replaced->reactor()), [replaced] { replaced->Drop(); });
-    }
   }
 
   ControlPdu* c = NewControl();
@@ -437,7 +447,29 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   r.SetSn(stat_sn_++, exp, max);
   pdu::EncodeText(out, &c->data);
   c->no_digest = true;
-  QueueControl(c);
+  if (replaced.empty()) {
+    QueueControl(c);
+  } else {
+    // RFC 7143 6.3.5 session reinstatement: the old session's connection is closed, and the new
+    // session starts only once the old one's tasks have ended, so that none of its writes can land
+    // after the initiator's retries of them. The login response waits for that.
+    held_ = true;
+    held_login_ = c;
+    auto drain = TaskDrain::Create(gw_.pool().context(reactor_), [weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (!self || self->closed_ || !self->held_) return;
+      self->held_ = false;
+      self->QueueControl(self->held_login_);
+      self->held_login_ = nullptr;
+      self->Flush();
+      self->wake_.cancel();  // the reader parses what waited
+    });
+    for (auto& old : replaced) {
+      log::Iscsi().info("{}reinstating session {} of {}: waiting for its tasks", LogCtx(),
+                        old->tsih(), old->initiator_name());
+      asio::post(gw_.pool().context(old->reactor()), [old, drain] { old->Drop(drain); });
+    }
+  }
 
   if (to_ffp) {
     phase_ = Phase::kFullFeature;
@@ -667,7 +699,8 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
                           "(expected DataSN {} offset {} end {}): task aborted",
                           LogCtx(), h.itt(), dsn, off, len, t->unsolicited_data_sn,
                           t->unsolicited_received, t->unsolicited_end);
-      return FailDataOut(f, t);
+      return FailDataOut(
+          t, DataOutAscq(dsn == t->unsolicited_data_sn, off == t->unsolicited_received));
     }
     if (f.data_digest_error) {
       t->data_digest_error = true;
@@ -678,7 +711,8 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
     ++t->unsolicited_data_sn;
     t->received += len;
     if (h.final_bit() || t->unsolicited_received == t->unsolicited_end) {
-      if (t->unsolicited_received != t->unsolicited_end) return FailDataOut(f, t);
+      // F=1 before the end of the unsolicited burst: the rest will never come.
+      if (t->unsolicited_received != t->unsolicited_end) return FailDataOut(t, kDataPhaseError);
       t->unsolicited_done = true;
       *link = t->unsol_next;
       t->unsol_next = nullptr;
@@ -699,7 +733,8 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
                           "(expected DataSN {} offset {}): task aborted",
                           LogCtx(), h.itt(), ttt, dsn, off, len, slot->next_data_sn,
                           slot->offset + slot->received);
-      return FailDataOut(f, t);
+      return FailDataOut(
+          t, DataOutAscq(dsn == slot->next_data_sn, off == slot->offset + slot->received));
     }
     if (f.data_digest_error) {
       t->data_digest_error = true;
@@ -714,7 +749,7 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
       --t->outstanding_r2t;
       IssueR2Ts(t);
     } else if (h.final_bit()) {
-      return FailDataOut(f, t);
+      return FailDataOut(t, kDataPhaseError);  // F=1 before the burst the R2T asked for is complete
     }
   }
   if (t->unsolicited_done && t->outstanding_r2t == 0 && t->next_r2t_offset >= t->edtl &&
@@ -724,13 +759,29 @@ bool Connection::HandleDataOut(const pdu::Frame& f) {
   return true;
 }
 
-bool Connection::FailDataOut(const pdu::Frame& f, Task* t) {
-  // A Data-Out out of sequence (DataSN, BufferOffset or length) is a protocol error (RFC 7143
-  // 7.12, 11.7.5). ErrorRecoveryLevel 0 cannot ask for the data again: the PDU is rejected, which
-  // fails the command at the initiator, and the task is dropped without a response; Data-Out still
-  // in flight for it is discarded. The connection and the session's other tasks go on.
-  SendReject(f.bhs, RejectReason::kProtocolError);
-  ReleaseTask(t);
+bool Connection::FailDataOut(Task* t, uint8_t ascq) {
+  // A Data-Out out of sequence (DataSN, BufferOffset or length, RFC 7143 11.7.5) cannot be asked
+  // for again at ErrorRecoveryLevel 0. A Reject would not end the command (RFC 7143 11.17: the
+  // initiator would wait for its SCSI timeout), so the command ends here, unexecuted, with CHECK
+  // CONDITION / ABORTED COMMAND and the data-phase ASC that names the fault (SPC-4 4Bh/xxh). Later
+  // Data-Out for it finds no task or no R2T and is discarded; the connection goes on.
+  for (Task** link = &unsol_head_; *link != nullptr; link = &(*link)->unsol_next) {
+    if (*link == t) {
+      *link = t->unsol_next;
+      break;
+    }
+  }
+  t->unsol_next = nullptr;
+  t->unsolicited_done = true;
+  for (auto& slot : t->r2t) {
+    if (slot.active && !slot.sent) --t->next_r2t_sn;  // never sent: not counted in ExpDataSN
+    slot.active = false;
+  }
+  t->outstanding_r2t = 0;
+  t->next_r2t_offset = t->edtl;
+  t->state = Task::State::kExecuting;
+  SetFixedSense(t->scsi, 0x0b, 0x4b, ascq);
+  QueueTaskResponse(t);
   return true;
 }
 
@@ -764,9 +815,12 @@ void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
     --c->async_pending_;
   }
   if (t->aborted || c->closed_) {
-    // SAM-5 5.6: an aborted task sends no response.
+    // SAM-5 5.6: an aborted task sends no response. Releasing it drops its drain reference: the
+    // task management response or reinstated login waiting for it may go (task_drain.h).
     c->ReleaseTask(t);
     if (c->closed_ && c->async_pending_ == 0) {
+      // The closed session's last task has ended: a reinstatement need no longer wait for it.
+      if (c->session_) c->gw_.Unregister(c->session_->tsih(), c->session_.get());
       auto last = std::move(c->keepalive_);  // may destroy the connection when this scope ends
       return;
     }
@@ -829,11 +883,35 @@ void Connection::QueueTaskResponse(Task* t) {
   t->tx_offset = 0;
   t->tx_seg = 0;
   t->tx_seg_off = 0;
+  if (tx_data_digest_ && t->tx_len > 0) CopyDataInForDigest(t);
   Queue(t);
+}
+
+void Connection::CopyDataInForDigest(Task* t) {
+  scsi::Task& st = t->scsi;
+  const uint8_t* lo = t->buf;
+  const uint8_t* hi = t->buf + t->buf_cap;
+  for (uint32_t i = 0; i < st.in_seg_count; ++i) {
+    const backing::Segment& seg = st.in_segs[i];
+    // Data the command produced in its own buffer is private to it already.
+    if (seg.data >= lo && seg.data < hi) return;
+  }
+  if (t->buf == nullptr || t->buf_cap < t->tx_len) return;  // not reached: buf holds EDTL
+  uint32_t copied = 0;
+  for (uint32_t i = 0; i < st.in_seg_count && copied < t->tx_len; ++i) {
+    const uint32_t n = std::min(st.in_segs[i].len, t->tx_len - copied);
+    std::memcpy(t->buf + copied, st.in_segs[i].data, n);
+    copied += n;
+  }
+  st.in_segs[0] = backing::Segment{t->buf, copied};
+  st.in_seg_count = 1;
 }
 
 void Connection::ReleaseTask(Task* t) {
   if (t->state == Task::State::kFree) return;
+  // A task released with R2Ts or a response still queued (aborted, failed, logged out) must not
+  // be sent: a freed task would go out as a SCSI Response GOOD.
+  if (t->tx_queued) Dequeue(t);
   if (t->buf != nullptr) {
     gw_.pool().buffers(reactor_).Put(t->buf, t->buf_cap);
     t->buf = nullptr;
@@ -849,20 +927,23 @@ void Connection::ReleaseTask(Task* t) {
   session_->FreeTask(t);
 }
 
-void Connection::AbortTasks(uint64_t lun_id) {
-  if (!session_ || closed_) return;
+void Connection::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
+  if (!session_) return;
   for (Task& t : session_->tasks()) {
     if (t.state == Task::State::kFree) continue;
     if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
     switch (t.state) {
       case Task::State::kReceivingData:
-        ReleaseTask(&t);
+        if (!closed_) ReleaseTask(&t);
         break;
       case Task::State::kExecuting:
+        // Its store I/O cannot be recalled: the task ends, without a response, when it completes,
+        // and whoever waits for the abort waits for that.
         t.aborted = true;
+        if (t.async_pending) AttachDrain(t, drain);
         break;
       default:
-        break;  // the response is already on its way
+        break;  // done with the medium; the response is already on its way
     }
   }
 }
@@ -909,11 +990,21 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
   bool close_after = false;
   const std::string& target_name = target.info.name;
 
+  // SAM-5 5.6 / RFC 7143 11.6.1: the response goes only once every task the function aborted has
+  // ended, here and on the other sessions it reached; the drain holds it until then.
+  ControlPdu* c = NewControl();
+  c->hdr.SetOpcode(Opcode::kTaskMgmtResponse);
+  c->hdr.SetFlags(0x80);
+  c->hdr.SetItt(h.itt());
+  c->assign_stat_sn = true;
+  std::shared_ptr<TaskDrain> drain = QueueWhenDrained(c);
+
   auto abort_everywhere = [&](uint64_t which) {
-    AbortTasks(which);
+    AbortTasks(which, drain);
     Session* self = session_.get();
-    gw_.ForEachSession(target_name, [self, which](Session& s) {
-      if (&s != self && s.connection() != nullptr) s.connection()->AbortTasks(which);
+    // Sessions being closed are reached too: their writes still in flight are waited for.
+    gw_.ForEachSession(target_name, [self, which, drain](Session& s) {
+      if (&s != self) s.AbortTasks(which, drain);
     });
   };
 
@@ -927,6 +1018,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
           ReleaseTask(t);
         } else {
           t->aborted = true;
+          if (t->async_pending) AttachDrain(*t, drain);
         }
       } else {
         // Not found, or already completed with its response queued: no longer in the task set.
@@ -942,7 +1034,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       if (lun == nullptr) {
         resp = TmfResponse::kLunDoesNotExist;
       } else {
-        AbortTasks(lun_id);
+        AbortTasks(lun_id, drain);
       }
       break;
     case TmfFunction::kClearTaskSet:
@@ -976,8 +1068,8 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       if (fn == TmfFunction::kTargetColdReset) {
         // RFC 7143 11.5.1: after a cold reset the target drops all its connections.
         Session* self = session_.get();
-        gw_.ForEachSession(target_name, [self](Session& s) {
-          if (&s != self) s.Drop();
+        gw_.ForEachSession(target_name, [self, drain](Session& s) {
+          if (&s != self) s.Drop(drain);
         });
         close_after = true;
       }
@@ -990,16 +1082,19 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       break;
   }
   CountTmf(h.tmf_function(), static_cast<uint8_t>(resp));
-  ControlPdu* c = NewControl();
-  c->hdr.SetOpcode(Opcode::kTaskMgmtResponse);
-  c->hdr.SetFlags(0x80);
   c->hdr.Set8(2, static_cast<uint8_t>(resp));
-  c->hdr.SetItt(h.itt());
-  c->assign_stat_sn = true;
   c->close_after = close_after;
   if (close_after) phase_ = Phase::kLoggingOut;
-  QueueControl(c);
-  return true;
+  return true;  // `drain` goes out of scope: the response is queued once nothing else holds it
+}
+
+std::shared_ptr<TaskDrain> Connection::QueueWhenDrained(ControlPdu* c) {
+  return TaskDrain::Create(gw_.pool().context(reactor_), [weak = weak_from_this(), c] {
+    auto self = weak.lock();
+    if (!self || self->closed_) return;
+    self->QueueControl(c);
+    self->Flush();
+  });
 }
 
 std::string Connection::PortalAddress() const {
@@ -1116,12 +1211,14 @@ bool Connection::HandleLogout(const pdu::Frame& f) {
   c->hdr.Set16(42, 0);  // Time2Retain: no connection recovery at ERL 0
   c->assign_stat_sn = true;
   if (resp == pdu::LogoutResponse::kSuccess) {
-    // Tasks still waiting for data cannot finish on a closing connection.
-    AbortTasks(~uint64_t{0});
+    // Tasks still waiting for data cannot finish on a closing connection; those whose writes are
+    // in flight end first, so that after the response none of the session's writes can land.
+    AbortTasks(~uint64_t{0}, QueueWhenDrained(c));
     c->close_after = true;
     phase_ = Phase::kLoggingOut;
     log::Iscsi().info("{}logout: initiator {} from {} reason {}", LogCtx(),
                       session_->initiator_name(), peer_, static_cast<unsigned>(reason));
+    return true;
   }
   QueueControl(c);
   return true;
@@ -1144,6 +1241,7 @@ ControlPdu* Connection::NewControl() {
   c->no_digest = false;
   c->close_after = false;
   c->assign_stat_sn = false;
+  c->current_sn = false;
   // Backpressure: stop reading while the send side holds too many control PDUs.
   if (control_free_.size() < 4 && control_storage_.size() >= kMaxControlPdus) paused_ = true;
   return c;
@@ -1161,6 +1259,18 @@ void Connection::Queue(TxItem* item) {
     tx_head_ = item;
   }
   tx_tail_ = item;
+}
+
+void Connection::Dequeue(TxItem* item) {
+  TxItem* prev = nullptr;
+  for (TxItem* it = tx_head_; it != nullptr; prev = it, it = it->tx_next) {
+    if (it != item) continue;
+    (prev != nullptr ? prev->tx_next : tx_head_) = it->tx_next;
+    if (tx_tail_ == it) tx_tail_ = prev;
+    break;
+  }
+  item->tx_queued = false;
+  item->tx_next = nullptr;
 }
 
 void Connection::SendReject(const uint8_t* bhs, RejectReason reason) {
@@ -1240,7 +1350,11 @@ bool Connection::EmitControl(ControlPdu* c) {
   // Header, data, padding and digest: keep bufs_ within its reserved size (no growth, no
   // allocation) and leave the PDU for the next write when the batch is full.
   if (n_hdrs_ >= kMaxBatchHeaders || bufs_.size() + 4 > kMaxBatchBuffers) return false;
-  if (c->assign_stat_sn) FillSn(c->hdr, true);
+  if (c->assign_stat_sn) {
+    FillSn(c->hdr, true);
+  } else if (c->current_sn) {
+    FillSn(c->hdr, false);
+  }
   const bool hd = tx_header_digest_ && !c->no_digest;
   const bool dd = tx_data_digest_ && !c->no_digest;
   uint8_t* slot = AddHeader(hd);
@@ -1255,6 +1369,7 @@ bool Connection::EmitControl(ControlPdu* c) {
 }
 
 bool Connection::EmitTask(Task* t) {
+  if (t->state == Task::State::kFree) return true;  // released while queued: nothing to send
   const bool hd = tx_header_digest_;
   const bool dd = tx_data_digest_;
   auto room = [&](size_t buffers) {
@@ -1324,6 +1439,8 @@ bool Connection::EmitTask(Task* t) {
     h.SetItt(t->itt);
     h.Set32(20, pdu::kReservedTag);
     if (sbit) {
+      // The status is on its way: the CmdSN slot is free, and this PDU says so (MaxCmdSN).
+      if (session_) session_->ReleaseWindowSlot(t);
       FillSn(h, true);
       h.Set32(44, residual);
       t->status_sent = true;
@@ -1366,6 +1483,7 @@ bool Connection::EmitTask(Task* t) {
     h.Set8(2, static_cast<uint8_t>(pdu::ScsiResponseCode::kCommandCompleted));
     h.Set8(3, static_cast<uint8_t>(st.status));
     h.SetItt(t->itt);
+    if (session_) session_->ReleaseWindowSlot(t);
     FillSn(h, true);
     h.Set32(36, t->data_sn + t->next_r2t_sn);  // ExpDataSN: Data-In and R2T PDUs sent
     h.Set32(44, residual);
@@ -1464,7 +1582,7 @@ asio::awaitable<void> Connection::TimerLoop() {
       }
       continue;
     }
-    if (phase_ != Phase::kFullFeature) continue;
+    if (phase_ != Phase::kFullFeature || held_) continue;
     if (logout_deadline_ && now >= *logout_deadline_) {
       log::Iscsi().info("{}{} did not log out when asked: dropping connection", LogCtx(), peer_);
       Close();
@@ -1485,8 +1603,9 @@ asio::awaitable<void> Connection::TimerLoop() {
       c->hdr.SetItt(pdu::kReservedTag);
       ping_ttt_ = (ping_ttt_ + 1) & 0x7fffffff;
       c->hdr.Set32(20, ping_ttt_);
-      c->assign_stat_sn = false;
-      FillSn(c->hdr, false);  // a target-initiated ping does not advance StatSN
+      // A target-initiated ping does not advance StatSN; its StatSN, ExpCmdSN and MaxCmdSN are
+      // those current when it is sent, not when it was queued behind other PDUs.
+      c->current_sn = true;
       ping_outstanding_ = true;
       ping_sent_ = now;
       QueueControl(c);

@@ -45,6 +45,7 @@ struct ControlPdu : TxItem {
   bool no_digest = false;       // login responses never carry digests (RFC 7143 13.1)
   bool close_after = false;     // close the connection once this PDU is written (logout, reject)
   bool assign_stat_sn = false;  // set StatSN/ExpCmdSN/MaxCmdSN at send time
+  bool current_sn = false;      // set them at send time without advancing StatSN (NOP-In ping)
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -62,8 +63,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void RequestLogout(std::chrono::seconds within);
 
   // Aborts this connection's tasks addressed to lun_id (all LUNs when lun_id is ~0), without
-  // responses (RFC 7143 4.2.3 / SAM-5 5.6: aborted by a reset or by another I_T nexus).
-  void AbortTasks(uint64_t lun_id);
+  // responses (RFC 7143 4.2.3 / SAM-5 5.6: aborted by a reset or by another I_T nexus). Tasks
+  // whose store I/O is in flight end when it does, and hold `drain` (may be null) until then.
+  void AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
 
  private:
   static constexpr size_t kRxBufferSize = 1024 * 1024;
@@ -83,7 +85,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool HandleLogin(const pdu::Frame& f);
   bool HandleScsiCommand(const pdu::Frame& f);
   bool HandleDataOut(const pdu::Frame& f);
-  bool FailDataOut(const pdu::Frame& f, Task* t);
+  // Ends a write whose Data-Out broke the sequence rules: CHECK CONDITION, ABORTED COMMAND with
+  // `ascq` of ASC 4Bh (DATA PHASE ERROR family); later Data-Out for it is discarded.
+  bool FailDataOut(Task* t, uint8_t ascq);
   bool HandleNopOut(const pdu::Frame& f);
   bool HandleTaskMgmt(const pdu::Frame& f);
   bool HandleText(const pdu::Frame& f);
@@ -104,12 +108,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static void OnScsiComplete(scsi::Task* st, void* ctx);
   void QueueTaskResponse(Task* t);
   void ReleaseTask(Task* t);
+  // With DataDigest, Data-In is copied out of store memory first, so that the digest covers the
+  // bytes that are sent even while another reactor writes the same blocks.
+  void CopyDataInForDigest(Task* t);
   Task* FindTaskByItt(uint32_t itt);
 
   // Send side.
   ControlPdu* NewControl();
   void QueueControl(ControlPdu* c);
+  // A drain that queues `c` (and flushes) on this reactor once every task it waits for has ended.
+  std::shared_ptr<TaskDrain> QueueWhenDrained(ControlPdu* c);
   void Queue(TxItem* item);
+  // Takes a queued item off the send queue (a task released before its R2Ts went out).
+  void Dequeue(TxItem* item);
   void SendReject(const uint8_t* bhs, pdu::RejectReason reason);
   void Flush();
   bool EmitTask(Task* t);
@@ -161,6 +172,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   pdu::FrameLimits rx_limits_;
   std::chrono::steady_clock::time_point last_rx_;
   bool paused_ = false;  // reader waits for control PDUs to drain
+  // Session reinstatement: the login response waits in held_login_ until the old session's tasks
+  // have ended; nothing more is parsed meanwhile.
+  bool held_ = false;
+  ControlPdu* held_login_ = nullptr;
   boost::asio::steady_timer wake_;
   Task* unsol_head_ = nullptr;  // tasks still receiving unsolicited Data-Out
 

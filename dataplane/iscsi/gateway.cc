@@ -124,7 +124,7 @@ void Gateway::Publish(std::shared_ptr<const Snapshot> snapshot) {
 }
 
 uint16_t Gateway::Register(const std::shared_ptr<Session>& session,
-                           std::shared_ptr<Session>* replaced) {
+                           std::vector<std::shared_ptr<Session>>* replaced) {
   std::lock_guard lock(sessions_mu_);
   // RFC 7143 6.3.5: a new session with the same SSID (initiator name, ISID, target) reinstates,
   // i.e. replaces, the old one.
@@ -136,9 +136,7 @@ uint16_t Gateway::Register(const std::shared_ptr<Session>& session,
     }
     if (old->initiator_name() == session->initiator_name() && old->isid() == session->isid() &&
         old->target_name() == session->target_name() && old->discovery() == session->discovery()) {
-      *replaced = old;
-      it = sessions_.erase(it);
-      continue;
+      replaced->push_back(std::move(old));
     }
     ++it;
   }
@@ -164,7 +162,9 @@ void Gateway::Unregister(uint16_t tsih, const Session* session) {
 std::shared_ptr<Session> Gateway::FindSession(uint16_t tsih) const {
   std::lock_guard lock(sessions_mu_);
   auto it = sessions_.find(tsih);
-  return it == sessions_.end() ? nullptr : it->second.lock();
+  if (it == sessions_.end()) return nullptr;
+  auto s = it->second.lock();
+  return s && !s->closing() ? s : nullptr;
 }
 
 std::vector<std::shared_ptr<Session>> Gateway::Sessions() const {
@@ -178,7 +178,9 @@ std::vector<std::shared_ptr<Session>> Gateway::Sessions() const {
 
 std::vector<SessionInfo> Gateway::ListSessions() const {
   std::vector<SessionInfo> out;
-  for (const auto& s : Sessions()) out.push_back(s->Info());
+  for (const auto& s : Sessions()) {
+    if (!s->closing()) out.push_back(s->Info());
+  }
   return out;
 }
 

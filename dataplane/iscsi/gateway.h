@@ -94,12 +94,17 @@ class Gateway {
   std::shared_ptr<const Snapshot> snapshot() const;
   void Publish(std::shared_ptr<const Snapshot> snapshot);
 
-  // Session registry. Register allocates a TSIH (never 0, unique among live sessions) and returns
-  // the session it replaces (same initiator name + ISID), if any, so the caller can reinstate.
-  uint16_t Register(const std::shared_ptr<Session>& session, std::shared_ptr<Session>* replaced);
+  // Session registry. Register allocates a TSIH (never 0, unique among registered sessions) and
+  // returns the sessions it replaces (same initiator name + ISID + target), live or still closing,
+  // so that the caller can reinstate: each unregisters itself once closed and its tasks have ended.
+  uint16_t Register(const std::shared_ptr<Session>& session,
+                    std::vector<std::shared_ptr<Session>>* replaced);
   void Unregister(uint16_t tsih, const Session* session);
+  // A live (not closing) session.
   std::shared_ptr<Session> FindSession(uint16_t tsih) const;
+  // Every registered session, closing ones included (they may still have writes in flight).
   std::vector<std::shared_ptr<Session>> Sessions() const;
+  // The live sessions.
   std::vector<SessionInfo> ListSessions() const;
   // Posts a drop of the session to its reactor. Returns false when no such session exists.
   bool DropSession(uint16_t tsih);

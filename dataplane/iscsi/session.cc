@@ -27,16 +27,17 @@ Session::Session(Gateway& gw, unsigned reactor, std::string initiator_name,
       peer_(std::move(peer)),
       nexus_(initiator_name_ + ",i,0x" + IsidHex(isid_),
              target_ ? target_->info.relative_port_id : 1),
-      tasks_(kCmdWindow + kImmediateTasks) {
-  free_windowed_.reserve(kCmdWindow);
+      tasks_(kCmdWindow + kStatusInFlight + kImmediateTasks) {
+  constexpr uint32_t kWindowed = kCmdWindow + kStatusInFlight;
+  free_windowed_.reserve(kWindowed);
   free_immediate_.reserve(kImmediateTasks);
   for (uint32_t i = 0; i < tasks_.size(); ++i) {
     tasks_[i].index = static_cast<uint16_t>(i);
     tasks_[i].scsi.nexus = &nexus_;
     tasks_[i].scsi.slot = reactor_;
   }
-  for (uint32_t i = kCmdWindow; i-- > 0;) free_windowed_.push_back(static_cast<uint16_t>(i));
-  for (uint32_t i = kCmdWindow + kImmediateTasks; i-- > kCmdWindow;) {
+  for (uint32_t i = kWindowed; i-- > 0;) free_windowed_.push_back(static_cast<uint16_t>(i));
+  for (uint32_t i = kWindowed + kImmediateTasks; i-- > kWindowed;) {
     free_immediate_.push_back(static_cast<uint16_t>(i));
   }
 }
@@ -67,8 +68,23 @@ void Session::set_target(std::shared_ptr<const TargetConfig> target) {
   target_ = std::move(target);
 }
 
-void Session::Drop() {
+void Session::Drop(const std::shared_ptr<TaskDrain>& drain) {
+  AbortTasks(~uint64_t{0}, drain);
   if (conn_ != nullptr) conn_->Close();
+}
+
+void Session::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
+  if (conn_ != nullptr) {
+    conn_->AbortTasks(lun_id, drain);
+    return;
+  }
+  // Closed: the only tasks left are those whose store I/O is still in flight.
+  for (Task& t : tasks_) {
+    if (t.state != Task::State::kExecuting || !t.async_pending) continue;
+    if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
+    t.aborted = true;
+    AttachDrain(t, drain);
+  }
 }
 
 Task* Session::AllocTask(bool immediate) {
@@ -86,9 +102,11 @@ void Session::FreeTask(Task* t) {
   if (t->immediate) {
     free_immediate_.push_back(t->index);
   } else {
-    --windowed_in_flight_;
+    if (!t->window_released) --windowed_in_flight_;
     free_windowed_.push_back(t->index);
   }
+  t->window_released = false;
+  t->drain.reset();  // the last reference may run the waiting answer (task_drain.h)
 }
 
 }  // namespace iscsigw::iscsi

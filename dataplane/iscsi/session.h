@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,6 +31,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // for immediate commands, which do not take a CmdSN slot.
   static constexpr uint32_t kCmdWindow = 128;
   static constexpr uint32_t kImmediateTasks = 8;
+  // A windowed task gives its CmdSN slot back when its status goes to the writer, so that the
+  // response itself advertises the slot (RFC 7143 4.2.2.1), but its Task stays taken until the
+  // write completes: at most one write batch of tasks (Connection::kMaxBatchHeaders) is in that
+  // state, so the windowed pool has that many tasks beyond the window.
+  static constexpr uint32_t kStatusInFlight = 64;
 
   Session(Gateway& gw, unsigned reactor, std::string initiator_name, std::array<uint8_t, 6> isid,
           std::shared_ptr<const TargetConfig> target, SessionParams params, std::string peer);
@@ -54,8 +60,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // Reactor thread only.
   Connection* connection() const { return conn_; }
   void set_connection(Connection* c) { conn_ = c; }
-  // Closes the session's connection (reinstatement, control-plane drop, target cold reset).
-  void Drop();
+  // Closes the session's connection (reinstatement, control-plane drop, target cold reset); its
+  // tasks whose store I/O is in flight hold `drain` (may be null) until that I/O ends.
+  void Drop(const std::shared_ptr<TaskDrain>& drain = nullptr);
+  // Aborts the tasks for lun_id (~0: all LUNs) without responses; those whose store I/O is in
+  // flight hold `drain` (may be null). Works on a closed session too, whose tasks still drain.
+  void AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
+  // Set when the connection closed; the session stays registered (for reinstatement to find and
+  // wait for) until its last task has ended. Any thread.
+  bool closing() const { return closing_.load(std::memory_order_acquire); }
+  void set_closing() { closing_.store(true, std::memory_order_release); }
 
   // CmdSN window (RFC 7143 4.2.2.1). MaxCmdSN never decreases: it grows as tasks are released.
   uint32_t exp_cmd_sn() const { return exp_cmd_sn_; }
@@ -66,6 +80,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Task array. AllocTask returns nullptr when the pool for that kind is empty.
   Task* AllocTask(bool immediate);
   void FreeTask(Task* t);
+  // The task's status is on its way: its CmdSN window slot counts as free from now on.
+  void ReleaseWindowSlot(Task* t) {
+    if (t->immediate || t->window_released) return;
+    t->window_released = true;
+    --windowed_in_flight_;
+  }
   Task* TaskAt(uint32_t index) { return index < tasks_.size() ? &tasks_[index] : nullptr; }
   std::vector<Task>& tasks() { return tasks_; }
 
@@ -85,11 +105,12 @@ class Session : public std::enable_shared_from_this<Session> {
   scsi::Nexus nexus_;
 
   Connection* conn_ = nullptr;
+  std::atomic<bool> closing_{false};
   uint32_t exp_cmd_sn_ = 0;
   uint32_t windowed_in_flight_ = 0;
-  std::vector<Task> tasks_;  // sized once: kCmdWindow + kImmediateTasks
+  std::vector<Task> tasks_;  // sized once: kCmdWindow + kStatusInFlight + kImmediateTasks
   // R2T transfer tags carry the task index in their low byte.
-  static_assert(kCmdWindow + kImmediateTasks <= 256);
+  static_assert(kCmdWindow + kStatusInFlight + kImmediateTasks <= 256);
   std::vector<uint16_t> free_windowed_;
   std::vector<uint16_t> free_immediate_;
 };

@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 
+#include "dataplane/iscsi/task_drain.h"
 #include "dataplane/iscsi/tx_item.h"
 #include "dataplane/scsi/task.h"
 
@@ -39,6 +41,10 @@ struct Task : TxItem {
   bool immediate = false;
   bool aborted = false;
   bool async_pending = false;  // Execute returned before completing (file store)
+  // Aborted while its store I/O was in flight: the answers that wait for it (task_drain.h).
+  std::shared_ptr<TaskDrain> drain;
+  // Its status went to the writer: its CmdSN window slot is free again (Session::FreeTask).
+  bool window_released = false;
   // Some of its Data-Out or immediate data failed the data digest: it is not executed but ends
   // with CHECK CONDITION once all data is in (RFC 7143 7.8).
   bool data_digest_error = false;
@@ -80,6 +86,7 @@ struct Task : TxItem {
     scsi.ResetResult();
     aborted = false;
     async_pending = false;
+    window_released = false;
     data_digest_error = false;
     received = 0;
     unsolicited_end = 0;

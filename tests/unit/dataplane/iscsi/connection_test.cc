@@ -5,13 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dataplane/api/dataplane.h"
+#include "dataplane/iscsi/session.h"
 #include "tests/unit/dataplane/iscsi/test_initiator.h"
 
 namespace iscsigw::iscsi {
@@ -82,11 +86,13 @@ class ConnectionTest : public ::testing::Test {
     if (dp_) dp_->Stop();
   }
 
-  void StartDataplane(const GatewayOptions& gateway) {
+  // The LUN of kTarget carries `fault` (test builds, ISCSIGW_FAULT_INJECTION), on `reactors`.
+  void StartDataplane(const GatewayOptions& gateway, unsigned reactors = 1,
+                      backing::FaultSpec fault = {}) {
     if (dp_) dp_->Stop();
     api::Options o;
     o.portals = {"127.0.0.1:0"};
-    o.reactors = 1;
+    o.reactors = reactors;
     o.gateway = gateway;
     auto r = api::Dataplane::Start(o);
     ASSERT_TRUE(r.ok()) << r.status().message();
@@ -97,6 +103,7 @@ class ConnectionTest : public ::testing::Test {
     lun.backing = api::BackingKind::kRam;
     lun.size_bytes = kLunBytes;
     lun.block_size = kBlock;
+    lun.fault = fault;
     api::TargetSpec open;
     open.name = kTarget;
     open.allow_any_initiator = true;
@@ -108,9 +115,13 @@ class ConnectionTest : public ::testing::Test {
     entry.initiator = kAllowed;
     acl.acl.push_back(entry);
     lun.size_bytes = 1u << 20;
+    lun.fault = {};
     acl.luns.push_back(lun);
     c.targets = {open, acl};
     const Status s = dp_->Apply(c);
+    if (!s.ok() && fault.active() && s.message().find("no fault injection") != std::string::npos) {
+      GTEST_SKIP() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
+    }
     ASSERT_TRUE(s.ok()) << s.message();
     portal_ = dp_->portals().at(0);
   }
@@ -518,37 +529,50 @@ TEST_F(ConnectionTest, WriteSolicitedByR2tsInBurstsOfMaxBurstLength) {
   EXPECT_EQ(ReadBack(ini, 100, 16384), data);
 }
 
-TEST_F(ConnectionTest, DataOutWithWrongDataSnIsRejectedAndTheConnectionGoesOn) {
+// A Reject does not end a command (RFC 7143 11.17): a write whose Data-Out breaks the sequence
+// ends with CHECK CONDITION, ABORTED COMMAND and the data-phase ASC, so the initiator is not left
+// waiting for its SCSI timeout. Regression: only a Reject was sent, and the command never ended.
+TEST_F(ConnectionTest, DataOutWithWrongDataSnEndsTheWriteWithDataPhaseError) {
   TestInitiator ini;
   LoginNormal(ini, SessionKeys({{"InitialR2T", "Yes"}, {"ImmediateData", "No"}}));
   const uint32_t itt = ini.NextItt();
   ASSERT_TRUE(ini.Send(ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, itt)));
   const Pdu r2t = Expect(ini, Opcode::kR2T);
-  const pdu::Bhs bad = ini.DataOut(itt, r2t.ttt(), 1, 0, true);  // DataSN must be 0
-  const auto payload = Pattern(4096, 5);
-  ASSERT_TRUE(ini.Send(bad, payload));
-  const Pdu rej = Expect(ini, Opcode::kReject);
-  EXPECT_EQ(rej.response(), 0x04);  // protocol error
-  EXPECT_EQ(rej.itt(), pdu::kReservedTag);
-  EXPECT_EQ(rej.data, Header(bad, payload.size()));  // RFC 7143 11.17: the rejected header
-  // The failed write sends no response; the connection carries on.
-  const Pdu r = Command(ini, TestUnitReadyCdb(), 0, false, false);
-  EXPECT_EQ(r.scsi_status(), 0);
+  ASSERT_TRUE(ini.Send(ini.DataOut(itt, r2t.ttt(), 1, 0, true), Pattern(4096, 5)));  // DataSN 1
+  const Pdu r = Expect(ini, Opcode::kScsiResponse);
+  EXPECT_EQ(r.itt(), itt);
+  EXPECT_EQ(r.scsi_status(), 0x02);
+  EXPECT_EQ(test::ParseSense(r), (Sense{0x0b, 0x4b, 0x00}));  // DATA PHASE ERROR
+  EXPECT_EQ(r.residual(), 4096u);                             // nothing was written
+  EXPECT_EQ(ReadBack(ini, 0, 4096), std::vector<uint8_t>(4096, 0));
+  // Data-Out that still arrives for the ended write is discarded; the connection carries on.
+  ASSERT_TRUE(ini.Send(ini.DataOut(itt, r2t.ttt(), 0, 0, true), Pattern(4096, 5)));
+  EXPECT_EQ(Command(ini, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
   EXPECT_TRUE(ini.Quiet(200ms));
 }
 
-TEST_F(ConnectionTest, DataOutWithWrongOffsetIsRejected) {
+TEST_F(ConnectionTest, DataOutWithWrongOffsetEndsTheWriteWithDataOffsetError) {
   TestInitiator ini;
   LoginNormal(ini, SessionKeys({{"InitialR2T", "Yes"}, {"ImmediateData", "No"}}));
   const uint32_t itt = ini.NextItt();
   ASSERT_TRUE(ini.Send(ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, itt)));
   const Pdu r2t = Expect(ini, Opcode::kR2T);
-  const pdu::Bhs bad = ini.DataOut(itt, r2t.ttt(), 0, 512, true);
-  ASSERT_TRUE(ini.Send(bad, Pattern(512, 5)));
-  const Pdu rej = Expect(ini, Opcode::kReject);
-  EXPECT_EQ(rej.response(), 0x04);
-  EXPECT_EQ(rej.data, Header(bad, 512));
+  ASSERT_TRUE(ini.Send(ini.DataOut(itt, r2t.ttt(), 0, 512, true), Pattern(512, 5)));
+  const Pdu r = Expect(ini, Opcode::kScsiResponse);
+  EXPECT_EQ(r.itt(), itt);
+  EXPECT_EQ(test::ParseSense(r), (Sense{0x0b, 0x4b, 0x05}));  // DATA OFFSET ERROR
   EXPECT_EQ(Command(ini, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
+}
+
+TEST_F(ConnectionTest, DataOutEndingTheBurstEarlyEndsTheWrite) {
+  TestInitiator ini;
+  LoginNormal(ini, SessionKeys({{"InitialR2T", "Yes"}, {"ImmediateData", "No"}}));
+  const uint32_t itt = ini.NextItt();
+  ASSERT_TRUE(ini.Send(ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, itt)));
+  const Pdu r2t = Expect(ini, Opcode::kR2T);
+  ASSERT_TRUE(ini.Send(ini.DataOut(itt, r2t.ttt(), 0, 0, true), Pattern(1024, 5)));  // F=1 early
+  const Pdu r = Expect(ini, Opcode::kScsiResponse);
+  EXPECT_EQ(test::ParseSense(r), (Sense{0x0b, 0x4b, 0x00}));
 }
 
 TEST_F(ConnectionTest, WriteWithUnsolicitedDataOutUpToFirstBurstLength) {
@@ -875,6 +899,45 @@ TEST_F(ConnectionTest, LunResetRaisesUnitAttentionOnTheOtherSession) {
   EXPECT_EQ(Command(b, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
 }
 
+// Regression: a write aborted while its R2T was still queued went out as a SCSI Response GOOD
+// (underflow, residual = EDTL) and took a StatSN. With InitialR2T=Yes and ImmediateData=No, the
+// WRITE and the ABORT TASK in one TCP segment are handled in one pass, before any write to the
+// socket.
+TEST_F(ConnectionTest, WriteAbortedWithItsR2tQueuedGetsNoResponse) {
+  TestInitiator ini;
+  LoginNormal(ini, SessionKeys({{"InitialR2T", "Yes"}, {"ImmediateData", "No"}}));
+  const uint32_t write_sn = ini.cmd_sn;
+  const uint32_t witt = ini.NextItt();
+  const pdu::Bhs write = ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, witt);
+  const uint32_t titt = ini.NextItt();
+  const pdu::Bhs abort = ini.TaskMgmt(1, titt, witt, write_sn);
+  std::vector<uint8_t> segment = Header(write, 0);
+  const auto second = Header(abort, 0);
+  segment.insert(segment.end(), second.begin(), second.end());
+  ASSERT_TRUE(ini.SendRaw(segment.data(), segment.size()));
+  const Pdu r = Expect(ini, Opcode::kTaskMgmtResponse);
+  EXPECT_EQ(r.itt(), titt);
+  EXPECT_EQ(r.response(), 0);  // Function complete
+  EXPECT_TRUE(ini.Quiet(300ms)) << "an R2T or a SCSI Response for the aborted write";
+  // No StatSN went to the aborted write: the next response follows the TMF response's.
+  const Pdu t = Command(ini, TestUnitReadyCdb(), 0, false, false);
+  EXPECT_EQ(t.scsi_status(), 0);
+  EXPECT_EQ(t.stat_sn(), r.stat_sn() + 1);
+}
+
+// RFC 7143 4.2.2.1: MaxCmdSN is what the target can queue once this response is out. Regression:
+// a response was built while its own command still held a slot, one short of the window.
+TEST_F(ConnectionTest, ResponseAdvertisesTheSlotItsCommandFrees) {
+  TestInitiator ini;
+  LoginNormal(ini);
+  const Pdu r = Command(ini, TestUnitReadyCdb(), 0, false, false);
+  EXPECT_EQ(r.max_cmd_sn(), r.exp_cmd_sn() + Session::kCmdWindow - 1);
+  std::vector<uint8_t> data;
+  const auto pdus = Read(ini, 0, 8, 4096, &data);
+  ASSERT_FALSE(pdus.empty());
+  EXPECT_EQ(pdus.back().max_cmd_sn(), pdus.back().exp_cmd_sn() + Session::kCmdWindow - 1);
+}
+
 TEST_F(ConnectionTest, LunResetOfAMissingLunSaysLunDoesNotExist) {
   TestInitiator ini;
   LoginNormal(ini);
@@ -945,6 +1008,189 @@ TEST_F(ConnectionTest, ScsiCommandInADiscoverySessionIsRejected) {
   const Pdu rej = Expect(ini, Opcode::kReject);
   EXPECT_EQ(rej.response(), 0x04);
   EXPECT_EQ(rej.data, Header(cmd, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequence numbers at send time, and Data-In digests over the bytes sent
+
+// RFC 7143 11.19.2: a target's ping carries the current StatSN (not advanced) and the current
+// command window. Regression: they were taken when the ping was queued, behind responses that
+// had not been numbered yet, so the ping went out with a StatSN older than theirs.
+TEST_F(ConnectionTest, KeepAlivePingCarriesTheSequenceNumbersOfItsSendTime) {
+  GatewayOptions g;
+  g.nop_interval_ms = 300;
+  g.nop_timeout_ms = 30000;
+  StartDataplane(g);
+  TestInitiator ini;
+  LoginNormal(ini);
+  // 24 MiB of Data-In the initiator does not read yet: the writer stalls with responses queued.
+  constexpr int kReads = 24;
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_TRUE(
+        ini.Send(ini.ScsiCommand(Read10Cdb(0, 2048), 1u << 20, true, false, ini.NextItt())));
+  }
+  // Idle past the ping interval (the ping is what is tested: it needs the time to pass).
+  std::this_thread::sleep_for(1200ms);
+  uint32_t last_stat_sn = 0;
+  uint32_t last_max_cmd_sn = 0;
+  int statuses = 0;
+  std::optional<Pdu> ping;
+  while (!ping) {
+    Pdu p;
+    ASSERT_EQ(ini.Recv(&p, 5s), RecvStatus::kOk) << "after " << statuses << " statuses";
+    if (p.opcode() == Opcode::kNopIn) {
+      ping = p;
+    } else if (p.opcode() == Opcode::kDataIn && (p.flags() & 0x01)) {
+      last_stat_sn = p.stat_sn();
+      last_max_cmd_sn = p.max_cmd_sn();
+      ++statuses;
+    }
+  }
+  ASSERT_EQ(statuses, kReads) << "the ping is queued behind every read";
+  EXPECT_EQ(ping->itt(), pdu::kReservedTag);
+  EXPECT_EQ(ping->stat_sn(), last_stat_sn + 1);
+  EXPECT_EQ(ping->max_cmd_sn(), last_max_cmd_sn);
+  EXPECT_EQ(ping->max_cmd_sn(), ping->exp_cmd_sn() + Session::kCmdWindow - 1);
+}
+
+// With DataDigest=CRC32C the digest must cover the bytes on the wire. Regression: zero-copy
+// Data-In from a RAM LUN was digested over store memory that a writer on another reactor could
+// change before the bytes reached the socket.
+TEST_F(ConnectionTest, DataInDigestsHoldWhileAnotherReactorWritesTheSameBlocks) {
+  StartDataplane(GatewayOptions{}, /*reactors=*/2);
+  TestInitiator writer;
+  LoginNormal(writer);
+  TestInitiator reader;
+  reader.isid[5] = 2;
+  LoginNormal(reader, SessionKeys({{"DataDigest", "CRC32C"}, {"InitiatorName", kInitiator2}}));
+  const auto sessions = dp_->ListSessions();
+  ASSERT_EQ(sessions.size(), 2u);
+  ASSERT_NE(sessions[0].reactor, sessions[1].reactor) << "both sessions on one reactor";
+
+  std::atomic<bool> stop{false};
+  std::thread w([&] {
+    const auto a = Pattern(65536, 1);
+    const auto b = Pattern(65536, 2);
+    for (int i = 0; !stop.load(); ++i) {
+      const uint32_t itt = writer.NextItt();
+      if (!writer.Send(writer.ScsiCommand(Write10Cdb(0, 128), 65536, false, true, itt),
+                       i % 2 ? a : b)) {
+        return;
+      }
+      Pdu r;
+      if (writer.Recv(&r) != RecvStatus::kOk) return;
+    }
+  });
+  int reads = 0;
+  int bad_digests = 0;
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < until && !HasFailure()) {
+    std::vector<uint8_t> data;
+    for (const Pdu& p : Read(reader, 0, 512, 256 * 1024, &data)) {
+      if (!p.data_digest_ok) ++bad_digests;
+    }
+    ++reads;
+  }
+  stop = true;
+  w.join();
+  EXPECT_GT(reads, 20);
+  EXPECT_EQ(bad_digests, 0) << "of " << reads << " reads";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Aborts and reinstatement wait for store I/O in flight (SAM-5 5.6, RFC 7143 6.3.5, 11.6)
+
+class SlowStoreTest : public ConnectionTest {
+ protected:
+  static constexpr auto kDelay = 400ms;
+  static constexpr auto kTolerance = 100ms;
+  void SetUp() override {
+    backing::FaultSpec slow;
+    slow.delay = kDelay;  // every store call starts 400 ms late: aborts catch writes in flight
+    StartDataplane(GatewayOptions{}, 1, slow);
+  }
+  void SendWrite(TestInitiator& ini, uint32_t itt, uint8_t seed) {
+    ASSERT_TRUE(
+        ini.Send(ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, itt), Pattern(4096, seed)));
+  }
+  static std::chrono::milliseconds Since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t);
+  }
+};
+
+// Regression: the TMF response was queued at once, while the aborted write's store I/O could still
+// land afterwards, over data the initiator wrote after being told the task was gone.
+TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
+  TestInitiator ini;
+  LoginNormal(ini);
+  const uint32_t write_sn = ini.cmd_sn;
+  const uint32_t witt = ini.NextItt();
+  SendWrite(ini, witt, 7);
+  const auto sent = std::chrono::steady_clock::now();
+  const uint32_t titt = ini.NextItt();
+  ASSERT_TRUE(ini.Send(ini.TaskMgmt(1, titt, witt, write_sn)));
+  const Pdu r = Expect(ini, Opcode::kTaskMgmtResponse, 5s);
+  EXPECT_EQ(r.itt(), titt);
+  EXPECT_EQ(r.response(), 0);
+  EXPECT_GE(Since(sent), kDelay - kTolerance) << "answered before the write's store I/O ended";
+  EXPECT_TRUE(ini.Quiet(200ms)) << "a response for the aborted write";
+}
+
+TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
+  TestInitiator a, b;
+  LoginNormal(a);
+  b.isid[5] = 2;
+  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  SendWrite(a, a.NextItt(), 9);
+  const auto sent = std::chrono::steady_clock::now();
+  // A TUR behind the write on a's connection: once it is answered the write is in the store.
+  EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
+  ASSERT_TRUE(b.Send(b.TaskMgmt(5, b.NextItt(), pdu::kReservedTag, b.cmd_sn)));
+  const Pdu r = Expect(b, Opcode::kTaskMgmtResponse, 5s);
+  EXPECT_EQ(r.response(), 0);
+  EXPECT_GE(Since(sent), kDelay - kTolerance) << "answered before a's write left the store";
+  EXPECT_TRUE(a.Quiet(200ms)) << "a response for the write the reset aborted";
+  const Pdu t = Command(a, TestUnitReadyCdb(), 0, false, false);
+  EXPECT_EQ(test::ParseSense(t), (Sense{0x6, 0x29, 0x03}));
+}
+
+// Regression: a login reinstating a session (same initiator name and ISID) completed while the old
+// session's writes were still running, so an old write could land after the initiator's retry.
+TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites) {
+  TestInitiator old_conn;
+  LoginNormal(old_conn);
+  SendWrite(old_conn, old_conn.NextItt(), 11);
+  const auto sent = std::chrono::steady_clock::now();
+  EXPECT_EQ(Command(old_conn, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
+  TestInitiator fresh;  // same initiator name and ISID
+  ASSERT_TRUE(fresh.Connect(portal_));
+  auto login = fresh.Login(SessionKeys());
+  ASSERT_TRUE(login.has_value());
+  EXPECT_EQ(login->login_status(), 0);
+  EXPECT_GE(Since(sent), kDelay - kTolerance) << "login answered while the old write ran";
+  std::vector<Pdu> before_close;
+  EXPECT_TRUE(old_conn.WaitClosed(5s, &before_close));
+  for (const Pdu& p : before_close) {
+    EXPECT_NE(p.opcode(), Opcode::kScsiResponse) << "the old session's write was answered";
+  }
+  // The new session works: the write it retries lands and reads back.
+  const Pdu ua = Command(fresh, TestUnitReadyCdb(), 0, false, false);
+  EXPECT_EQ(ua.scsi_status(), 0x02);
+  WriteImmediate(fresh, 0, Pattern(4096, 12));
+  EXPECT_EQ(ReadBack(fresh, 0, 4096), Pattern(4096, 12));
+}
+
+// RFC 7143 11.14 / SAM-5: after the Logout Response none of the session's writes may still land.
+TEST_F(SlowStoreTest, LogoutIsAnsweredOnlyAfterTheSessionsWrites) {
+  TestInitiator ini;
+  LoginNormal(ini);
+  SendWrite(ini, ini.NextItt(), 13);
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ini.Send(ini.Logout(0, ini.NextItt())));
+  const Pdu r = Expect(ini, Opcode::kLogoutResponse, 5s);
+  EXPECT_EQ(r.response(), 0);
+  EXPECT_GE(Since(sent), kDelay - kTolerance);
 }
 
 }  // namespace
