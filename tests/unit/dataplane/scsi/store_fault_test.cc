@@ -1,0 +1,124 @@
+// Store failures as the initiator sees them: every store errno becomes the sense data SBC-3 asks
+// for, a failed flush is never GOOD, and a write that failed on the store makes the next
+// SYNCHRONIZE CACHE fail rather than report durable data that is not there. The failures come from
+// FaultStore (dataplane/backing/fault_store.h) over a RAM store, with no delay, so that every call
+// completes inline.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <memory>
+#include <vector>
+
+#include "dataplane/backing/fault_store.h"
+#include "dataplane/backing/ram_store.h"
+#include "dataplane/scsi/engine.h"
+#include "dataplane/scsi/sense.h"
+#include "tests/unit/dataplane/scsi/engine_runner.h"
+
+namespace iscsigw::scsi {
+namespace {
+
+constexpr uint32_t kBlock = 512;
+
+struct FaultyLun {
+  explicit FaultyLun(backing::FaultSpec spec) : nexus("iqn.2026-11.io.iscsigw:i,i,0x1", 1) {
+    LunConfig cfg;
+    cfg.block_size = kBlock;
+    auto store =
+        std::make_shared<backing::FaultStore>(backing::NewRamStore(1 << 20), spec, nullptr);
+    fault = store.get();
+    target.luns.push_back(std::make_shared<Lun>(cfg, store));
+    runner = std::make_unique<Runner>(target, nexus);
+    runner->Run({0x00});  // take the POWER ON unit attention
+  }
+  Task& Write10(uint32_t lba) {
+    return runner->Run({0x2a, 0, 0, 0, 0, static_cast<uint8_t>(lba), 0, 0, 1, 0}, kBlock,
+                       std::vector<uint8_t>(kBlock, 0x5a));
+  }
+  Task& Read10(uint32_t lba) {
+    return runner->Run({0x28, 0, 0, 0, 0, static_cast<uint8_t>(lba), 0, 0, 1, 0}, kBlock);
+  }
+  Task& SyncCache(bool immed = false) {
+    return runner->Run({0x35, static_cast<uint8_t>(immed ? 0x02 : 0), 0, 0, 0, 0, 0, 0, 0, 0});
+  }
+  TargetInfo target;
+  Nexus nexus;
+  backing::FaultStore* fault = nullptr;
+  std::unique_ptr<Runner> runner;
+};
+
+backing::FaultSpec Failing(int err, bool reads, bool writes, bool flushes, uint64_t after = 0) {
+  backing::FaultSpec f;
+  f.error = err;
+  f.reads = reads;
+  f.writes = writes;
+  f.flushes = flushes;
+  f.after_ops = after;
+  return f;
+}
+
+TEST(StoreFault, EioOnReadIsUnrecoveredReadError) {
+  FaultyLun lun(Failing(EIO, true, false, false));
+  ExpectSense(lun.Read10(0), SenseKey::kMediumError, Asc::kUnrecoveredReadError);
+  EXPECT_EQ(lun.fault->failures(), 1u);
+}
+
+TEST(StoreFault, EioOnWriteIsWriteError) {
+  FaultyLun lun(Failing(EIO, false, true, false));
+  ExpectSense(lun.Write10(0), SenseKey::kMediumError, Asc::kWriteError);
+  // The failed write changed nothing.
+  EXPECT_EQ(lun.Read10(0).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.runner->DataIn(), std::vector<uint8_t>(kBlock, 0));
+}
+
+TEST(StoreFault, EnospcIsSpaceAllocationFailedWriteProtect) {
+  // SBC-3 4.7.3.7: a thin LUN out of space fails the write with DATA PROTECT, 27h/07h.
+  FaultyLun lun(Failing(ENOSPC, false, true, false));
+  ExpectSense(lun.Write10(0), SenseKey::kDataProtect, Asc{0x27, 0x07});
+}
+
+TEST(StoreFault, ErofsIsWriteProtected) {
+  FaultyLun lun(Failing(EROFS, false, true, false));
+  ExpectSense(lun.Write10(0), SenseKey::kDataProtect, Asc::kWriteProtected);
+}
+
+TEST(StoreFault, FailedFlushIsNeverGood) {
+  FaultyLun lun(Failing(EIO, false, false, true));
+  ExpectSense(lun.SyncCache(), SenseKey::kMediumError, Asc::kWriteError);
+}
+
+TEST(StoreFault, FailedWriteIsNotReportedDurableByTheNextSynchronizeCache) {
+  // The first write succeeds, the second fails; the flush after it must not say GOOD.
+  FaultyLun lun(Failing(EIO, false, true, false, /*after=*/1));
+  EXPECT_EQ(lun.Write10(0).status, ScsiStatus::kGood);
+  ExpectSense(lun.Write10(1), SenseKey::kMediumError, Asc::kWriteError);
+  ExpectSense(lun.SyncCache(), SenseKey::kMediumError, Asc::kWriteError);
+  // Reported once, as Linux reports a writeback error to one fsync: later flushes cover later
+  // writes only.
+  EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);
+}
+
+TEST(StoreFault, FailedImmedFlushFailsTheNextSynchronizeCache) {
+  FaultyLun lun(Failing(EIO, false, false, true, /*after=*/0));
+  EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);  // SBC-3 5.22: IMMED
+  ExpectSense(lun.SyncCache(), SenseKey::kMediumError, Asc::kWriteError);
+}
+
+TEST(StoreFault, ErrorsStartAfterTheGivenNumberOfCalls) {
+  FaultyLun lun(Failing(EIO, true, true, true, /*after=*/3));
+  EXPECT_EQ(lun.Write10(0).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.Read10(0).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);
+  ExpectSense(lun.Read10(0), SenseKey::kMediumError, Asc::kUnrecoveredReadError);
+}
+
+TEST(StoreFault, ZeroProbabilityNeverFails) {
+  backing::FaultSpec f = Failing(EIO, true, true, true);
+  f.probability = 0.0;
+  FaultyLun lun(f);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(lun.Write10(0).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.fault->failures(), 0u);
+}
+
+}  // namespace
+}  // namespace iscsigw::scsi
