@@ -455,15 +455,7 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     // after the initiator's retries of them. The login response waits for that.
     held_ = true;
     held_login_ = c;
-    auto drain = TaskDrain::Create(gw_.pool().context(reactor_), [weak = weak_from_this()] {
-      auto self = weak.lock();
-      if (!self || self->closed_ || !self->held_) return;
-      self->held_ = false;
-      self->QueueControl(self->held_login_);
-      self->held_login_ = nullptr;
-      self->Flush();
-      self->wake_.cancel();  // the reader parses what waited
-    });
+    auto drain = QueueWhenDrained(c);
     for (auto& old : replaced) {
       log::Iscsi().info("{}reinstating session {} of {}: waiting for its tasks", LogCtx(),
                         old->tsih(), old->initiator_name());
@@ -765,13 +757,7 @@ bool Connection::FailDataOut(Task* t, uint8_t ascq) {
   // initiator would wait for its SCSI timeout), so the command ends here, unexecuted, with CHECK
   // CONDITION / ABORTED COMMAND and the data-phase ASC that names the fault (SPC-4 4Bh/xxh). Later
   // Data-Out for it finds no task or no R2T and is discarded; the connection goes on.
-  for (Task** link = &unsol_head_; *link != nullptr; link = &(*link)->unsol_next) {
-    if (*link == t) {
-      *link = t->unsol_next;
-      break;
-    }
-  }
-  t->unsol_next = nullptr;
+  UnlinkUnsolicited(t);
   t->unsolicited_done = true;
   for (auto& slot : t->r2t) {
     if (slot.active && !slot.sent) --t->next_r2t_sn;  // never sent: not counted in ExpDataSN
@@ -907,6 +893,16 @@ void Connection::CopyDataInForDigest(Task* t) {
   st.in_seg_count = 1;
 }
 
+void Connection::UnlinkUnsolicited(Task* t) {
+  for (Task** link = &unsol_head_; *link != nullptr; link = &(*link)->unsol_next) {
+    if (*link == t) {
+      *link = t->unsol_next;
+      break;
+    }
+  }
+  t->unsol_next = nullptr;
+}
+
 void Connection::ReleaseTask(Task* t) {
   if (t->state == Task::State::kFree) return;
   // A task released with R2Ts or a response still queued (aborted, failed, logged out) must not
@@ -917,13 +913,7 @@ void Connection::ReleaseTask(Task* t) {
     t->buf = nullptr;
     t->buf_cap = 0;
   }
-  for (Task** link = &unsol_head_; *link != nullptr; link = &(*link)->unsol_next) {
-    if (*link == t) {
-      *link = t->unsol_next;
-      break;
-    }
-  }
-  t->unsol_next = nullptr;
+  UnlinkUnsolicited(t);
   session_->FreeTask(t);
 }
 
@@ -1092,6 +1082,11 @@ std::shared_ptr<TaskDrain> Connection::QueueWhenDrained(ControlPdu* c) {
   return TaskDrain::Create(gw_.pool().context(reactor_), [weak = weak_from_this(), c] {
     auto self = weak.lock();
     if (!self || self->closed_) return;
+    if (self->held_login_ == c) {  // a reinstating login: the reader parses what waited
+      self->held_ = false;
+      self->held_login_ = nullptr;
+      self->wake_.cancel();
+    }
     self->QueueControl(c);
     self->Flush();
   });

@@ -108,6 +108,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static void OnScsiComplete(scsi::Task* st, void* ctx);
   void QueueTaskResponse(Task* t);
   void ReleaseTask(Task* t);
+  // Takes t off the list of tasks still receiving unsolicited Data-Out, if it is on it.
+  void UnlinkUnsolicited(Task* t);
   // With DataDigest, Data-In is copied out of store memory first, so that the digest covers the
   // bytes that are sent even while another reactor writes the same blocks.
   void CopyDataInForDigest(Task* t);
