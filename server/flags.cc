@@ -13,6 +13,11 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "iSCSI portal HOST:PORT to listen on (repeatable; port 0 picks a free port)")
       ->envname("ISCSIGW_PORTAL")
       ->delimiter(',');
+  app.add_option("--advertise", f->advertise,
+                 "TargetAddress HOST:PORT that SendTargets returns instead of the portal's own "
+                 "address (repeatable; for NAT, Services, NodePorts, load balancers)")
+      ->envname("ISCSIGW_ADVERTISE")
+      ->delimiter(',');
   app.add_option("--grpc-listen", f->grpc_listen, "gRPC control plane HOST:PORT")
       ->envname("ISCSIGW_GRPC_LISTEN");
   app.add_option("--metrics-listen", f->metrics_listen, "Prometheus metrics HOST:PORT")

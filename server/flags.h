@@ -10,6 +10,7 @@ namespace iscsigw::server {
 struct Flags {
   std::string state_dir = "/var/lib/iscsigw";
   std::vector<std::string> portals;
+  std::vector<std::string> advertise;  // SendTargets' TargetAddress values; empty: the portal's own
   std::string grpc_listen = "127.0.0.1:50051";
   std::string metrics_listen = "0.0.0.0:9540";
   bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)

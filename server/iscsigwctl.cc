@@ -710,28 +710,33 @@ int Run(int argc, char** argv) {
 
   // ---- gateway
   auto* gw = app.add_subcommand("gateway", "the gateway itself")->require_subcommand(1);
-  gw->add_subcommand("info", "version, uptime, portals, reactors, state dir")->callback([&] {
-    action = [&](Client& cl) {
-      v1::GatewayInfo resp;
-      auto s =
-          cl.Call(&v1::GatewayService::Stub::GetGatewayInfo, v1::GetGatewayInfoRequest(), &resp);
-      if (!s.ok()) return FailRpc(s);
-      if (g.output == "json") {
-        PrintJson(resp);
-        return 0;
-      }
-      std::printf("version:     %s\n", resp.version().c_str());
-      std::printf("uptime:      %llus\n", static_cast<unsigned long long>(resp.uptime_seconds()));
-      std::printf("portals:     %s\n", Join(resp.portals(), ", ").c_str());
-      std::printf("reactors:    %u\n", resp.reactors());
-      std::printf("targets:     %u\n", resp.targets());
-      std::printf("sessions:    %u\n", resp.sessions());
-      std::printf("connections: %u\n", resp.connections());
-      std::printf("state dir:   %s (%s)\n", resp.state_dir().c_str(),
-                  resp.state_dir_healthy() ? "ok" : resp.state_dir_error().c_str());
-      return 0;
-    };
-  });
+  gw->add_subcommand("info", "version, uptime, portals, advertised addresses, reactors, state dir")
+      ->callback([&] {
+        action = [&](Client& cl) {
+          v1::GatewayInfo resp;
+          auto s = cl.Call(&v1::GatewayService::Stub::GetGatewayInfo, v1::GetGatewayInfoRequest(),
+                           &resp);
+          if (!s.ok()) return FailRpc(s);
+          if (g.output == "json") {
+            PrintJson(resp);
+            return 0;
+          }
+          std::printf("version:     %s\n", resp.version().c_str());
+          std::printf("uptime:      %llus\n",
+                      static_cast<unsigned long long>(resp.uptime_seconds()));
+          std::printf("portals:     %s\n", Join(resp.portals(), ", ").c_str());
+          std::printf("advertised:  %s\n", resp.advertised().empty()
+                                               ? "(the portal each discovery connection reached)"
+                                               : Join(resp.advertised(), ", ").c_str());
+          std::printf("reactors:    %u\n", resp.reactors());
+          std::printf("targets:     %u\n", resp.targets());
+          std::printf("sessions:    %u\n", resp.sessions());
+          std::printf("connections: %u\n", resp.connections());
+          std::printf("state dir:   %s (%s)\n", resp.state_dir().c_str(),
+                      resp.state_dir_healthy() ? "ok" : resp.state_dir_error().c_str());
+          return 0;
+        };
+      });
 
   std::string g_level, g_logger;
   auto* loglevel = gw->add_subcommand(

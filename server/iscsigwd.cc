@@ -118,6 +118,7 @@ int Run(int argc, char** argv) {
   opts.gateway.nop_interval_ms = flags.nop_interval_s * 1000;
   opts.gateway.nop_timeout_ms = flags.nop_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
+  opts.gateway.advertise = flags.advertise;
   auto dp = api::Dataplane::Start(opts);
   if (!dp.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", dp.status().message().c_str());
@@ -131,6 +132,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   for (const auto& p : dataplane.portals()) ctl.info("iSCSI portal listening on {}", p);
+  for (const auto& a : dataplane.advertised()) ctl.info("SendTargets advertises {}", a);
   for (const auto& t : config.value().targets) {
     ctl.info("target {}: {} LUN(s), {}{}", t.name, t.luns.size(),
              t.allow_any_initiator ? "open to any initiator"

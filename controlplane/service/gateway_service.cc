@@ -702,6 +702,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(Ctx* ctx,
     resp->set_targets(static_cast<uint32_t>(store_->Get().targets_size()));
     if (dataplane_ != nullptr) {
       for (const auto& p : dataplane_->portals()) resp->add_portals(p);
+      for (const auto& a : dataplane_->advertised()) resp->add_advertised(a);
       resp->set_reactors(dataplane_->reactors());
       resp->set_sessions(static_cast<uint32_t>(dataplane_->ListSessions().size()));
       resp->set_connections(static_cast<uint32_t>(dataplane_->connections()));

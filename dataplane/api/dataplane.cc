@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -69,6 +70,58 @@ Result<tcp::endpoint> ParsePortal(const std::string& portal) {
   auto addr = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgument("portal " + portal + ": '" + host + "' is not an IP address");
   return tcp::endpoint(addr, static_cast<uint16_t>(port));
+}
+
+bool IsDnsName(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  size_t label = 0;
+  for (size_t i = 0; i <= host.size(); ++i) {
+    if (i == host.size() || host[i] == '.') {
+      if (label == 0 || label > 63 || host[i - 1] == '-' || host[i - label] == '-') return false;
+      label = 0;
+      continue;
+    }
+    const char c = host[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    ++label;
+  }
+  return true;
+}
+
+// An advertised TargetAddress (RFC 7143 13.8): a DNS name, an IPv4 address or a bracketed IPv6
+// address, then a port 1..65535. A wildcard address is refused: no initiator can reach it.
+Status ValidateAdvertise(const std::string& a) {
+  const std::string what = "advertise " + a + ": ";
+  const auto colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgument(what + "expected HOST:PORT");
+  std::string host = a.substr(0, colon);
+  const std::string port_str = a.substr(colon + 1);
+  if (port_str.empty() || port_str.size() > 5 ||
+      port_str.find_first_not_of("0123456789") != std::string::npos || std::stoul(port_str) == 0 ||
+      std::stoul(port_str) > 65535) {
+    return InvalidArgument(what + "port '" + port_str + "' is not 1..65535");
+  }
+  boost::system::error_code ec;
+  asio::ip::address addr;
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return InvalidArgument(what + "unclosed '['");
+    addr = asio::ip::make_address_v6(host.substr(1, host.size() - 2), ec);
+    if (ec) return InvalidArgument(what + "'" + host + "' is not an IPv6 address");
+  } else if (host.find(':') != std::string::npos) {
+    return InvalidArgument(what + "an IPv6 address goes in brackets: [ADDR]:PORT");
+  } else {
+    addr = asio::ip::make_address_v4(host, ec);
+    if (ec) {
+      if (!IsDnsName(host)) {
+        return InvalidArgument(what + "'" + host + "' is neither an IP address nor a DNS name");
+      }
+      return Status::Ok();
+    }
+  }
+  if (addr.is_unspecified()) {
+    return InvalidArgument(what + host + " is a wildcard address, which no initiator can reach");
+  }
+  return Status::Ok();
 }
 
 std::string EndpointString(const tcp::endpoint& ep) {
@@ -284,7 +337,14 @@ Dataplane::~Dataplane() { Stop(); }
 
 unsigned Dataplane::reactors() const { return impl_->pool.size(); }
 
+const std::vector<std::string>& Dataplane::advertised() const {
+  return impl_->gateway.options().advertise;
+}
+
 Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
+  for (const auto& a : options.gateway.advertise) {
+    if (Status s = ValidateAdvertise(a); !s.ok()) return s;
+  }
   auto impl = std::make_unique<Impl>(options);
   std::vector<std::string> bound;
   for (const auto& portal : options.portals) {

@@ -74,6 +74,8 @@ class Dataplane {
 
   // The bound portals as "host:port" (port 0 resolved).
   const std::vector<std::string>& portals() const { return bound_; }
+  // What SendTargets returns instead (Options::gateway.advertise); empty: the bound address.
+  const std::vector<std::string>& advertised() const;
   unsigned reactors() const;
 
   // Validates and applies a whole configuration. LUNs whose spec is unchanged keep their store

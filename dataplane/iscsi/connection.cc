@@ -1129,7 +1129,8 @@ bool Connection::HandleText(const pdu::Frame& f) {
         // RFC 7143 13.3 and Appendix C: All (discovery), the session's own target (empty), or one
         // named target; only targets this initiator may log in to are listed.
         auto snap = gw_.snapshot();
-        const std::string portal = PortalAddress();
+        const auto& advertised = gw_.options().advertise;
+        const std::string local = advertised.empty() ? PortalAddress() : std::string();
         for (const auto& tc : snap->targets) {
           const bool wanted = kv.value == "All"  ? true
                               : kv.value.empty() ? (session_->target() &&
@@ -1137,10 +1138,9 @@ bool Connection::HandleText(const pdu::Frame& f) {
                                                  : kv.value == tc->info.name;
           if (!wanted || !tc->Allows(session_->initiator_name(), peer_)) continue;
           pdu::AppendKey("TargetName", tc->info.name, &text_out_);
-          if (!portal.empty()) {
-            pdu::AppendKey("TargetAddress", portal + "," + std::to_string(tc->info.tpgt),
-                           &text_out_);
-          }
+          const std::string tag = "," + std::to_string(tc->info.tpgt);
+          for (const auto& a : advertised) pdu::AppendKey("TargetAddress", a + tag, &text_out_);
+          if (!local.empty()) pdu::AppendKey("TargetAddress", local + tag, &text_out_);
         }
       }
       if (!rest.empty()) {

@@ -82,6 +82,10 @@ struct GatewayOptions {
   uint32_t nop_interval_ms = 30000;  // NOP-In ping after this much idle time
   uint32_t nop_timeout_ms = 15000;   // drop the connection when the ping is not answered in time
   uint32_t max_connections = 1024;
+  // TargetAddress values (HOST:PORT) that SendTargets returns, each with the target's portal group
+  // tag, when initiators reach the gateway through NAT, a Service or a load balancer. Empty: the
+  // address the discovery connection was accepted on.
+  std::vector<std::string> advertise;
 };
 
 class Gateway {

@@ -86,6 +86,18 @@ check "helmrender ci/full-values.yaml" sh -c \
   "'$out/helmrender' -chart $chart -strict -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
 rendered+=("$out/helm-default.yaml" "$out/helm-full.yaml")
 check "NOTES.txt renders" test -s "$out/notes-default.txt"
+# iscsiadm runs on the node's host, which cannot resolve Service names: NOTES never offers one as
+# the portal, and says what SendTargets will answer.
+check "NOTES.txt offers no cluster DNS name as the portal" sh -c \
+  "! grep -n 'iscsi\\.[a-z0-9-]*\\.svc' '$out/notes-default.txt' '$out/notes-full.txt'"
+check "NOTES.txt warns that an empty gateway.advertise means the pod IP" \
+  grep -q 'gateway.advertise is empty' "$out/notes-default.txt"
+check "a LoadBalancer with a fixed address advertises it" sh -c \
+  "grep -A1 'name: ISCSIGW_ADVERTISE' '$out/helm-full.yaml' | grep -q '\"192.0.2.10:3260\"' && grep -q '192.0.2.10:3260' '$out/notes-full.txt'"
+check "default values set no ISCSIGW_ADVERTISE" sh -c "! grep -q ISCSIGW_ADVERTISE '$out/helm-default.yaml'"
+printf 'gateway:\n  advertise: [\"$(NODE_IP):3260\", \"[fd00::1]:3260\"]\n' > "$out/advertise.yaml"
+check "gateway.advertise values pass through, \$(NODE_IP) left for Kubernetes" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f '$out/advertise.yaml' | grep -A1 'name: ISCSIGW_ADVERTISE' | grep -qF '\"\$(NODE_IP):3260,[fd00::1]:3260\"'"
 check "full values render the ServiceMonitor and TLS probes" sh -c \
   "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
 check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
@@ -95,7 +107,8 @@ printf 'service:\n  iscsi:\n    type: External\n' > "$out/bad-enum.yaml"
 printf 'tls:\n  enabled: true\n' > "$out/bad-tls.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 300\n          ram: {}\n' > "$out/bad-lun.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      chap:\n        user: u\n        secret: s\n' > "$out/bad-chap.yaml"
-for bad in bad-key bad-enum bad-tls bad-lun bad-chap; do
+printf 'gateway:\n  advertise: [\"10.0.0.5\"]\n' > "$out/bad-advertise.yaml"
+for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise; do
   refuses "values.schema.json refuses $bad" "$out/helmrender" -chart $chart -f "$out/$bad.yaml"
 done
 if command -v helm >/dev/null 2>&1; then

@@ -70,3 +70,17 @@ grpc:
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* ISCSIGW_ADVERTISE, comma-separated: gateway.advertise, or what the iSCSI Service type makes
+reachable from the nodes' hosts (a fixed nodePort on the gateway's node, a fixed load balancer
+address); empty: SendTargets answers with the pod IP. */}}
+{{- define "iscsigw.advertise" -}}
+{{- $svc := .Values.service.iscsi -}}
+{{- if .Values.gateway.advertise -}}
+{{- join "," .Values.gateway.advertise -}}
+{{- else if and (eq $svc.type "NodePort") $svc.nodePort -}}
+{{- printf "$(NODE_IP):%v" $svc.nodePort -}}
+{{- else if and (eq $svc.type "LoadBalancer") $svc.loadBalancerIP -}}
+{{- printf "%s:%v" $svc.loadBalancerIP $svc.port -}}
+{{- end -}}
+{{- end }}

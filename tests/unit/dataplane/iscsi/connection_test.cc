@@ -372,6 +372,58 @@ TEST_F(ConnectionTest, DiscoverySendTargetsListsOnlyAllowedTargetsWithThePortal)
   }
 }
 
+// Behind NAT or a Service the accepting socket's address is not the initiator's way in: the
+// advertised addresses replace it, each with the target's portal group tag, in the order given.
+TEST_F(ConnectionTest, SendTargetsReturnsTheAdvertisedAddressesInsteadOfThePortal) {
+  GatewayOptions g;
+  g.advertise = {"10.0.2.2:3260", "gw.example.net:13260", "[fd00::7]:3260"};
+  StartDataplane(g);
+  TestInitiator ini;
+  ASSERT_TRUE(ini.Connect(portal_));
+  auto r = ini.Login({{"InitiatorName", kInitiator},
+                      {"SessionType", "Discovery"},
+                      {"HeaderDigest", "None"},
+                      {"DataDigest", "None"}});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->login_status(), 0);
+  std::vector<uint8_t> text;
+  pdu::AppendKey("SendTargets", "All", &text);
+  const uint32_t itt = ini.NextItt();
+  ASSERT_TRUE(ini.Send(ini.TextRequest(itt), text));
+  const Pdu t = Expect(ini, Opcode::kTextResponse);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"TargetName", kTarget},
+      {"TargetAddress", "10.0.2.2:3260,1"},
+      {"TargetAddress", "gw.example.net:13260,1"},
+      {"TargetAddress", "[fd00::7]:3260,1"}};
+  EXPECT_EQ(t.KeyList(), want);
+}
+
+TEST(AdvertiseTest, UnreachableOrMalformedAddressesStopTheStart) {
+  for (const char* bad : {"10.0.2.2", "10.0.2.2:0", "10.0.2.2:65536", "10.0.2.2:32a", ":3260",
+                          "0.0.0.0:3260", "[::]:3260", "fd00::7:3260", "[fd00::7:3260",
+                          "bad_name:3260", "-gw.example:3260", "gw..example:3260"}) {
+    SCOPED_TRACE(bad);
+    api::Options o;
+    o.portals = {"127.0.0.1:0"};
+    o.reactors = 1;
+    o.gateway.advertise = {"10.0.2.2:3260", bad};
+    auto r = api::Dataplane::Start(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(std::string("advertise ") + bad), std::string::npos)
+        << r.status().message();
+  }
+  api::Options o;
+  o.portals = {"127.0.0.1:0"};
+  o.reactors = 1;
+  o.gateway.advertise = {"10.0.2.2:3260", "gw-1.example.net:1", "[fd00::7]:65535"};
+  auto r = api::Dataplane::Start(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value()->advertised(), o.gateway.advertise);
+  r.value()->Stop();
+}
+
 // ---------------------------------------------------------------------------------------------
 // CmdSN window (RFC 7143 4.2.2.1)
 
