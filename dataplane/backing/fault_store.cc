@@ -15,28 +15,33 @@ FaultStore::FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, Defe
     : inner_(std::move(inner)), spec_(spec), defer_(std::move(defer)) {}
 
 size_t FaultStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
-  if (spec_.delay.count() > 0 || (spec_.error != 0 && spec_.reads)) return 0;
+  if (spec_.active() && spec_.reads) return 0;  // every read goes through Read, to be judged
   return inner_->MapRead(offset, len, segs);
 }
 
-int FaultStore::Decide(Op op) {
-  if (spec_.error == 0) return 0;
+bool FaultStore::Selected(Op op) {
+  if (!spec_.active()) return false;
   const bool matches = (op == Op::kRead && spec_.reads) || (op == Op::kWrite && spec_.writes) ||
                        (op == Op::kFlush && spec_.flushes);
-  if (!matches) return 0;
-  if (matching_.fetch_add(1, std::memory_order_relaxed) < spec_.after_ops) return 0;
+  if (!matches) return false;
+  if (matching_.fetch_add(1, std::memory_order_relaxed) < spec_.after_ops) return false;
   if (spec_.probability < 1.0) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
-    if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= spec_.probability) return 0;
+    if (std::uniform_real_distribution<double>(0.0, 1.0)(rng) >= spec_.probability) return false;
   }
-  failures_.fetch_add(1, std::memory_order_relaxed);
-  return spec_.error;
+  return true;
 }
 
 void FaultStore::Run(unsigned slot, Op op, IoCompletion done, std::function<void()> call) {
-  const int err = Decide(op);
-  std::function<void()> step =
-      err != 0 ? std::function<void()>([done, err] { done(err); }) : std::move(call);
+  if (!Selected(op)) {
+    call();
+    return;
+  }
+  std::function<void()> step = std::move(call);
+  if (const int err = spec_.error; err != 0) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    step = [done, err] { done(err); };
+  }
   if (spec_.delay.count() > 0 && defer_) {
     defer_(slot, spec_.delay, std::move(step));
   } else {

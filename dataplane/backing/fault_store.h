@@ -1,9 +1,10 @@
 // FaultStore: a BackingStore for tests that wraps another and makes its calls slow or failing, the
 // way a sick disk or a full thin pool does (leveldb's SpecialEnv idea). Configured per LUN:
-//   - a delay: every read, write and flush is started `delay` later (so its data lands later
-//     too), on the same reactor, without blocking it;
-//   - an errno (EIO, ENOSPC, EROFS) for reads, writes (Write, ReadModifyWrite, Unmap) or flushes,
-//     after the first `after_ops` of those calls have gone through, each with a probability.
+//   - which calls: reads, writes (Write, ReadModifyWrite, Unmap) and/or flushes, after the first
+//     `after_ops` of those have gone through, each with a probability;
+//   - what happens to them: started `delay` later (so their data lands later too), on the same
+//     reactor, without blocking it; and/or failed with an errno (EIO, ENOSPC, EROFS).
+// Calls not chosen go straight through.
 // A failed call does not reach the wrapped store: a failed write changes nothing.
 //
 // The data plane accepts a LUN with faults only in a build configured with
@@ -78,8 +79,7 @@ class FaultStore final : public BackingStore {
 
  private:
   enum class Op : uint8_t { kRead, kWrite, kFlush };
-  // The errno this call fails with, or 0 to let it through.
-  int Decide(Op op);
+  bool Selected(Op op);  // whether this call is delayed or failed
   // Runs `call` now or after the delay; a failing call completes `done` with its errno instead.
   void Run(unsigned slot, Op op, IoCompletion done, std::function<void()> call);
 

@@ -21,11 +21,11 @@ namespace {
 constexpr uint32_t kBlock = 512;
 
 struct FaultyLun {
-  explicit FaultyLun(backing::FaultSpec spec) : nexus("iqn.2026-11.io.iscsigw:i,i,0x1", 1) {
+  explicit FaultyLun(backing::FaultSpec spec, backing::DeferFn defer = nullptr)
+      : nexus("iqn.2026-11.io.iscsigw:i,i,0x1", 1) {
     LunConfig cfg;
     cfg.block_size = kBlock;
-    auto store =
-        std::make_shared<backing::FaultStore>(backing::NewRamStore(1 << 20), spec, nullptr);
+    auto store = std::make_shared<backing::FaultStore>(backing::NewRamStore(1 << 20), spec, defer);
     fault = store.get();
     target.luns.push_back(std::make_shared<Lun>(cfg, store));
     runner = std::make_unique<Runner>(target, nexus);
@@ -118,6 +118,39 @@ TEST(StoreFault, ZeroProbabilityNeverFails) {
   FaultyLun lun(f);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(lun.Write10(0).status, ScsiStatus::kGood);
   EXPECT_EQ(lun.fault->failures(), 0u);
+}
+
+// A delay falls on the calls the spec chooses (kind, after_ops, probability), not on every call:
+// how a test makes a few commands outlast the initiator's timeout while the rest run.
+TEST(StoreFault, DelayFallsOnlyOnTheChosenCalls) {
+  backing::FaultSpec f;
+  f.delay = std::chrono::milliseconds(7000);
+  f.reads = false;
+  f.flushes = false;
+  f.after_ops = 1;
+  int deferred = 0;
+  FaultyLun lun(f, [&](unsigned, std::chrono::milliseconds d, std::function<void()> fn) {
+    EXPECT_EQ(d, std::chrono::milliseconds(7000));
+    ++deferred;
+    fn();  // run at once: the test judges the choice, not the timer
+  });
+  EXPECT_EQ(lun.Write10(0).status, ScsiStatus::kGood);  // within after_ops
+  EXPECT_EQ(lun.Read10(0).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);
+  EXPECT_EQ(deferred, 0);
+  EXPECT_EQ(lun.Write10(1).status, ScsiStatus::kGood);
+  EXPECT_EQ(deferred, 1);
+  EXPECT_EQ(lun.fault->failures(), 0u);  // delayed, not failed
+
+  f.probability = 0.0;
+  f.after_ops = 0;
+  int never = 0;
+  FaultyLun none(f, [&](unsigned, std::chrono::milliseconds, std::function<void()> fn) {
+    ++never;
+    fn();
+  });
+  for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(none.Write10(i).status, ScsiStatus::kGood);
+  EXPECT_EQ(never, 0);
 }
 
 }  // namespace
