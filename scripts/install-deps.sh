@@ -14,6 +14,9 @@ build_pkgs=(
 )
 test_pkgs=(
   libiscsi-bin tgt prometheus python3 procps
+  # The kernel initiator tests (tests/interop): a Debian 12 guest under QEMU, its root file
+  # system made with debootstrap and mkfs.ext4 -d.
+  qemu-system-x86 debootstrap e2fsprogs
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and

@@ -1,0 +1,235 @@
+"""Host side of the kernel-initiator tests: boots the Debian 12 guest (guest_image.sh) under QEMU
+with one scenario script, and meets it at the scenario's steps.
+
+The guest runs with -accel tcg (a KVM guest hangs in its firmware on these machines) and
+-netdev user, where the host's loopback is 10.0.2.2: a gateway listening on 127.0.0.1:P is
+10.0.2.2:P in the guest. The root image is opened with -snapshot and never written.
+"""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+
+import harness  # noqa: E402
+
+HOST_FROM_GUEST = "10.0.2.2"
+TARGET = harness.IQN_PREFIX + "interop"
+GUEST_IQN = "iqn.2026-11.io.iscsigw.interop:guest"
+
+
+def guest_image():
+    """The cached image directory, built on first use (minutes; then instant)."""
+    p = subprocess.run(["bash", os.path.join(HERE, "guest_image.sh")], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"guest_image.sh failed:\n{p.stderr[-4000:]}")
+    return p.stdout.strip().splitlines()[-1]
+
+
+def free_port():
+    """A port free on 127.0.0.1 now, for a gateway that must be started on a known port."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GuestFailed(AssertionError):
+    pass
+
+
+class Guest:
+    """One boot of the guest running tests/interop/scenarios/SCENARIO.sh with ENV."""
+
+    def __init__(self, scenario, env, memory_mb=1024, cpus=2):
+        self.scenario = scenario
+        self.image = guest_image()
+        self.run_dir = tempfile.mkdtemp(prefix=f"iscsigw-interop-{scenario}-")
+        with open(os.path.join(self.run_dir, "scenario"), "w") as f:
+            f.write(scenario)
+        env = dict(env)
+        env.setdefault("INITIATOR_NAME", "iqn.2026-11.io.iscsigw.interop:guest")
+        env["GATEWAY_HOST"] = HOST_FROM_GUEST
+        with open(os.path.join(self.run_dir, "env"), "w") as f:
+            for k, v in env.items():
+                f.write(f"{k}={shlex.quote(str(v))}\n")
+            f.write("export " + " ".join(env) + "\n")
+        self.console_path = os.path.join(self.run_dir, "console.log")
+        self.args = [
+            "qemu-system-x86_64", "-accel", "tcg", "-machine", "q35", "-cpu", "max",
+            "-smp", str(cpus), "-m", str(memory_mb), "-nographic", "-no-reboot",
+            "-kernel", os.path.join(self.image, "vmlinuz"),
+            "-initrd", os.path.join(self.image, "initrd.img"),
+            "-append", "root=/dev/vda rw console=ttyS0 init=/sbin/interop-init net.ifnames=0 "
+                       "panic=-1 loglevel=4",
+            "-drive", f"file={os.path.join(self.image, 'disk.img')},if=virtio,format=raw,snapshot=on",
+            "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
+            "-virtfs", f"local,path={HERE},mount_tag=suite,security_model=none,readonly=on",
+            "-virtfs", f"local,path={self.run_dir},mount_tag=run,security_model=none",
+            "-serial", f"file:{self.console_path}", "-monitor", "none", "-display", "none",
+        ]
+        self.args = [a for a in self.args if a != "-nographic"]
+        self.proc = None
+        self.started = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self
+
+    def _path(self, name):
+        return os.path.join(self.run_dir, name)
+
+    def console(self):
+        try:
+            with open(self.console_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def dmesg(self):
+        try:
+            with open(self._path("dmesg"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return "(no dmesg: the guest did not reach the end of its scenario)"
+
+    def report(self, why):
+        """The failure message: why, the console's tail and the kernel log."""
+        return (f"{why}\n--- guest console ({self.scenario}, last 8000 chars) ---\n"
+                f"{self.console()[-8000:]}\n--- guest dmesg (last 12000 chars) ---\n"
+                f"{self.dmesg()[-12000:]}")
+
+    def step(self, name, timeout=300):
+        """Waits until the guest reaches `step NAME`; returns a function that lets it go on
+        (with an optional answer the guest prints)."""
+        ready = self._path(name + ".ready")
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(ready):
+            if self.proc.poll() is not None:
+                raise GuestFailed(self.report(f"guest ended before step {name}"))
+            if time.monotonic() > deadline:
+                raise GuestFailed(self.report(f"guest did not reach step {name} in {timeout}s"))
+            time.sleep(0.1)
+
+        def go(answer=""):
+            tmp = self._path(name + ".go.tmp")
+            with open(tmp, "w") as f:
+                f.write(answer)
+            os.rename(tmp, self._path(name + ".go"))
+        return go
+
+    def wait(self, timeout=600):
+        """Waits for the guest to power off; raises GuestFailed unless the scenario passed."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise GuestFailed(self.report(f"guest still running after {timeout}s"))
+        try:
+            with open(self._path("result")) as f:
+                rc = int(f.read().strip())
+        except (OSError, ValueError):
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            raise GuestFailed(self.report(f"guest stopped without a result (qemu: {err[-2000:]})"))
+        if rc != 0:
+            raise GuestFailed(self.report(f"scenario {self.scenario} exited {rc}"))
+        return time.monotonic() - self.started
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc is not None and self.proc.stderr:
+            self.proc.stderr.close()
+        if os.environ.get("ISCSIGW_INTEROP_KEEP"):
+            print(f"guest run directory kept: {self.run_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class GatewayOnKnownPorts(harness.Daemon):
+    """iscsigwd on portals chosen beforehand, advertising them as the guest reaches them, so that
+    it can be killed and restarted on the same addresses."""
+
+    def __init__(self, portals=1, state=None, state_dir=None, extra_args=()):
+        self.iscsi_ports = [free_port() for _ in range(portals)]
+        args = []
+        for p in self.iscsi_ports:
+            args += ["--portal", f"127.0.0.1:{p}", "--advertise", f"{HOST_FROM_GUEST}:{p}"]
+        super().__init__(state=state, state_dir=state_dir, extra_args=tuple(args) + tuple(extra_args))
+        # The base class listens on an extra 127.0.0.1:0 portal; this gateway has only its own.
+        i = self.args.index("--portal")
+        del self.args[i:i + 2]
+
+    def guest_portals(self):
+        return [f"{HOST_FROM_GUEST}:{p}" for p in self.iscsi_ports]
+
+    def metric(self, name, labels=None):
+        """Sum of the samples of metric NAME whose labels include LABELS."""
+        import urllib.request
+        body = urllib.request.urlopen(f"http://{self.ports['metrics']}/metrics", timeout=10).read()
+        total = 0.0
+        found = False
+        for line in body.decode().splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric, _, rest = head.partition("{")
+            if metric != name:
+                continue
+            if labels and not all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                continue
+            total += float(value)
+            found = True
+        if not found:
+            raise AssertionError(f"metric {name} {labels or ''} not exported")
+        return total
+
+
+def file_lun(path, size, lun_id=0, block_size=512, **extra):
+    """A file-backed LUN for the bootstrap state (protobuf JSON of iscsigw.v1.Lun)."""
+    return dict({"id": lun_id, "file": {"path": path, "create": True}, "sizeBytes": str(size),
+                 "blockSize": block_size}, **extra)
+
+
+class InteropTestCase(unittest.TestCase):
+    """A gateway per test (start_gateway) with its LUN files in a temporary directory."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="iscsigw-interop-luns-")
+        self.gateway = None
+
+    def tearDown(self):
+        if self.gateway is not None:
+            self.gateway.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_gateway(self, luns, portals=1, allow_any=False, initiators=(GUEST_IQN,), **kw):
+        state = {"targets": [{"name": TARGET, "allowAnyInitiator": allow_any,
+                              "initiators": list(initiators), "luns": luns}]}
+        self.gateway = GatewayOnKnownPorts(portals=portals, state=state, **kw).start()
+        return self.gateway
+
+    def secret(self, name, value):
+        """A secret file for iscsigwctl --secret-file."""
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(value)
+        return path

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds (once per machine) the Debian 12 guest that runs the Linux kernel initiator for
+# tests/interop: a debootstrapped bookworm root with the kernel, open-iscsi and the tools the
+# scenarios use, written into an ext4 disk image with `mkfs.ext4 -d` (no loop device), plus the
+# kernel and initrd taken out of its /boot.
+#
+#   tests/interop/guest_image.sh        as root; prints the image directory on its last line
+#
+# The image is cached outside the build tree, in $ISCSIGW_INTEROP_CACHE (default
+# /var/tmp/iscsigw-interop), under a key made of the package list and the guest's boot stub, so a
+# change to either builds a new one and nothing else does. Guests boot it with -snapshot, so it is
+# never written. Scenarios themselves are not in the image: the guest mounts tests/interop over 9p.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+packages=(
+  linux-image-amd64 open-iscsi e2fsprogs xfsprogs fio sg3-utils multipath-tools iproute2 kmod udev
+  util-linux procps
+)
+
+# PID 1 of the guest: mounts what the scenario driver needs, then hands over to it. Everything
+# else (network, iscsid, the scenario) lives in tests/interop/guest_init.sh, read over 9p.
+boot_stub='#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /run /tmp /suite /run/interop
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mkdir -p /run/interop
+modprobe 9pnet_virtio
+mount -t 9p -o trans=virtio,version=9p2000.L,ro suite /suite
+mount -t 9p -o trans=virtio,version=9p2000.L run /run/interop
+exec /bin/sh /suite/guest_init.sh
+'
+
+cache=${ISCSIGW_INTEROP_CACHE:-/var/tmp/iscsigw-interop}
+key=$(printf '%s\n' "${packages[@]}" "$boot_stub" | sha256sum | cut -c1-16)
+dir="$cache/guest-$key"
+if [ -f "$dir/.complete" ]; then
+  echo "$dir"
+  exit 0
+fi
+[ "$(id -u)" -eq 0 ] || { echo "guest_image.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
+for tool in debootstrap mkfs.ext4; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "guest_image.sh: $tool missing (scripts/install-deps.sh)" >&2; exit 1; }
+done
+
+mkdir -p "$cache"
+# The mirror the host's apt uses, so the guest root comes from where the host's packages come.
+mirror=$(grep -hoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+  | head -1 | tr -d ' ' || true)
+mirror=${mirror:-http://deb.debian.org/debian}
+
+work=$(mktemp -d "$cache/build.XXXXXX")
+root="$work/root"
+mounted=()
+cleanup() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+log="$cache/build-$key.log"
+echo "guest_image.sh: building the guest image (log: $log)" >&2
+start=$SECONDS
+debootstrap --variant=minbase bookworm "$root" "$mirror" >"$log" 2>&1 \
+  || { tail -20 "$log" >&2; echo "guest_image.sh: debootstrap failed" >&2; exit 1; }
+for m in proc sys dev dev/pts; do
+  mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
+done
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+cat >"$root/etc/apt/sources.list" <<SRC
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+SRC
+if ! chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+  sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends ${packages[*]} && apt-get clean" \
+  >>"$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "guest_image.sh: package install failed" >&2
+  exit 1
+fi
+for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}"; done
+mounted=()
+
+printf '%s' "$boot_stub" >"$root/sbin/interop-init"
+chmod 755 "$root/sbin/interop-init"
+echo "iscsigw-guest" >"$root/etc/hostname"
+# The guest's own name is set per run (guest_init.sh); the package's generated one is removed so
+# that no two images share it by accident.
+rm -f "$root/etc/iscsi/initiatorname.iscsi"
+rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/locale" "$root/var/lib/apt/lists"/*
+
+mkdir -p "$work/out"
+cp "$root"/boot/vmlinuz-* "$work/out/vmlinuz"
+cp "$root"/boot/initrd.img-* "$work/out/initrd.img"
+mkfs.ext4 -q -F -L interop-root -d "$root" "$work/out/disk.img" 3G >>"$log" 2>&1 \
+  || { tail -20 "$log" >&2; echo "guest_image.sh: mkfs.ext4 -d failed" >&2; exit 1; }
+printf '%s\n' "${packages[@]}" >"$work/out/packages"
+touch "$work/out/.complete"
+rm -rf "$dir"
+mv "$work/out" "$dir"
+echo "guest_image.sh: built in $((SECONDS - start)) s" >&2
+echo "$dir"

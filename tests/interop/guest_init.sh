@@ -1,0 +1,43 @@
+#!/bin/sh
+# The guest's PID 1 after the boot stub (guest_image.sh): brings up what a node running open-iscsi
+# has (udev, the network, iscsid, the initiator name), runs the scenario the host asked for, saves
+# its exit status and the kernel log into the run directory, and powers the guest off.
+#
+# The host shares two directories over 9p: /suite (tests/interop, read-only) and /run/interop
+# (this run's directory: `scenario` names the script, `env` sets its variables; the guest writes
+# `result`, `dmesg` and the step files of lib.sh there).
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root
+R=/run/interop
+exec </dev/null >/dev/ttyS0 2>&1
+
+finish() {
+  dmesg >"$R/dmesg" 2>&1
+  echo "$1" >"$R/result"
+  sync
+  echo "interop: scenario exited $1"
+  echo o >/proc/sysrq-trigger
+  sleep 10
+}
+
+hostname iscsigw-guest
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+mkdir -p /run/udev /run/lock /var/lock
+/lib/systemd/systemd-udevd --daemon
+udevadm trigger --action=add
+udevadm settle --timeout=30
+modprobe iscsi_tcp
+modprobe sg
+modprobe dm_multipath
+
+. "$R/env"
+echo "InitiatorName=$INITIATOR_NAME" >/etc/iscsi/initiatorname.iscsi
+# Node-like timeouts from iscsid.conf; scenarios change them per record with iscsiadm.
+iscsid || finish 90
+scenario=$(cat "$R/scenario")
+echo "interop: scenario $scenario starting"
+sh -eu "/suite/scenarios/$scenario.sh"
+finish $?

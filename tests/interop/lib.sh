@@ -1,0 +1,55 @@
+# Shell helpers for the guest-side scenario scripts (tests/interop/scenarios/*.sh), which run with
+# `sh -eu` inside the guest. The run directory $R is shared with the host test over 9p.
+R=/run/interop
+
+say() { echo "interop: $*"; }
+fail() {
+  echo "interop: FAIL: $*"
+  exit 1
+}
+
+# step NAME [SECONDS]: tells the host this point is reached, then waits until the host answers
+# (tests/interop/guest.py Guest.step); the host's answer, if any, is printed.
+step() {
+  say "step $1"
+  : >"$R/$1.ready"
+  i=0
+  while [ ! -e "$R/$1.go" ]; do
+    i=$((i + 1))
+    [ "$i" -le $((${2:-600} * 10)) ] || fail "host never answered step $1"
+    sleep 0.1
+  done
+  cat "$R/$1.go"
+}
+
+# expect_eq WHAT GOT WANT
+expect_eq() {
+  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+  say "ok $1 = $2"
+}
+
+# The SCSI disk (sdX) behind the session logged in to target $1, LUN ${2:-0}, polled for udev.
+disk_of() {
+  i=0
+  while :; do
+    for d in /sys/class/iscsi_session/session*/device/target*/*:*:*:"${2:-0}"/block/*; do
+      [ -e "$d" ] || continue
+      s=${d%%/device/*}
+      if [ "$(cat "$s/targetname")" = "$1" ]; then
+        basename "$d"
+        return 0
+      fi
+    done
+    i=$((i + 1))
+    [ "$i" -le 300 ] || fail "no disk for $1 LUN ${2:-0}"
+    sleep 0.1
+  done
+}
+
+# fio random write with crc32c verification at QD16, O_DIRECT, on file or device $1.
+fio_verify() {
+  fio --name=verify --filename="$1" --size="${2:-64M}" --rw=randwrite --bs=4k --iodepth=16 \
+    --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --do_verify=1 \
+    ${3:-} --output-format=terse --minimal >/tmp/fio.out || { cat /tmp/fio.out; fail "fio verify on $1"; }
+  say "fio verify on $1 passed"
+}

@@ -1,0 +1,40 @@
+"""a. Discovery and login from the Linux kernel initiator: SendTargets with discovery CHAP returns
+the advertised portal, the discovered record logs in with CHAP and mutual CHAP (iscsiadm's
+node.session.auth.*), and a wrong secret is refused."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import guest as g  # noqa: E402
+
+
+class DiscoveryChapTest(g.InteropTestCase):
+    def test_discovery_and_login_with_chap(self):
+        size = 256 << 20
+        gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), size)])
+        info = gw.ctl_json("gateway", "info")
+        self.assertEqual(info["advertised"], gw.guest_portals())
+        secrets = {"DISC_USER": "disc-user", "DISC_SECRET": "discovery-secret-42",
+                   "CHAP_USER": "node-user", "CHAP_SECRET": "initiator-secret-42",
+                   "MUTUAL_USER": "gw-user", "MUTUAL_SECRET": "target-secret-4242"}
+        gw.ctl("auth", "set", "--discovery", "--user", secrets["DISC_USER"],
+               "--secret-file", self.secret("disc", secrets["DISC_SECRET"]))
+        gw.ctl("auth", "set", g.TARGET, "--user", secrets["CHAP_USER"],
+               "--secret-file", self.secret("chap", secrets["CHAP_SECRET"]),
+               "--mutual-user", secrets["MUTUAL_USER"],
+               "--mutual-secret-file", self.secret("mutual", secrets["MUTUAL_SECRET"]))
+        env = dict(secrets, PORTAL=gw.guest_portals()[0], TARGET=g.TARGET, LUN_BYTES=size)
+        with g.Guest("discovery_chap", env) as vm:
+            go = vm.step("logged-in")
+            try:
+                sessions = gw.ctl_json("session", "list").get("sessions", [])
+                self.assertEqual([s["initiator_name"] for s in sessions], [g.GUEST_IQN], sessions)
+            finally:
+                go()
+            vm.wait()
+
+
+if __name__ == "__main__":
+    unittest.main()
