@@ -160,8 +160,12 @@ int Run(int argc, char** argv) {
   mopts.listen = flags.metrics_listen;
   mopts.version = ISCSIGW_BUILD_VERSION;
   mopts.commit = ISCSIGW_COMMIT;
-  mopts.sessions = [&dataplane] {
+  mopts.sessions = [&dataplane, &store] {
     std::map<std::string, metrics::StatsCollector::TargetGauges> n;
+    // Every configured target has its gauges, at 0 when nobody is logged in: a series that
+    // vanished would read as "no data" to alerts and dashboards rather than as no sessions.
+    const auto state = store.Get();
+    for (const auto& t : state.targets()) n[t.name()];
     for (const auto& s : dataplane.ListSessions()) {
       if (s.discovery) continue;
       auto& g = n[s.target_name];

@@ -183,8 +183,9 @@ class MetricsTest(unittest.TestCase):
         ini.logout()
         ini.close()
         line0 = f'iscsigw_iscsi_sessions{{target="{TARGET}"}} 0'
-        wait_for(lambda: line0 in self.scrape() or
-                 f'iscsigw_iscsi_sessions{{target="{TARGET}"}}' not in self.scrape(), 10, what=line0)
+        # The series stays, at 0: a configured target with nobody logged in is not "no data".
+        wait_for(lambda: line0 in self.scrape(), 10, what=line0)
+        self.assertIn(f'iscsigw_iscsi_connections{{target="{TARGET}"}} 0', self.scrape())
         before = self.counter('iscsigw_iscsi_logins_total{result="target_not_found"}')
         bad = Initiator(self.daemon.portal, "iqn.2026-11.io.test:gauge")
         with self.assertRaises(Exception):
