@@ -1,4 +1,4 @@
-# a. Discovery and login: SendTargets (with discovery CHAP) returns the advertised portal, the
+# a. Discovery and login (and i. logout and cleanup): SendTargets (with discovery CHAP) returns the advertised portal, the
 # discovered record logs in with CHAP and mutual CHAP set through iscsiadm's node.session.auth.*,
 # a wrong secret is refused, and the LUN answers I/O. Env: PORTAL TARGET, CHAP_* secrets.
 . /suite/lib.sh
@@ -38,4 +38,13 @@ dd if=/dev/$disk of=/tmp/back bs=4096 count=256 iflag=direct status=none
 cmp /tmp/pattern /tmp/back || fail "read back differs from what was written"
 say "1 MiB written and read back"
 step logged-in
+# i. Logout and cleanup: the session goes, the node and discovery records are deleted, and the
+# host then finds the gateway's session gauges back at 0.
 iscsiadm -m node -T "$TARGET" -p "$PORTAL" --logout
+[ -z "$(ls /sys/class/iscsi_session 2>/dev/null)" ] || fail "a session is left after logout"
+[ ! -e "/dev/$disk" ] || fail "/dev/$disk is left after logout"
+iscsiadm -m node -T "$TARGET" -p "$PORTAL" -o delete
+iscsiadm -m discoverydb -t sendtargets -p "$PORTAL" -o delete
+if iscsiadm -m node >/dev/null 2>&1; then fail "node records are left after delete"; fi
+say "logged out, records deleted"
+step logged-out
