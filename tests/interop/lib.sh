@@ -53,3 +53,24 @@ fio_verify() {
     ${3:-} --output-format=terse --minimal >/tmp/fio.out || { cat /tmp/fio.out; fail "fio verify on $1"; }
   say "fio verify on $1 passed"
 }
+
+# The iSCSI sessions (sessionN) logged in to target $1, one a line.
+sessions_of() {
+  for s in /sys/class/iscsi_session/session*; do
+    [ -e "$s" ] && [ "$(cat "$s/targetname")" = "$1" ] && basename "$s"
+  done
+  return 0
+}
+
+# The SCSI disk (sdX) of session $1 (sessionN), LUN ${2:-0}, polled for udev.
+session_disk() {
+  i=0
+  while :; do
+    for d in /sys/class/iscsi_session/"$1"/device/target*/*:*:*:"${2:-0}"/block/*; do
+      [ -e "$d" ] && { basename "$d"; return 0; }
+    done
+    i=$((i + 1))
+    [ "$i" -le 300 ] || fail "no disk for $1 LUN ${2:-0}"
+    sleep 0.1
+  done
+}
