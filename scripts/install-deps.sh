@@ -34,14 +34,23 @@ packaging_pkgs=(
   podman buildah runc catatonit debootstrap uidmap python3-grpcio
 )
 
+# Benchmarks (tests/bench, not part of the tests): tgtd to compare against, fio for the device.
+bench_pkgs=(
+  tgt fio libiscsi-bin
+)
+
 # --build-only: what compiling needs (the Dockerfile's build stage uses it).
 # --packaging: everything, plus the container tools.
+# --bench: everything, plus what the benchmarks drive.
 want=("${build_pkgs[@]}")
 if [ "${1:-}" != "--build-only" ]; then
   want+=("${test_pkgs[@]}" "${manifest_pkgs[@]}")
 fi
 if [ "${1:-}" = "--packaging" ]; then
   want+=("${packaging_pkgs[@]}")
+fi
+if [ "${1:-}" = "--bench" ]; then
+  want+=("${bench_pkgs[@]}")
 fi
 
 missing=()

@@ -4,6 +4,7 @@
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,6 +53,16 @@ bool WritePortsFile(const std::string& dir, const std::vector<std::string>& port
   return ok && ::rename(tmp.c_str(), dst.c_str()) == 0;
 }
 
+// Connections and file LUNs (two descriptors per lane, FileStoreOptions) take descriptors: the
+// soft limit (often 1024) is raised to the hard one, as servers with many sockets do.
+void RaiseOpenFileLimit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 int Run(int argc, char** argv) {
   Flags flags;
   if (int rc = ParseFlags(argc, argv, &flags); rc >= 0) return rc;
@@ -64,6 +75,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  RaiseOpenFileLimit();
   log::Init(spdlog::level::from_str(flags.log_level),
             flags.log_format == "json" ? log::Format::kJson : log::Format::kText);
   // Every return below, early failures included, drains the log queue in order first: the line

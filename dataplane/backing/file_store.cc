@@ -86,11 +86,21 @@ int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf) {
 
 }  // namespace
 
-struct FileStore::Slot {
-  explicit Slot(asio::io_context& ioc) : ioc(&ioc), file(ioc), dsync_file(ioc) {}
-  asio::io_context* ioc;
+// One descriptor pair of a slot. Asio runs at most one read and one write at a time per file
+// object (later ones wait in its queue), so a slot spreads its calls over lanes.
+struct FileStore::Lane {
+  explicit Lane(asio::io_context& ioc) : file(ioc), dsync_file(ioc) {}
   asio::random_access_file file;        // plain writes and reads
   asio::random_access_file dsync_file;  // O_DSYNC: FUA writes (closed when read-only)
+  uint32_t reads = 0;                   // in flight; reactor thread only
+  uint32_t writes = 0;
+};
+
+struct FileStore::Slot {
+  explicit Slot(asio::io_context& ioc) : ioc(&ioc) {}
+  asio::io_context* ioc;
+  std::vector<std::unique_ptr<Lane>> lanes;  // reserved to the maximum at open: never moves
+  uint32_t next = 0;                         // round robin once every lane is busy
 };
 
 namespace {
@@ -99,6 +109,7 @@ namespace {
 // Asio operation (Asio recycles the handler memory), so there is no separate allocation.
 struct ReadOp {
   asio::random_access_file* file;
+  uint32_t* in_flight;  // the lane's count of reads, held until the whole range is read
   uint64_t offset;
   uint8_t* data;
   size_t len;
@@ -111,15 +122,20 @@ struct ReadOp {
   }
   void operator()(const boost::system::error_code& ec, size_t n) {
     done_bytes += n;
-    if (ec) return done(ToErrno(ec));
-    if (n == 0) return done(EIO);
-    if (done_bytes == len) return done(0);
+    if (ec) return Finish(ToErrno(ec));
+    if (n == 0) return Finish(EIO);
+    if (done_bytes == len) return Finish(0);
     Start();
+  }
+  void Finish(int err) {
+    --*in_flight;
+    done(err);
   }
 };
 
 struct WriteOp {
   asio::random_access_file* file;
+  uint32_t* in_flight;  // the lane's count of writes
   uint64_t offset;
   const uint8_t* data;
   size_t len;
@@ -140,6 +156,7 @@ struct WriteOp {
     Start();
   }
   void Finish(int err) {
+    --*in_flight;
     gate->ExitShared(slot);
     done(err);
   }
@@ -152,6 +169,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   const std::string& path = options.path;
   if (path.empty()) return InvalidArgument("file store: path is empty");
   if (slots.empty()) return InvalidArgument("file store " + path + ": no reactor io_context given");
+  if (options.lanes_per_slot == 0) return InvalidArgument("file store " + path + ": no lanes");
   for (auto* ioc : slots) {
     if (ioc == nullptr) return InvalidArgument("file store " + path + ": null io_context");
   }
@@ -212,25 +230,12 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
 
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
+  store->dsync_fd_ = dsync.release();
+  store->max_lanes_ = options.lanes_per_slot;
   for (auto* ioc : slots) {
     auto slot = std::make_unique<Slot>(*ioc);
-    boost::system::error_code ec;
-    const int d1 = ::dup(store->fd_);
-    if (d1 < 0) return fail(OpenError(path, "dup", errno));
-    slot->file.assign(d1, ec);
-    if (ec) {
-      ::close(d1);
-      return fail(IoError("file store " + path + ": io_uring file: " + ec.message()));
-    }
-    if (dsync.get() >= 0) {
-      const int d2 = ::dup(dsync.get());
-      if (d2 < 0) return fail(OpenError(path, "dup", errno));
-      slot->dsync_file.assign(d2, ec);
-      if (ec) {
-        ::close(d2);
-        return fail(IoError("file store " + path + ": io_uring file: " + ec.message()));
-      }
-    }
+    slot->lanes.reserve(options.lanes_per_slot);
+    if (int err = store->AddLane(*slot); err != 0) return fail(OpenError(path, "dup", err));
     store->slots_.push_back(std::move(slot));
   }
   return store;
@@ -238,6 +243,39 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
 
 FileStore::FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd)
     : path_(std::move(path)), size_bytes_(size_bytes), read_only_(read_only), fd_(fd) {}
+
+int FileStore::AddLane(Slot& slot) {
+  auto lane = std::make_unique<Lane>(*slot.ioc);
+  // Each file object owns a dup of the descriptor (Asio closes what it owns).
+  auto assign = [](asio::random_access_file& f, int from) {
+    const int d = ::dup(from);
+    if (d < 0) return errno;
+    boost::system::error_code ec;
+    f.assign(d, ec);
+    if (ec) {
+      ::close(d);
+      return ToErrno(ec);
+    }
+    return 0;
+  };
+  if (int err = assign(lane->file, fd_); err != 0) return err;
+  if (dsync_fd_ >= 0) {
+    if (int err = assign(lane->dsync_file, dsync_fd_); err != 0) return err;
+  }
+  slot.lanes.push_back(std::move(lane));
+  return 0;
+}
+
+// A lane with no call of this kind in flight; a new lane while there are fewer than max_lanes_
+// (once per lane in the store's life: descriptors and a small object, not per I/O); otherwise the
+// next lane round robin, behind the call it runs.
+FileStore::Lane& FileStore::PickLane(Slot& slot, bool write) {
+  for (auto& l : slot.lanes) {
+    if ((write ? l->writes : l->reads) == 0) return *l;
+  }
+  if (slot.lanes.size() < max_lanes_ && AddLane(slot) == 0) return *slot.lanes.back();
+  return *slot.lanes[slot.next++ % slot.lanes.size()];
+}
 
 uint64_t FileStore::allocated_bytes() const {
   if (!regular_file_) return size_bytes();
@@ -266,8 +304,13 @@ int FileStore::Grow(uint64_t new_size_bytes) {
 }
 
 FileStore::~FileStore() {
-  slots_.clear();  // closes the per-slot descriptors
+  slots_.clear();  // closes the per-lane descriptors
+  if (dsync_fd_ >= 0) ::close(dsync_fd_);
   ::close(fd_);
+}
+
+size_t FileStore::lanes(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->lanes.size() : 0;
 }
 
 void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
@@ -277,7 +320,9 @@ void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoC
     asio::post(*s.ioc, [done] { done(0); });
     return;
   }
-  ReadOp{&s.file, offset, buf.data(), buf.size(), 0, done}.Start();
+  Lane& lane = PickLane(s, false);
+  ++lane.reads;
+  ReadOp{&lane.file, &lane.reads, offset, buf.data(), buf.size(), 0, done}.Start();
 }
 
 void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
@@ -291,7 +336,7 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
   }
   if (!gate_.TryEnterShared(slot)) {
     // An exclusive operation (ReadModifyWrite, Unmap) is active: write on the pool behind it.
-    const int fd = fua ? s.dsync_file.native_handle() : s.file.native_handle();
+    const int fd = fua ? dsync_fd_ : fd_;
     asio::post(SyncPool(), [this, fd, offset, buf, ioc = s.ioc, done] {
       int err = 0;
       {
@@ -302,7 +347,17 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
     });
     return;
   }
-  WriteOp{fua ? &s.dsync_file : &s.file, offset, buf.data(), buf.size(), 0, done, &gate_, slot}
+  Lane& lane = PickLane(s, true);
+  ++lane.writes;
+  WriteOp{fua ? &lane.dsync_file : &lane.file,
+          &lane.writes,
+          offset,
+          buf.data(),
+          buf.size(),
+          0,
+          done,
+          &gate_,
+          slot}
       .Start();
 }
 
@@ -384,7 +439,7 @@ void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_
     asio::post(*ioc, [done] { done(EROFS); });
     return;
   }
-  const int fd = fua ? slots_[slot]->dsync_file.native_handle() : fd_;
+  const int fd = fua ? dsync_fd_ : fd_;
   asio::post(SyncPool(), [this, fd, offset, scratch, modify, ioc, done] {
     gate_.LockExclusive();
     int err = PreadAll(fd_, offset, scratch);

@@ -1,9 +1,12 @@
 // FileStore: a LUN on a regular file or a block device, read and written through io_uring (Asio
 // random_access_file).
 //
-// Slots: the store holds one random_access_file per reactor ("slot"), each registered with that
-// reactor's io_context, so a call made on slot i is submitted to reactor i's ring and completes on
-// reactor i's thread. Nothing blocks a reactor:
+// Slots: the store holds random_access_files per reactor ("slot"), registered with that reactor's
+// io_context, so a call made on slot i is submitted to reactor i's ring and completes on reactor
+// i's thread. Asio keeps one read and one write in flight per file object, so each slot has up to
+// `lanes_per_slot` of them (dups of one descriptor), a call going to a lane with nothing of its
+// kind in flight: that many reads and writes reach the device at once, the initiator's queue
+// depth rather than one. Nothing blocks a reactor:
 //   - Read/Write loop over async_*_some_at until the whole range is done (short transfers happen).
 //   - FUA writes go through a second descriptor opened with O_DSYNC: the kernel completes such a
 //     write only once its data (and the metadata needed to read it back) is stable, which is
@@ -42,6 +45,12 @@ struct FileStoreOptions {
   // nowhere to go).
   uint64_t size_bytes = 0;
   bool read_only = false;  // O_RDONLY; writes then complete with EROFS
+  // Most descriptor pairs per reactor: how many reads and how many writes one reactor keeps in
+  // flight at once (Asio runs one read and one write at a time per file object). A slot opens
+  // with one lane and adds one when every lane is busy, so an idle LUN holds 2 descriptors per
+  // reactor and a busy one at most 2 * lanes_per_slot.
+  unsigned lanes_per_slot = kDefaultLanes;
+  static constexpr unsigned kDefaultLanes = 32;
 };
 
 class FileStore final : public BackingStore {
@@ -82,15 +91,22 @@ class FileStore final : public BackingStore {
   void Prefetch(uint64_t offset, uint64_t len) override;
   // A regular file is extended with ftruncate (sparse); a block device must already be that big.
   int Grow(uint64_t new_size_bytes) override;
+  // Lanes open on `slot` (for tests; read on that slot's reactor).
+  size_t lanes(unsigned slot) const;
 
  private:
+  struct Lane;
   struct Slot;
   FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd);
+  int AddLane(Slot& slot);  // 0 or the errno of dup/assign
+  Lane& PickLane(Slot& slot, bool write);
 
   const std::string path_;
   std::atomic<uint64_t> size_bytes_;
   const bool read_only_;
-  const int fd_;                              // owned; used for fdatasync on the pool
+  const int fd_;       // owned; used for fdatasync on the pool
+  int dsync_fd_ = -1;  // owned; O_DSYNC (-1 when read-only)
+  unsigned max_lanes_ = 1;
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   bool regular_file_ = false;                 // set by Open
   WriteGate gate_;                            // any thread

@@ -153,6 +153,49 @@ TEST_F(FileStoreTest, MultipleSlotsEachCompleteOnTheirOwnContext) {
   EXPECT_EQ(w.err, 0);
 }
 
+// Concurrent calls on one slot spread over lanes (Asio runs one read and one write at a time per
+// file object): a lane is added only while every lane is busy, never past lanes_per_slot, and
+// every call still lands its own data.
+TEST_F(FileStoreTest, ConcurrentCallsOpenLanesUpToTheLimit) {
+  FileStoreOptions o{path_, 4 << 20, false};
+  o.lanes_per_slot = 6;
+  auto opened = FileStore::Open(o, {&ioc_});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto store = std::move(opened).value();
+  EXPECT_EQ(store->lanes(0), 1u);  // an idle LUN holds one lane
+
+  constexpr int kCalls = 16;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<Result> writes(kCalls);
+  for (int i = 0; i < kCalls; ++i) data.push_back(Pattern(8192, static_cast<uint8_t>(i)));
+  for (int i = 0; i < kCalls; ++i) {
+    store->Write(0, uint64_t(i) * 8192, data[i], /*fua=*/i % 2 == 1, Record(&writes[i]));
+  }
+  EXPECT_EQ(store->lanes(0), 6u);  // 16 writes in flight: every lane busy, capped at 6
+  for (auto& w : writes) {
+    Wait(w);
+    EXPECT_EQ(w.err, 0);
+  }
+  std::vector<std::vector<uint8_t>> back(kCalls, std::vector<uint8_t>(8192));
+  std::vector<Result> reads(kCalls);
+  for (int i = 0; i < kCalls; ++i) store->Read(0, uint64_t(i) * 8192, back[i], Record(&reads[i]));
+  EXPECT_EQ(store->lanes(0), 6u);  // lanes stay; reads reuse them
+  for (int i = 0; i < kCalls; ++i) {
+    Wait(reads[i]);
+    EXPECT_EQ(reads[i].err, 0);
+    EXPECT_EQ(back[i], data[i]) << "block " << i;
+  }
+
+  // Once idle, a single call takes an idle lane rather than opening another.
+  Result one;
+  store->Read(0, 0, back[0], Record(&one));
+  Wait(one);
+  EXPECT_EQ(store->lanes(0), 6u);
+
+  o.lanes_per_slot = 0;
+  EXPECT_FALSE(FileStore::Open(o, {&ioc_}).ok());
+}
+
 TEST_F(FileStoreTest, ReadOnlyRefusesWrites) {
   { ASSERT_NE(OpenOrDie(1 << 20), nullptr); }
   auto store = OpenOrDie(0, /*read_only=*/true);
