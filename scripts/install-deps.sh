@@ -17,6 +17,8 @@ test_pkgs=(
   # The kernel initiator tests (tests/interop): a Debian 12 guest under QEMU, its root file
   # system made with debootstrap and mkfs.ext4 -d.
   qemu-system-x86 debootstrap e2fsprogs
+  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes.
+  clang-14 libclang-rt-14-dev
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and

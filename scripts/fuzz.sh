@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds every libFuzzer target (tests/fuzz; clang-14 with ASan and UBSan) and runs each for
+# SECONDS (default 60) from its seed corpus. Prints "N targets, M crashes" and exits non-zero on
+# any crash; each crashing input is left in BUILD_DIR/crashes. Make it a regression test by copying
+# it into tests/fuzz/regressions/TARGET/ once fixed: ctest replays that directory on every run.
+#
+#   scripts/fuzz.sh [SECONDS] [--build-dir DIR]     (default DIR: build-fuzz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=60
+dir=build-fuzz
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) dir=$2; shift 2 ;;
+    *) seconds=$1; shift ;;
+  esac
+done
+scripts/install-deps.sh
+mkdir -p "$dir"
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DISCSIGW_FUZZ=ON >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+cmake --build "$dir" --target fuzzers
+mkdir -p "$dir/crashes" "$dir/corpus"
+targets=0
+crashes=0
+for bin in "$dir"/bin/fuzz_*; do
+  [ -x "$bin" ] || continue
+  name=${bin##*/fuzz_}
+  targets=$((targets + 1))
+  # New inputs go to the build directory's corpus; the committed seeds are only read.
+  mkdir -p "$dir/corpus/$name"
+  before=$(find "$dir/crashes" -name "$name-*" | wc -l)
+  set +e
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$dir/crashes/$name-" "$dir/corpus/$name" "tests/fuzz/corpus/$name" \
+    >"$dir/$name.log" 2>&1
+  rc=$?
+  set -e
+  after=$(find "$dir/crashes" -name "$name-*" | wc -l)
+  found=$((after - before))
+  if [ "$rc" -ne 0 ] && [ "$found" -eq 0 ]; then found=1; fi
+  crashes=$((crashes + found))
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/$name.log")
+  echo "fuzz_$name: ${runs:-?} runs in ${seconds}s, $found crash(es)$([ "$found" -gt 0 ] && echo " (log: $dir/$name.log)")"
+  if [ "$found" -gt 0 ]; then grep -A30 -m1 "ERROR" "$dir/$name.log" | head -40; fi
+done
+echo "$targets targets, $crashes crashes"
+[ "$crashes" -eq 0 ]
