@@ -21,8 +21,16 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// The nothrow form (the data plane's `new (std::nothrow)`) is replaced too, so that every
+// allocation this binary frees through the operator delete below came from malloc, also under
+// AddressSanitizer, which otherwise serves nothrow new itself and reports the free as a mismatch.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace iscsigw::scsi {
 namespace {
