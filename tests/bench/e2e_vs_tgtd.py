@@ -58,7 +58,9 @@ def run_perf(urls, seconds, depth, blocks, pid):
     return total, (cpu1 - cpu0) * 1e6 / ios if ios else float("nan")
 
 
-def start_tgtd(port):
+def start_tgtd(port, bstype="null", backing="/dev/null/", name="null"):
+    """tgtd on 127.0.0.1:port with LUN 1 on `backing` through its `bstype` store; returns
+    (process, LUN URL)."""
     ctl = str(900 + port % 100)
     proc = subprocess.Popen(["tgtd", "-f", "-C", ctl, "--iscsi", f"portal=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,10 +71,10 @@ def start_tgtd(port):
 
     harness.wait_for(lambda: adm("--op", "show", "--mode", "target").returncode == 0,
                      what="tgtd's control socket")
-    iqn = "iqn.2026-11.org.tgt:null"
+    iqn = f"iqn.2026-11.org.tgt:{name}"
     for args in (["--op", "new", "--mode", "target", "--tid", "1", "-T", iqn],
                  ["--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1",
-                  "--bstype", "null", "-b", "/dev/null/", "--device-type", "disk"],
+                  "--bstype", bstype, "-b", backing, "--device-type", "disk"],
                  ["--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL"]):
         r = adm(*args)
         if r.returncode != 0:

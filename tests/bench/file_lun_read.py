@@ -13,15 +13,13 @@ Needs root (tgtd, drop_caches) and `scripts/install-deps.sh --bench` (tgt, fio, 
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import harness  # noqa: E402
-from e2e_vs_tgtd import free_port, run_perf  # noqa: E402
+from e2e_vs_tgtd import free_port, run_perf, start_tgtd  # noqa: E402
 
 
 def data_file(size_gib):
@@ -40,28 +38,6 @@ def drop_caches():
     subprocess.run(["sync"], check=True)
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-
-
-def start_tgtd(port, path):
-    ctl = str(900 + port % 100)
-    proc = subprocess.Popen(["tgtd", "-f", "-C", ctl, "--iscsi", f"portal=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def adm(*args):
-        return subprocess.run(["tgtadm", "-C", ctl, "--lld", "iscsi", *args],
-                              capture_output=True, text=True)
-
-    harness.wait_for(lambda: adm("--op", "show", "--mode", "target").returncode == 0,
-                     what="tgtd's control socket")
-    iqn = "iqn.2026-11.org.tgt:file"
-    for args in (["--op", "new", "--mode", "target", "--tid", "1", "-T", iqn],
-                 ["--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1",
-                  "--bstype", "rdwr", "-b", path, "--device-type", "disk"],
-                 ["--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL"]):
-        r = adm(*args)
-        if r.returncode != 0:
-            raise RuntimeError(f"tgtadm {' '.join(args)}: {r.stderr}")
-    return proc, f"iscsi://127.0.0.1:{port}/{iqn}/1"
 
 
 def fio_direct(path, seconds, depth, blocks):
@@ -88,7 +64,7 @@ def main():
     drop_caches()
     rows.append(("fio libaio O_DIRECT (device)", fio_direct(path, args.seconds, args.depth,
                                                             args.blocks), float("nan")))
-    tgt_proc, tgt_url = start_tgtd(free_port(), path)
+    tgt_proc, tgt_url = start_tgtd(free_port(), "rdwr", path, "file")
     try:
         drop_caches()
         rows.append(("tgtd rdwr",) + run_perf([tgt_url], args.seconds, args.depth, args.blocks,

@@ -74,3 +74,14 @@ session_disk() {
     sleep 0.1
   done
 }
+
+# Discovery and login to $TARGET through $PORTAL with the recovery timeouts the tests use: NOP-Out
+# every 2 s, a 2 s NOP timeout, and 30 s for the kernel to re-establish the session.
+login_for_recovery() {
+  iscsiadm -m discovery -t sendtargets -p "$PORTAL" >/dev/null
+  for kv in 'node.conn[0].timeo.noop_out_interval=2' 'node.conn[0].timeo.noop_out_timeout=2' \
+    'node.session.timeo.replacement_timeout=30'; do
+    iscsiadm -m node -T "$TARGET" -p "$PORTAL" -o update -n "${kv%%=*}" -v "${kv#*=}"
+  done
+  iscsiadm -m node -T "$TARGET" -p "$PORTAL" --login
+}

@@ -5,12 +5,8 @@
 # Env: PORTAL TARGET FIO_SIZE FIO_RATE.
 . /suite/lib.sh
 
-iscsiadm -m discovery -t sendtargets -p "$PORTAL" >/dev/null
+login_for_recovery
 node() { iscsiadm -m node -T "$TARGET" -p "$PORTAL" "$@"; }
-node -o update -n 'node.conn[0].timeo.noop_out_interval' -v 2
-node -o update -n 'node.conn[0].timeo.noop_out_timeout' -v 2
-node -o update -n node.session.timeo.replacement_timeout -v 30
-node --login
 disk=$(disk_of "$TARGET")
 say "logged in, LUN 0 is $disk"
 mkfs.ext4 -q "/dev/$disk"
