@@ -96,7 +96,10 @@ std::shared_ptr<const TargetConfig> Snapshot::Find(std::string_view name) const 
 }
 
 Gateway::Gateway(runtime::ReactorPool& pool, GatewayOptions options)
-    : pool_(pool), options_(std::move(options)), snapshot_(std::make_shared<Snapshot>()) {}
+    : pool_(pool),
+      options_(std::move(options)),
+      snapshot_(std::make_shared<Snapshot>()),
+      auth_throttle_(options_.auth_throttle) {}
 
 std::shared_ptr<const Snapshot> Gateway::snapshot() const {
   std::lock_guard lock(snapshot_mu_);

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/iscsi/auth_throttle.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/negotiation.h"
 #include "dataplane/runtime/reactor_pool.h"
@@ -86,6 +87,8 @@ struct GatewayOptions {
   // tag, when initiators reach the gateway through NAT, a Service or a load balancer. Empty: the
   // address the discovery connection was accepted on.
   std::vector<std::string> advertise;
+  // Lockout of CHAP guessing per initiator name and source address (auth_throttle.h).
+  AuthThrottle::Options auth_throttle;
 };
 
 class Gateway {
@@ -119,6 +122,8 @@ class Gateway {
   bool TryAddConnection();
   void RemoveConnection();
 
+  AuthThrottle& auth_throttle() { return auth_throttle_; }
+
  private:
   runtime::ReactorPool& pool_;
   const GatewayOptions options_;
@@ -130,6 +135,7 @@ class Gateway {
   std::map<uint16_t, std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
   uint16_t next_tsih_ = 1;                               // guarded by sessions_mu_
   std::atomic<uint32_t> connections_{0};
+  AuthThrottle auth_throttle_;
 };
 
 }  // namespace iscsigw::iscsi
