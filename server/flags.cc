@@ -50,7 +50,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "Seconds a ping may go unanswered before the connection is dropped")
       ->envname("ISCSIGW_NOP_TIMEOUT")
       ->check(CLI::Range(1u, 3600u));
-  app.add_option("--max-connections", f->max_connections, "Connections accepted at once")
+  app.add_option("--login-timeout", f->login_timeout_s,
+                 "Seconds a connection may take from accept to full feature phase")
+      ->envname("ISCSIGW_LOGIN_TIMEOUT")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--max-connections", f->max_connections,
+                 "Connections at once; when full, the oldest still logging in makes room")
       ->envname("ISCSIGW_MAX_CONNECTIONS")
       ->check(CLI::Range(1u, 1000000u));
   try {

@@ -23,6 +23,7 @@ struct Flags {
   std::string tls_client_ca;
   unsigned nop_interval_s = 30;
   unsigned nop_timeout_s = 15;
+  unsigned login_timeout_s = 15;
   unsigned max_connections = 1024;
 };
 

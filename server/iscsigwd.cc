@@ -3,6 +3,7 @@
 // data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -63,6 +64,16 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// A login allocates its connection's receive buffer (1 MiB) and its session's task table (~300
+// KiB); a logout frees them. With glibc's defaults, freed memory at the top of a reactor's arena
+// goes back to the kernel once it passes a threshold of about that size, so every login faulted
+// its pages in again: at 1,000 logins a second that was 40% of the daemon's CPU. Keep up to 64 MiB
+// per arena instead; allocations from 4 MiB up (RAM LUNs) still get their own mappings.
+void TuneAllocator() {
+  (void)::mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  (void)::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+}
+
 int Run(int argc, char** argv) {
   Flags flags;
   if (int rc = ParseFlags(argc, argv, &flags); rc >= 0) return rc;
@@ -76,6 +87,7 @@ int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   RaiseOpenFileLimit();
+  TuneAllocator();
   log::Init(spdlog::level::from_str(flags.log_level),
             flags.log_format == "json" ? log::Format::kJson : log::Format::kText);
   // Every return below, early failures included, drains the log queue in order first: the line
@@ -129,6 +141,7 @@ int Run(int argc, char** argv) {
   opts.state_dir = flags.state_dir;  // per-LUN state (APTPL reservations, saved mode pages)
   opts.gateway.nop_interval_ms = flags.nop_interval_s * 1000;
   opts.gateway.nop_timeout_ms = flags.nop_timeout_s * 1000;
+  opts.gateway.login_timeout_ms = flags.login_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
   opts.gateway.advertise = flags.advertise;
   auto dp = api::Dataplane::Start(opts);

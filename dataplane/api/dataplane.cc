@@ -290,9 +290,11 @@ struct Dataplane::Impl {
         co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
         continue;
       }
-      if (!gateway.TryAddConnection()) {
-        log::Iscsi().warn("connection limit {} reached; refusing a connection",
-                          gateway.options().max_connections);
+      if (!gateway.TryAddConnection() && !EvictOldestLoggingIn()) {
+        ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
+                            "connection limit {} reached, every connection in full feature phase: "
+                            "refusing a connection",
+                            gateway.options().max_connections);
         boost::system::error_code ignored;
         sock.close(ignored);
         continue;
@@ -310,8 +312,35 @@ struct Dataplane::Impl {
     }
   }
 
+  // At the connection limit: evicts the oldest connection still logging in and hands its slot to
+  // the one just accepted (iscsi::Connection::EvictIfLoggingIn). False when every connection is
+  // in full feature phase.
+  bool EvictOldestLoggingIn() {
+    std::shared_ptr<iscsi::Connection> victim;
+    unsigned victim_reactor = 0;
+    {
+      std::lock_guard lock(conns_mu);
+      for (const auto& [r, weak] : conns) {  // oldest first
+        auto c = weak.lock();
+        if (c && c->EvictIfLoggingIn()) {
+          victim = std::move(c);
+          victim_reactor = r;
+          break;
+        }
+      }
+    }
+    if (!victim) return false;
+    ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
+                        "connection limit {} reached: dropping the oldest connection still "
+                        "logging in to admit a new one",
+                        gateway.options().max_connections);
+    asio::post(pool.context(victim_reactor), [victim] { victim->Close(); });
+    return true;
+  }
+
   runtime::ReactorPool pool;
   iscsi::Gateway gateway;
+  log::RateLimiter accept_log_limiter;  // used by the accept loops only, all on reactor 0
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> next_conn_id{0};

@@ -69,15 +69,28 @@ Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket sock
   boost::system::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : EndpointString(ep);
+  peer_ip_ = ec ? std::string("?") : ep.address().to_string();
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  rx_limits_.max_data_segment_length = gw_.options().limits.max_recv_data_segment_length;
+  // Until login has declared ours, the initiator may send no more than the default
+  // MaxRecvDataSegmentLength (RFC 7143 13.12): a connection that has not authenticated touches at
+  // most that much of rx_. ApplyNegotiatedLimits raises it.
+  rx_limits_.max_data_segment_length = kLoginMaxDataSegmentLength;
   bufs_.reserve(kMaxBatchBuffers);
   sent_.reserve(kMaxBatchHeaders + kMaxControlPdus);
   control_storage_.reserve(kMaxControlPdus);
   control_free_.reserve(kMaxControlPdus);
 }
 
-Connection::~Connection() { gw_.RemoveConnection(); }
+Connection::~Connection() {
+  // An evicted connection's slot went to the connection that evicted it.
+  if (admission_.load(std::memory_order_acquire) != Admission::kEvicted) gw_.RemoveConnection();
+}
+
+bool Connection::EvictIfLoggingIn() {
+  Admission expected = Admission::kLoggingIn;
+  return admission_.compare_exchange_strong(expected, Admission::kEvicted,
+                                            std::memory_order_acq_rel);
+}
 
 void Connection::Start() {
   started_ = last_rx_ = std::chrono::steady_clock::now();  // counted by the acceptor
@@ -404,14 +417,32 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
       log::Iscsi().info("{}login from {}: CHAP required, AuthMethod not agreed", LogCtx(), peer_);
       return SendLoginReject(h, LoginStatus::kAuthenticationFailure);
     }
+    // Guessing is throttled per initiator name and source (auth_throttle.h): a locked-out pair
+    // is refused before its response is looked at.
+    AuthThrottle& throttle = gw_.auth_throttle();
+    const std::string& who = negotiator_->params().initiator_name;
+    const auto now = std::chrono::steady_clock::now();
+    if (const auto locked = throttle.LockedFor(who, peer_ip_, now); locked.count() > 0) {
+      ISCSIGW_LOG_LIMITED(
+          iscsi_log_limiter_, log::Iscsi(), spdlog::level::warn,
+          "{}login from {}: CHAP refused, {} is locked out for {} ms after failed attempts",
+          LogCtx(), peer_, who,
+          std::chrono::duration_cast<std::chrono::milliseconds>(locked).count());
+      return SendLoginReject(h, LoginStatus::kAuthenticationFailure);
+    }
     const auto outcome = chap_->Step(keys.value(), &out);
     if (outcome == ChapAuthenticator::Outcome::kAuthFailed ||
         outcome == ChapAuthenticator::Outcome::kProtocolError) {
-      log::Iscsi().info("{}login from {}: CHAP failed: {}", LogCtx(), peer_, chap_->error());
+      const auto failure = throttle.RecordFailure(who, peer_ip_, now);
+      log::Iscsi().warn("{}login from {}: CHAP failed for {} ({} in a row; locked out for {} ms): {}",
+                        LogCtx(), peer_, who, failure.in_a_row,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(failure.lockout).count(),
+                        chap_->error());
       return SendLoginReject(h, outcome == ChapAuthenticator::Outcome::kAuthFailed
                                     ? LoginStatus::kAuthenticationFailure
                                     : LoginStatus::kInitiatorError);
     }
+    if (chap_->done()) throttle.RecordSuccess(who, peer_ip_);
     if (!chap_->done()) transit = false;
   }
 
@@ -423,6 +454,13 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   if (to_ffp) {
     st = negotiator_->Finish();
     if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
+    Admission expected = Admission::kLoggingIn;
+    if (!admission_.compare_exchange_strong(expected, Admission::kAdmitted,
+                                            std::memory_order_acq_rel)) {
+      // Evicted by the acceptor a moment ago to make room (EvictIfLoggingIn); its Close() is on
+      // the way.
+      return false;
+    }
     params_ = negotiator_->params();
     params_.session_type = session_type_;
     session_ = std::make_shared<Session>(gw_, reactor_, params_.initiator_name, isid_,
@@ -1102,14 +1140,20 @@ bool Connection::HandleText(const pdu::Frame& f) {
   BhsView h(f.bhs);
   if (!AcceptCmdSn(h)) return true;
   const uint32_t ttt = h.ttt();
-  if (ttt == pdu::kReservedTag) {
+  // A new request (reserved TTT), or the next piece of one continued with C=1: the initiator
+  // sends it with the TTT our empty answer carried (RFC 7143 11.10.2, 11.10.4).
+  const bool request_piece = ttt == pdu::kReservedTag || (text_in_continued_ && ttt == text_ttt_);
+  if (request_piece) {
     text_out_.clear();
     text_out_offset_ = 0;
     if (f.data_length > 0 && !text_in_.Append({f.data, f.data_length}).ok()) {
+      // Bounded (pdu::TextAccumulator, 64 KiB): the request is dropped whole.
       SendReject(f.bhs, RejectReason::kProtocolError);
       text_in_.Clear();
+      text_in_continued_ = false;
       return true;
     }
+    text_in_continued_ = h.cont();
     if (h.cont()) {
       // RFC 7143 11.10.2: more of the request follows; answer with an empty response.
       text_ttt_ = next_text_ttt_++;
@@ -1164,7 +1208,7 @@ bool Connection::HandleText(const pdu::Frame& f) {
   c->data.assign(text_out_.begin() + text_out_offset_, text_out_.begin() + text_out_offset_ + n);
   text_out_offset_ += n;
   const bool more = text_out_offset_ < text_out_.size();
-  const bool request_more = h.cont() && ttt == pdu::kReservedTag;
+  const bool request_more = h.cont() && request_piece;
   if (more) {
     text_ttt_ = next_text_ttt_++;
     if (text_ttt_ == pdu::kReservedTag) text_ttt_ = next_text_ttt_++;

@@ -8,11 +8,12 @@
 //
 // Failure tiers (DESIGN.md): SCSI errors are status + sense; protocol violations get a Reject PDU
 // or a login reject; a stream that cannot be trusted (header digest error, malformed framing)
-// closes the connection. Threading: every member is used only on the reactor thread the connection
-// was placed on.
+// closes the connection. Threading: every member but admission_ is used only on the reactor thread
+// the connection was placed on.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -67,8 +68,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // whose store I/O is in flight end when it does, and hold `drain` (may be null) until then.
   void AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
 
+  // Admission under the connection limit (GatewayOptions::max_connections). When the table is
+  // full, the acceptor makes room for a new connection by evicting the oldest one still logging
+  // in: an idle or slow pre-login connection can never lock out a real initiator. Returns true if
+  // this call evicted the connection, whose slot then passes to the new one; the caller posts
+  // Close() to the connection's reactor. A connection that reached full feature phase is never
+  // evicted. Any thread.
+  bool EvictIfLoggingIn();
+
  private:
+  enum class Admission : uint8_t { kLoggingIn, kAdmitted, kEvicted };
+
   static constexpr size_t kRxBufferSize = 1024 * 1024;
+  static constexpr uint32_t kLoginMaxDataSegmentLength = 8192;  // RFC 7143 13.12 default
   static constexpr size_t kMaxBatchHeaders = 64;
   static constexpr size_t kMaxBatchBuffers = 256;
   static constexpr size_t kMaxControlPdus = 64;
@@ -157,7 +169,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   runtime::TargetStats* target_stats_ = nullptr;
   boost::asio::ip::tcp::socket socket_;
   const uint64_t id_;
-  std::string peer_;
+  std::string peer_;     // "ip:port"
+  std::string peer_ip_;  // the address alone
   // Log lines (base/log.h): this connection's context prefix, and per logger a limiter for the
   // lines an initiator can provoke at will (data digest errors; rejects, Data-Out out of sequence).
   log::ConnContext LogCtx() const;
@@ -165,6 +178,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   log::RateLimiter iscsi_log_limiter_;
   Phase phase_ = Phase::kLogin;
   bool closed_ = false;
+  std::atomic<Admission> admission_{Admission::kLoggingIn};  // the only cross-thread member
   std::shared_ptr<Session> session_;
 
   // Receive state.
@@ -198,6 +212,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Full-feature text (SendTargets and negotiation, with continuation both ways).
   pdu::TextAccumulator text_in_;
+  bool text_in_continued_ = false;  // the last request piece had C=1: text_ttt_ names the next
   std::vector<uint8_t> text_out_;
   size_t text_out_offset_ = 0;
   uint32_t text_ttt_ = 0;

@@ -372,6 +372,70 @@ TEST_F(ConnectionTest, DiscoverySendTargetsListsOnlyAllowedTargetsWithThePortal)
   }
 }
 
+// At the connection limit the oldest connection still logging in makes room for a new one, so that
+// idle connections cannot lock initiators out; a logged-in connection is never dropped for that.
+TEST_F(ConnectionTest, FullConnectionTableDropsTheOldestConnectionStillLoggingIn) {
+  GatewayOptions g;
+  g.max_connections = 3;
+  StartDataplane(g);
+  // Three sessions of one initiator: distinct ISIDs, or each login would reinstate the last.
+  TestInitiator session1, session2, session3;
+  session2.isid[5] = 2;
+  session3.isid[5] = 3;
+  LoginNormal(session1);
+  TestInitiator idle1, idle2;
+  ASSERT_TRUE(idle1.Connect(portal_));
+  ASSERT_TRUE(idle2.Connect(portal_));
+  // The table is full (one session, two idle). A newcomer logs in; idle1, the oldest still
+  // logging in, is closed for it.
+  LoginNormal(session2);
+  Pdu p;
+  EXPECT_EQ(idle1.Recv(&p), RecvStatus::kClosed);
+  // Now idle2 goes for the next one, and then nothing is left to drop: a fourth is refused.
+  LoginNormal(session3);
+  EXPECT_EQ(idle2.Recv(&p), RecvStatus::kClosed);
+  TestInitiator refused;
+  ASSERT_TRUE(refused.Connect(portal_));
+  EXPECT_EQ(refused.Recv(&p), RecvStatus::kClosed);
+  // The logged-in sessions are untouched.
+  for (TestInitiator* s : {&session1, &session2, &session3}) {
+    EXPECT_EQ(Command(*s, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0x00);
+  }
+}
+
+// RFC 7143 11.10.2 / 11.10.4: a request continued with C=1 is answered with an empty response
+// carrying a TTT, and the initiator sends the next piece with that TTT; the pieces form one request.
+TEST_F(ConnectionTest, TextRequestContinuedWithTheTargetsTransferTagIsOneRequest) {
+  TestInitiator ini;
+  ASSERT_TRUE(ini.Connect(portal_));
+  auto r = ini.Login({{"InitiatorName", kInitiator},
+                      {"SessionType", "Discovery"},
+                      {"HeaderDigest", "None"},
+                      {"DataDigest", "None"}});
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->login_status(), 0);
+  std::vector<uint8_t> text;
+  pdu::AppendKey("SendTargets", "All", &text);
+  const std::vector<uint8_t> first(text.begin(), text.begin() + 5);
+  const std::vector<uint8_t> rest(text.begin() + 5, text.end());
+  const uint32_t itt = ini.NextItt();
+  pdu::Bhs h = ini.TextRequest(itt);
+  h.SetFlags(0x40);  // C=1, F=0
+  ASSERT_TRUE(ini.Send(h, first));
+  const Pdu ack = Expect(ini, Opcode::kTextResponse);
+  EXPECT_EQ(ack.flags(), 0x00);
+  EXPECT_TRUE(ack.KeyList().empty());
+  ASSERT_NE(ack.ttt(), pdu::kReservedTag);
+  h = ini.TextRequest(itt);
+  h.Set32(20, ack.ttt());
+  ASSERT_TRUE(ini.Send(h, rest));
+  const Pdu t = Expect(ini, Opcode::kTextResponse);
+  EXPECT_EQ(t.flags(), 0x80);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"TargetName", kTarget}, {"TargetAddress", portal_ + ",1"}};
+  EXPECT_EQ(t.KeyList(), want);
+}
+
 // Behind NAT or a Service the accepting socket's address is not the initiator's way in: the
 // advertised addresses replace it, each with the target's portal group tag, in the order given.
 TEST_F(ConnectionTest, SendTargetsReturnsTheAdvertisedAddressesInsteadOfThePortal) {
