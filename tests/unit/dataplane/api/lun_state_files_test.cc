@@ -140,7 +140,7 @@ struct Command {
     task.buf = buf.data();
     task.buf_cap = static_cast<uint32_t>(buf.size());
     task.expected_length = 4096;
-    std::memcpy(buf.data(), out.data(), out.size());
+    if (!out.empty()) std::memcpy(buf.data(), out.data(), out.size());
     task.data_out_len = static_cast<uint32_t>(out.size());
     done = false;
     task.complete = [](scsi::Task*, void* ctx) {
