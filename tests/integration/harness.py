@@ -5,6 +5,7 @@ fixed time: every wait polls with a deadline.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,17 @@ def run(args, timeout=60, check=True, input=None):
         raise AssertionError(f"{' '.join(args)} exited {p.returncode}\nstdout:\n{p.stdout}\n"
                              f"stderr:\n{p.stderr}")
     return p
+
+
+def perf(url, seconds=2, depth=32, blocks=8):
+    """Runs iscsi-perf (random 4 KiB READ16 at the given queue depth); returns average IOPS."""
+    p = run(["iscsi-perf", "-m", str(depth), "-b", str(blocks), "-t", str(seconds), "-r", url],
+            timeout=seconds + 30)
+    text = p.stdout.replace("\r", "\n")
+    m = re.findall(r"iops average (\d+)", text)
+    if not m or "finished" not in text:
+        raise AssertionError(f"iscsi-perf did not finish cleanly:\n{text[-2000:]}\n{p.stderr}")
+    return int(m[-1])
 
 
 def simple_state(name="t0", luns=None, allow_any=True, initiators=()):

@@ -69,9 +69,11 @@ OPERATIONAL = [("HeaderDigest", "None"), ("DataDigest", "None"),
 
 
 class Initiator:
-    def __init__(self, portal, initiator_name, timeout=10.0):
+    def __init__(self, portal, initiator_name, timeout=10.0, source=None):
+        """source: the local address to connect from (any of 127/8 on loopback)."""
         host, _, port = portal.rpartition(":")
-        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.name = initiator_name
         self.isid = b"\x80" + os.urandom(5)
         self.tsih = 0

@@ -1,12 +1,11 @@
 """The data plane end to end: the real iscsigwd driven by libiscsi's command-line tools."""
 import os
-import re
 import signal
 import subprocess
 import unittest
 
 import harness
-from harness import Daemon, DaemonTestCase, IQN_PREFIX, run, wait_for
+from harness import Daemon, DaemonTestCase, IQN_PREFIX, perf, run, wait_for
 
 MiB = 1 << 20
 
@@ -65,17 +64,6 @@ class DiscoveryAndIdentityTest(DaemonTestCase):
         self.assertNotEqual(p.returncode, 0)
         wait_for(lambda: "target iqn.2026-11.io.iscsigw:nosuch not found" in self.daemon.read_log(),
                  what="the login rejection in the log")
-
-
-def perf(url, seconds=2, depth=32, blocks=8):
-    """Runs iscsi-perf (random 4 KiB READ16 at the given queue depth); returns average IOPS."""
-    p = run(["iscsi-perf", "-m", str(depth), "-b", str(blocks), "-t", str(seconds), "-r", url],
-            timeout=seconds + 30)
-    text = p.stdout.replace("\r", "\n")
-    m = re.findall(r"iops average (\d+)", text)
-    if not m or "finished" not in text:
-        raise AssertionError(f"iscsi-perf did not finish cleanly:\n{text[-2000:]}\n{p.stderr}")
-    return int(m[-1])
 
 
 class PerfSmokeTest(DaemonTestCase):

@@ -1,0 +1,547 @@
+"""Abuse, as opposed to mistakes: what anyone on the storage network can send the iSCSI port.
+
+Each test runs one kind of abuse against the real daemon while a well-behaved session runs
+alongside (iscsi-perf, 4 KiB random reads at queue depth 32 on a RAM LUN), and asserts that the
+daemon stays up, that its resident memory stays under RSS_BOUND_MIB, and that the session keeps at
+least KEEP of the IOPS it had without the abuse (KEEP_UNDER_LOGIN_FLOOD under login floods). The limits these tests hold are the ones README.md
+documents under "Hostile input". Every figure is printed, so that the run's output is the record.
+"""
+import math
+import os
+import resource
+import selectors
+import socket
+import struct
+import threading
+import time
+import unittest
+
+from harness import Daemon, IQN_PREFIX, perf, simple_state, wait_for
+from iscsi_client import OPERATIONAL, Initiator, LoginError, encode_keys
+
+MiB = 1 << 20
+MAX_CONNECTIONS = 1024  # iscsigwd's default --max-connections
+LOGIN_TIMEOUT_S = 3     # --login-timeout for this daemon (default 15), to keep the tests short
+RSS_BOUND_MIB = 320     # the daemon with a 64 MiB RAM LUN under any of these abuses
+KEEP = 0.80             # share of the well-behaved session's IOPS that must survive
+# ...except under 1,000 logins a second. Each costs the daemon about 0.1 ms of CPU (half of it the
+# kernel's TCP accept and close and the wake-ups around them) and the flooding client about as much
+# on the same two cores: the session keeps 73-85% here, measured. Held at 65% so that a regression
+# fails; README.md gives the figures.
+KEEP_UNDER_LOGIN_FLOOD = 0.65
+# Under ASan and UBSan (scripts/sanitized.sh) memory and speed are the sanitizers', not the
+# daemon's: there the abuse runs for the reports it may provoke, and RSS and IOPS are not judged.
+SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
+# There a login costs the daemon about ten times as much: the floods are scaled down to match.
+SCALE = 0.1 if SANITIZED else 1.0
+CLIENT_TIMEOUT = 30 if SANITIZED else 5
+PERF_SECONDS = 4
+INITIATOR = "iqn.2026-11.io.iscsigw.test:abuse"
+SECRET = "abuse-test-secret-1"
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def bhs(opcode, flags=0, dsl=0, itt=0, cmd_sn=0, exp_stat_sn=0, ahs_words=0):
+    b = bytearray(48)
+    b[0] = opcode
+    b[1] = flags
+    b[4] = ahs_words
+    b[5:8] = dsl.to_bytes(3, "big")
+    struct.pack_into(">I", b, 16, itt)
+    struct.pack_into(">II", b, 24, cmd_sn, exp_stat_sn)
+    return b
+
+
+def login_bhs(dsl, ahs_words=0):
+    b = bhs(0x43, 0x87, dsl=dsl, itt=1, ahs_words=ahs_words)  # T=1, CSG=1 -> NSG=3
+    b[8:14] = b"\x80" + os.urandom(5)
+    return b
+
+
+def read_until_closed(sock, timeout):
+    """Reads and discards until the peer closes; returns seconds taken, or None on timeout."""
+    start = time.monotonic()
+    sock.settimeout(0.2)
+    while time.monotonic() - start < timeout:
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - start
+        except socket.timeout:
+            continue
+        except ConnectionError:
+            return time.monotonic() - start
+    return None
+
+
+class Pace:
+    """Spaces events at `per_second`, catching up after a slow one."""
+
+    def __init__(self, per_second):
+        self.interval = 1.0 / per_second
+        self.start = time.monotonic()
+        self.n = 0
+
+    def wait(self):
+        due = self.start + self.n * self.interval
+        self.n += 1
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+
+    def rate(self):
+        return round(self.n / (time.monotonic() - self.start))
+
+
+class Abuse:
+    """Runs fn(stop) in a thread while the test measures; collects its counters."""
+
+    def __init__(self, fn):
+        self.stop = threading.Event()
+        self.counts = {}
+        self.error = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+
+    def _run(self, fn):
+        try:
+            fn(self.stop, self.counts)
+        except Exception as e:  # reported by the test, not lost in a thread
+            self.error = e
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(60)
+
+
+class AbuseTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        cls.fd_limit = hard
+        state = simple_state("abuse")
+        state["targets"].append({"name": IQN_PREFIX + "chap", "allowAnyInitiator": True,
+                                 "luns": [{"id": 0, "ram": {}, "sizeBytes": str(1 << 20),
+                                           "blockSize": 512}]})
+        # At warn, as a gateway under attack would be run: at info every login also writes two
+        # lines, which is 40% of what a login costs the daemon (README.md, Hostile input).
+        cls.d = Daemon(state=state, extra_args=["--log-level", "warn", "--login-timeout",
+                                                str(LOGIN_TIMEOUT_S)]).start()
+        cls.d.ctl("auth", "set", "chap", "--user", "abuser", "--secret-file", "-", input=SECRET)
+        cls.pid = cls.d.proc.pid
+        cls.url = cls.d.url("abuse", 0)
+        perf(cls.url, seconds=1)  # warm up
+        print(f"\nidle RSS {rss_mib(cls.pid):.0f} MiB", flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        log = cls.d.read_log()
+        cls.d.cleanup()
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+
+    def setUp(self):
+        self.peak_rss = 0.0
+        self.sampling = threading.Event()
+
+    def sample_rss(self):
+        while not self.sampling.is_set():
+            self.peak_rss = max(self.peak_rss, rss_mib(self.pid))
+            time.sleep(0.05)
+
+    def under(self, abuse_fn, what, settle=0.0, keep=KEEP):
+        """Runs the abuse and the well-behaved session together, and the session alone just
+        before, and checks the bounds. Two attempts: this machine's other work moves IOPS by
+        more than a few percent between runs; the abuse must cost less than 20% in one of them."""
+        for attempt in (1, 2):
+            alone = perf(self.url, seconds=PERF_SECONDS)
+            self.sampling.clear()
+            sampler = threading.Thread(target=self.sample_rss, daemon=True)
+            sampler.start()
+            with Abuse(abuse_fn) as a:
+                if settle:
+                    time.sleep(settle)
+                iops = perf(self.url, seconds=PERF_SECONDS)
+            self.sampling.set()
+            sampler.join()
+            if a.error:
+                raise a.error
+            self.assertIsNone(self.d.proc.poll(), "iscsigwd died")
+            kept = iops / alone
+            print(f"{what}: {a.counts}; session kept {iops} IOPS ({kept:.0%} of {alone} alone); "
+                  f"peak RSS {self.peak_rss:.0f} MiB", flush=True)
+            if SANITIZED:
+                return a.counts
+            self.assertLess(self.peak_rss, RSS_BOUND_MIB)
+            if kept >= keep:
+                return a.counts
+        self.fail(f"{what}: the session kept only {kept:.0%} of its IOPS")
+
+    # ---- connections that never log in
+
+    def test_10000_idle_connections_do_not_lock_out_a_login(self):
+        n = 10000 if not SANITIZED else 2 * MAX_CONNECTIONS
+        socks = []
+        login_times = []
+
+        def hold(stop, counts):
+            for _ in range(n):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", int(self.d.portal.rpartition(":")[2])))
+                socks.append(s)
+            counts["opened"] = len(socks)
+            # Logins while the table is full of them: each must make room for itself.
+            while not stop.is_set():
+                t0 = time.monotonic()
+                c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT)
+                c.login(IQN_PREFIX + "abuse")
+                login_times.append(time.monotonic() - t0)
+                c.close()
+                stop.wait(0.2)
+            counts["logins"] = len(login_times)
+            counts["slowest login ms"] = round(max(login_times) * 1000, 1)
+
+        try:
+            self.under(hold, "10,000 idle connections", settle=1.0)
+            # The daemon holds at most MAX_CONNECTIONS of them at once.
+            self.assertLess(open_fds(self.pid), MAX_CONNECTIONS + 100)
+            self.assertGreater(len(login_times), 0)
+            if not SANITIZED:
+                self.assertLess(max(login_times), 1.0)
+            # Each is closed by the daemon by the login timeout at the latest.
+            sel = selectors.DefaultSelector()
+            for s in socks:
+                sel.register(s, selectors.EVENT_READ)
+            open_left = set(socks)
+            deadline = time.monotonic() + LOGIN_TIMEOUT_S + (3 if not SANITIZED else 30)
+            while open_left and time.monotonic() < deadline:
+                for key, _ in sel.select(0.5):
+                    try:
+                        data = key.fileobj.recv(4096)
+                    except (ConnectionError, BlockingIOError):
+                        data = b""
+                    if data == b"":
+                        sel.unregister(key.fileobj)
+                        open_left.discard(key.fileobj)
+            print(f"  still open after the login timeout: {len(open_left)}", flush=True)
+            self.assertEqual(len(open_left), 0)
+        finally:
+            for s in socks:
+                s.close()
+        wait_for(lambda: open_fds(self.pid) < 100, timeout=10, what="the connections released")
+
+    def test_slowloris_is_closed_by_the_login_timeout(self):
+        port = int(self.d.portal.rpartition(":")[2])
+        closed_after = []
+
+        def slowloris(stop, counts):
+            pdu = bytes(login_bhs(64)) + encode_keys([("InitiatorName", INITIATOR)]).ljust(64, b"\0")
+            conns = []
+            for _ in range(200):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.setblocking(False)
+                conns.append([s, time.monotonic(), 0])
+            sent = 0
+            while conns and not stop.is_set():
+                for c in list(conns):
+                    s, started, off = c
+                    try:
+                        data = s.recv(4096)
+                        if data == b"":
+                            raise ConnectionError
+                    except BlockingIOError:
+                        try:
+                            s.send(pdu[off:off + 1])  # one byte a second per connection
+                            c[2] = (off + 1) % len(pdu)
+                            sent += 1
+                            continue
+                        except OSError:
+                            pass
+                    except OSError:
+                        pass
+                    closed_after.append(time.monotonic() - started)
+                    s.close()
+                    conns.remove(c)
+                stop.wait(1.0)
+            for c in conns:
+                c[0].close()
+            counts["connections"] = 200
+            counts["bytes sent"] = sent
+            counts["closed by the daemon"] = len(closed_after)
+
+        self.under(slowloris, "slowloris, 200 connections at 1 byte/s")
+        self.assertEqual(len(closed_after), 200)
+        self.assertLess(max(closed_after), LOGIN_TIMEOUT_S + 2.0)
+
+    # ---- framing
+
+    def logged_in(self, target="abuse"):
+        c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT)
+        c.login(IQN_PREFIX + target)
+        return c
+
+    def test_data_segment_lengths_beyond_the_negotiated_limit(self):
+        def oversized(stop, counts):
+            n = 0
+            pace = Pace(200)
+            while not stop.is_set():
+                pace.wait()
+                for logged in (False, True):
+                    # DataSegmentLength up to 2^24-1: before login (limit 8192) and in full
+                    # feature phase (limit: the declared MaxRecvDataSegmentLength, 256 KiB).
+                    dsl = (1 << 24) - 1 if n % 2 else 262144 + 4
+                    if logged:
+                        c = self.logged_in()
+                        b = bhs(0x01, 0x81, dsl=dsl, itt=99, cmd_sn=c.cmd_sn,
+                                exp_stat_sn=c.exp_stat_sn)
+                        b[32] = 0x2A
+                        sock = c.sock
+                    else:
+                        sock = socket.create_connection(("127.0.0.1",
+                                                         int(self.d.portal.rpartition(":")[2])))
+                        b = login_bhs(dsl)
+                    sock.sendall(bytes(b) + os.urandom(4096))
+                    took = read_until_closed(sock, 5)
+                    sock.close()
+                    if took is None:
+                        raise AssertionError(f"DataSegmentLength {dsl} did not close the connection")
+                    n += 1
+            counts["connections"] = n
+            counts["per second"] = pace.rate()
+
+        counts = self.under(oversized, "DataSegmentLength beyond the limit")
+        self.assertGreater(counts["connections"], 10)
+
+    def test_garbage_ahs_lengths(self):
+        def garbage(stop, counts):
+            n = answered = 0
+            pace = Pace(250)
+            while not stop.is_set():
+                pace.wait()
+                words = 1 + n % 255
+                for logged in (False, True):
+                    if logged:
+                        c = self.logged_in()
+                        b = bhs(0x00, 0x80, itt=7, cmd_sn=c.cmd_sn, exp_stat_sn=c.exp_stat_sn,
+                                ahs_words=words)
+                        sock = c.sock
+                    else:
+                        sock = socket.create_connection(("127.0.0.1",
+                                                         int(self.d.portal.rpartition(":")[2])))
+                        b = login_bhs(0, ahs_words=words)
+                    # The AHS: random type and length fields that disagree with TotalAHSLength.
+                    sock.sendall(bytes(b) + os.urandom(words * 4))
+                    sock.settimeout(2)
+                    try:
+                        sock.recv(48)  # a reject or login response, or the close
+                        answered += 1
+                    except ConnectionError:
+                        answered += 1
+                    except socket.timeout:
+                        pass
+                    sock.close()
+                    n += 1
+            counts["connections"] = n
+            counts["answered or closed"] = answered
+            counts["per second"] = pace.rate()
+
+        counts = self.under(garbage, "garbage AHS")
+        self.assertGreater(counts["connections"], 10)
+        self.assertEqual(counts["answered or closed"], counts["connections"])
+
+    # ---- floods
+
+    def test_1000_logins_a_second_from_one_address(self):
+        def flood(stop, counts):
+            # One login request straight to full feature phase, built once: the client's own
+            # cost stays small next to the daemon's.
+            keys = encode_keys([("InitiatorName", INITIATOR), ("TargetName", IQN_PREFIX + "abuse")]
+                               + OPERATIONAL)
+            b = login_bhs(len(keys))
+            request = bytes(b) + keys + b"\0" * (-len(keys) % 4)
+            port = int(self.d.portal.rpartition(":")[2])
+            pace = Pace(1000 * SCALE)
+            ok = 0
+            while not stop.is_set():
+                # Each logs in to the target and vanishes without a logout.
+                pace.wait()
+                with socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT) as sock:
+                    sock.sendall(request)
+                    answer = sock.recv(48)
+                    ok += len(answer) == 48 and answer[0] == 0x23 and answer[36:38] == b"\0\0"
+            counts["attempts"] = pace.n
+            counts["logins"] = ok
+            counts["per second"] = pace.rate()
+
+        counts = self.under(flood, "login flood", keep=KEEP_UNDER_LOGIN_FLOOD)
+        self.assertEqual(counts["logins"], counts["attempts"])  # each one succeeded
+        if not SANITIZED:
+            self.assertGreaterEqual(counts["per second"], 900)
+        # Sessions whose connection vanished are gone, not accumulated.
+        wait_for(lambda: len(self.d.ctl_json("session", "list").get("sessions", [])) == 0,
+                 timeout=10, what="the flood's sessions to end")
+
+    def test_cmdsn_outside_the_window_is_dropped_without_cost(self):
+        def flood(stop, counts):
+            c = self.logged_in()
+            cdb_tur = bytes(16)
+            n = 0
+            chunk = bytearray()
+            pace = Pace(100000 * SCALE / 256)  # 100,000 commands a second, 256 at a time
+            while not stop.is_set():
+                pace.wait()
+                for i in range(256):
+                    b = bhs(0x01, 0x80, itt=1000 + (n + i) % 100000,
+                            cmd_sn=(c.cmd_sn + 100000 + n + i) & 0xFFFFFFFF,
+                            exp_stat_sn=c.exp_stat_sn)
+                    b[32:48] = cdb_tur
+                    chunk += b
+                c.sock.sendall(chunk)
+                chunk.clear()
+                n += 256
+            counts["commands outside the window"] = n
+            counts["per second"] = pace.rate() * 256
+            # Nothing was answered, and the session still works in its window.
+            status, _ = c.test_unit_ready(0)
+            counts["then TEST UNIT READY status"] = status
+            c.close()
+
+        counts = self.under(flood, "CmdSN flood")
+        self.assertGreater(counts["commands outside the window"], 100000 * SCALE)
+        self.assertIn(counts["then TEST UNIT READY status"], (0, 2))
+
+    def test_text_request_continued_for_megabytes(self):
+        def flood(stop, counts):
+            c = self.logged_in()
+            piece = b"X-abuse=" + b"a" * 8000
+            sent = rejects = 0
+            ttt = 0xFFFFFFFF
+            while not stop.is_set() and sent < 64 * MiB:
+                # C=1, more to come, each piece with the TTT of the target's empty answer
+                # (RFC 7143 11.10.2): one request that never ends.
+                b = bhs(0x04, 0x40, dsl=len(piece), itt=5, cmd_sn=c.cmd_sn,
+                        exp_stat_sn=c.exp_stat_sn)
+                c.cmd_sn += 1
+                struct.pack_into(">I", b, 20, ttt)
+                c.send(b, piece)
+                sent += len(piece)
+                r = c.recv_skipping_nops()
+                if r.opcode == 0x3F:  # Reject: the request was too long; start another
+                    rejects += 1
+                    ttt = 0xFFFFFFFF
+                else:
+                    c.exp_stat_sn = struct.unpack(">I", r.bhs[24:28])[0] + 1
+                    ttt = struct.unpack(">I", r.bhs[20:24])[0]
+            counts["text bytes sent"] = sent
+            counts["rejects"] = rejects
+            c.close()
+
+        counts = self.under(flood, "Text continued for megabytes")
+        self.assertGreater(counts["text bytes sent"], 4 * MiB)
+        # One reject per 64 KiB (the request limit) of text: nothing beyond it is kept.
+        self.assertGreaterEqual(counts["rejects"], counts["text bytes sent"] // (72 * 1024))
+
+    def test_nop_out_and_task_management_floods(self):
+        def flood(stop, counts):
+            c = self.logged_in()
+            c.sock.settimeout(0.001)
+            nops = tmfs = 0
+            chunk = bytearray()
+            pace = Pace(50000 * SCALE / 64)  # 50,000 of each a second, 64 at a time
+            while not stop.is_set():
+                pace.wait()
+                # Pings that want an answer, and ABORT TASK for tasks that do not exist; the
+                # answers are read only now and then, so the daemon's send side fills up.
+                for i in range(64):
+                    b = bhs(0x40, 0x80, dsl=0, itt=1 + (nops % 1000000), cmd_sn=c.cmd_sn,
+                            exp_stat_sn=c.exp_stat_sn)
+                    b[0] |= 0x40  # immediate
+                    struct.pack_into(">I", b, 20, 0xFFFFFFFF)
+                    chunk += b
+                    nops += 1
+                    t = bhs(0x42, 0x81, itt=2000000 + tmfs % 1000000, cmd_sn=c.cmd_sn,
+                            exp_stat_sn=c.exp_stat_sn)
+                    struct.pack_into(">I", t, 20, 0x7FFFFFF0)  # a task that does not exist
+                    chunk += t
+                    tmfs += 1
+                try:
+                    c.sock.sendall(chunk)
+                except socket.timeout:
+                    pass  # the daemon stopped reading: backpressure, as it should
+                chunk.clear()
+                try:
+                    c.sock.recv(1 << 20)
+                except socket.timeout:
+                    pass
+            counts["NOP-Outs"] = nops
+            counts["per second"] = pace.rate() * 64
+            counts["ABORT TASKs"] = tmfs
+            c.close()
+
+        counts = self.under(flood, "NOP-Out and TMF flood")
+        self.assertGreater(counts["NOP-Outs"], 50000 * SCALE)
+
+    # ---- CHAP guessing
+
+    def chap_login(self, secret, source="127.0.0.1"):
+        c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT, source=source)
+        try:
+            c.login(IQN_PREFIX + "chap", chap=("abuser", secret))
+            return 0
+        except LoginError as e:
+            return e.status
+        finally:
+            c.close()
+
+    def test_chap_guessing_is_locked_out_per_initiator_and_source(self):
+        def guess(stop, counts):
+            n = 0
+            pace = Pace(1000 * SCALE)
+            while not stop.is_set():
+                pace.wait()
+                self.assertEqual(self.chap_login(f"guess-{n:012d}"), 0x0201)
+                n += 1
+                if n == 3:
+                    # Locked out now: even the right secret is refused from here...
+                    counts["right secret while locked out"] = self.chap_login(SECRET)
+                    # ...but not from another source address.
+                    counts["right secret from 127.0.0.2"] = self.chap_login(SECRET, "127.0.0.2")
+            counts["guesses"] = n
+            counts["per second"] = pace.rate()
+
+        started = time.monotonic()
+        counts = self.under(guess, "CHAP guessing", keep=KEEP_UNDER_LOGIN_FLOOD)
+        elapsed = time.monotonic() - started
+        self.assertEqual(counts["right secret while locked out"], 0x0201)
+        self.assertEqual(counts["right secret from 127.0.0.2"], 0)
+        log = self.d.read_log()
+        self.assertIn("locked out", log)
+        self.assertNotIn(SECRET, log)
+        # How many guesses were checked, rather than refused unchecked: the log says.
+        checked = log.count("CHAP failed for " + INITIATOR)
+        print(f"  guesses checked: {checked} of {counts['guesses']}", flush=True)
+        # 3 free, then locked out for 1 s, 2 s, 4 s, ...: one more checked guess per doubling.
+        self.assertLessEqual(checked, 3 + math.ceil(math.log2(elapsed + 1)) + 1)
+        # Once the lockout has passed, the right secret works and clears the record.
+        self.assertTrue(wait_for(lambda: self.chap_login(SECRET) == 0, timeout=70, interval=1,
+                                 what="the lockout to pass"))
+
+
+if __name__ == "__main__":
+    unittest.main()
