@@ -57,6 +57,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   std::unique_ptr<ControlServer> cs(new ControlServer());
   cs->service_ = std::move(service);
   grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
   int port = 0;
   builder.AddListeningPort(listen, creds, &port);
   builder.RegisterService(cs->service_.get());
