@@ -164,7 +164,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char
   std::string call = CallName(ctx, rpc);
   // Names with control characters never reach the worker, the state or a log line.
   if (Status checked = state::CheckTextFields(req); !checked.ok()) {
-    log::Ctl().info("{}: refused: {}", call, checked.ToString());
+    log::Ctl().info("{}: refused: {}", call, state::EscapeText(checked.ToString()));
     r->Finish(ToGrpcStatus(checked));
     return r;
   }
@@ -189,7 +189,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char
     queue_.push_back([this, r, bytes, call = std::move(call), fn = std::move(fn)] {
       call_ = call;
       const Status s = Guarded(fn);
-      if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, s.ToString());
+      if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, state::EscapeText(s.ToString()));
       call_.clear();
       {
         std::lock_guard lock(mu_);

@@ -56,47 +56,83 @@ Status Walk(const Message& msg, const std::string& path) {
 
 }  // namespace
 
+// One UTF-8 sequence at s[i..n): its length and code point, or the problem with it (RFC 3629 3:
+// no overlong forms, no UTF-16 surrogates, nothing past U+10FFFF).
+struct Decoded {
+  size_t len = 0;
+  uint32_t cp = 0;
+  std::string problem;
+};
+
+Decoded DecodeOne(const unsigned char* s, size_t n, size_t i) {
+  const unsigned char b = s[i];
+  Decoded d;
+  if (b < 0x80) {
+    d.cp = b;
+    d.len = 1;
+  } else if (b >= 0xc2 && b <= 0xdf) {
+    d.cp = b & 0x1f;
+    d.len = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    d.cp = b & 0x0f;
+    d.len = 3;
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    d.cp = b & 0x07;
+    d.len = 4;
+  } else {
+    d.problem = "byte " + std::to_string(i) + " (" + Byte(b) + ") is not valid UTF-8";
+    return d;
+  }
+  if (i + d.len > n) {
+    d.problem = "byte " + std::to_string(i) + ": truncated UTF-8 sequence";
+    return d;
+  }
+  for (size_t k = 1; k < d.len; ++k) {
+    if ((s[i + k] & 0xc0) != 0x80) {
+      d.problem = "byte " + std::to_string(i + k) + " (" + Byte(s[i + k]) + ") is not valid UTF-8";
+      return d;
+    }
+    d.cp = (d.cp << 6) | (s[i + k] & 0x3f);
+  }
+  if ((d.len == 3 && d.cp < 0x800) || (d.len == 4 && (d.cp < 0x10000 || d.cp > 0x10ffff)) ||
+      (d.cp >= 0xd800 && d.cp <= 0xdfff)) {
+    d.problem = "byte " + std::to_string(i) + " starts an invalid UTF-8 sequence";
+    return d;
+  }
+  if (d.cp < 0x20 || d.cp == 0x7f || (d.cp >= 0x80 && d.cp <= 0x9f)) {
+    d.problem = "byte " + std::to_string(i) + " is control character " + Hex(d.cp);
+  }
+  return d;
+}
+
 std::string TextProblem(std::string_view text) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char b = s[i];
-    uint32_t cp = 0;
-    size_t len = 0;
-    if (b < 0x80) {
-      cp = b;
-      len = 1;
-    } else if (b >= 0xc2 && b <= 0xdf) {
-      cp = b & 0x1f;
-      len = 2;
-    } else if (b >= 0xe0 && b <= 0xef) {
-      cp = b & 0x0f;
-      len = 3;
-    } else if (b >= 0xf0 && b <= 0xf4) {
-      cp = b & 0x07;
-      len = 4;
-    } else {
-      return "byte " + std::to_string(i) + " (" + Byte(b) + ") is not valid UTF-8";
-    }
-    if (i + len > n) return "byte " + std::to_string(i) + ": truncated UTF-8 sequence";
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xc0) != 0x80) {
-        return "byte " + std::to_string(i + k) + " (" + Byte(s[i + k]) + ") is not valid UTF-8";
-      }
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    // Overlong 3- and 4-byte forms, UTF-16 surrogates and code points past U+10FFFF (RFC 3629 3).
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return "byte " + std::to_string(i) + " starts an invalid UTF-8 sequence";
-    }
-    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f)) {
-      return "byte " + std::to_string(i) + " is control character " + Hex(cp);
-    }
-    i += len;
+  for (size_t i = 0; i < text.size();) {
+    Decoded d = DecodeOne(s, text.size(), i);
+    if (!d.problem.empty()) return d.problem;
+    i += d.len;
   }
   return "";
+}
+
+std::string EscapeText(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    Decoded d = DecodeOne(s, text.size(), i);
+    if (!d.problem.empty()) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", s[i]);
+      out += buf;
+      ++i;
+      continue;
+    }
+    if (s[i] == '\\') out += '\\';
+    out.append(text.substr(i, d.len));
+    i += d.len;
+  }
+  return out;
 }
 
 Status CheckTextFields(const Message& msg, const std::string& prefix) { return Walk(msg, prefix); }

@@ -28,4 +28,9 @@ Status CheckTextFields(const google::protobuf::Message& msg, const std::string& 
 // characters.
 std::string TextProblem(std::string_view text);
 
+// `text` with every byte that is not part of well-formed, non-control UTF-8 written as \xNN (and
+// the backslash itself as \\): safe for a log line or a gRPC status message, whatever a client
+// sent. Messages from validators that echo a name pass through it.
+std::string EscapeText(std::string_view text);
+
 }  // namespace iscsigw::state

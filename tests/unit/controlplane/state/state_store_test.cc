@@ -294,6 +294,15 @@ TEST(TextCheck, FindsControlCharactersAndMalformedUtf8) {
   for (const auto& c : cases) EXPECT_EQ(TextProblem(c.text), c.problem) << c.text;
 }
 
+TEST(TextCheck, EscapeTextLeavesOnlyWellFormedPrintableUtf8) {
+  EXPECT_EQ(EscapeText("iqn.2026-11.io.x:caf\xc3\xa9"), "iqn.2026-11.io.x:caf\xc3\xa9");
+  EXPECT_EQ(EscapeText("a\nb\x1b[2J"), "a\\x0ab\\x1b[2J");
+  EXPECT_EQ(EscapeText(std::string("\0\xff\xe2\x80", 4)), "\\x00\\xff\\xe2\\x80");
+  EXPECT_EQ(EscapeText("x\xc2\x85y"), "x\\xc2\\x85y");  // C1 NEL, both bytes
+  EXPECT_EQ(EscapeText("back\\slash"), "back\\\\slash");
+  EXPECT_EQ(TextProblem(EscapeText("\xed\xa0\x80\x01")), "");
+}
+
 TEST(TextCheck, NamesTheFieldPathInNestedAndRepeatedFields) {
   v1::State st;
   st.add_targets()->set_name("a");
