@@ -232,8 +232,10 @@ void GatewayServiceImpl::Remember(const std::string& request_id, const std::stri
   while (!request_id_order_.empty() && (request_ids_.size() >= kMaxRememberedRequests ||
                                         remembered_bytes_ + cost > kMaxRememberedBytes)) {
     auto old = request_ids_.find(request_id_order_.front());
-    remembered_bytes_ -= old->first.size() + old->second.response.size();
-    request_ids_.erase(old);
+    if (old != request_ids_.end()) {
+      remembered_bytes_ -= old->first.size() + old->second.response.size();
+      request_ids_.erase(old);
+    }
     request_id_order_.pop_front();
   }
   remembered_bytes_ += cost;

@@ -769,6 +769,35 @@ TEST_P(ServiceTest, ListTargetsPagesEndBeforeTheyOutgrowAClientsReceiveLimit) {
   EXPECT_EQ(page.next_page_token(), "");
 }
 
+TEST_P(ServiceTest, RequestThatCannotBeParsedIsInvalidArgument) {
+  auto raw_call = [&](const std::string& method, const std::string& bytes) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  // CreateTargetRequest{target: Target{name: "iqn.2026-11.io.iscsigw:\xff"}}, encoded by hand:
+  // proto3 strings must be UTF-8, so the server cannot parse it.
+  const std::string name = std::string(kPrefix) + "\xff";
+  const std::string target = std::string("\x0a") + static_cast<char>(name.size()) + name;
+  const std::string bytes = std::string("\x0a") + static_cast<char>(target.size()) + target;
+  auto s = raw_call("/iscsigw.v1.GatewayService/CreateTarget", bytes);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be parsed: a string field is not valid UTF-8, or the message "
+            "is malformed");
+  EXPECT_EQ(store_->Snapshot()->targets_size(), 0);
+  // A method the service does not have stays UNIMPLEMENTED.
+  EXPECT_EQ(raw_call("/iscsigw.v1.GatewayService/NoSuchMethod", "").error_code(),
+            StatusCode::UNIMPLEMENTED);
+}
+
 TEST_P(ServiceTest, OversizedRequestIsResourceExhausted) {
   v1::CreateTargetRequest req;
   req.mutable_target()->set_name("db");
