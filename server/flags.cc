@@ -58,6 +58,16 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "Connections at once; when full, the oldest still logging in makes room")
       ->envname("ISCSIGW_MAX_CONNECTIONS")
       ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-targets", f->max_targets, "Targets the gateway accepts")
+      ->envname("ISCSIGW_MAX_TARGETS")
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--max-luns-per-target", f->max_luns_per_target,
+                 "LUNs one target accepts (LUN ids are 0..255)")
+      ->envname("ISCSIGW_MAX_LUNS_PER_TARGET")
+      ->check(CLI::Range(1u, state::kMaxLunsPerTargetCeiling));
+  app.add_option("--max-acl-entries", f->max_acl_entries, "ACL entries one target accepts")
+      ->envname("ISCSIGW_MAX_ACL_ENTRIES")
+      ->check(CLI::Range(1u, 4096u));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

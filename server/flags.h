@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "controlplane/state/limits.h"
+
 namespace iscsigw::server {
 
 struct Flags {
@@ -25,6 +27,10 @@ struct Flags {
   unsigned nop_timeout_s = 15;
   unsigned login_timeout_s = 15;
   unsigned max_connections = 1024;
+  // Control plane limits (controlplane/state/limits.h).
+  unsigned max_targets = state::kDefaultMaxTargets;
+  unsigned max_luns_per_target = state::kDefaultMaxLunsPerTarget;
+  unsigned max_acl_entries = state::kDefaultMaxAclEntriesPerTarget;
 };
 
 // Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).

@@ -5,8 +5,8 @@
 // Nouns: target, lun, acl, auth, session, gateway. Human tables by default, protobuf JSON with
 // -o json. Secrets are read from a file or stdin ("-"), never from the command line. Exit status:
 // 0 on success; the gRPC status code on an API error (3 INVALID_ARGUMENT, 5 NOT_FOUND,
-// 6 ALREADY_EXISTS, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a usage error; 66 when a
-// secret file cannot be read. Errors are one line on stderr.
+// 6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a
+// usage error; 66 when a secret file cannot be read. Errors are one line on stderr.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -254,7 +254,8 @@ int Run(int argc, char** argv) {
   CLI::App app{"iscsigwctl: manage an iscsigw gateway over gRPC (iscsigw.v1)"};
   app.footer(
       "Exit status: 0 ok; gRPC status code on API errors (3 INVALID_ARGUMENT, 5 NOT_FOUND, "
-      "6 ALREADY_EXISTS, 9 FAILED_PRECONDITION, 14 UNAVAILABLE); 64 usage; 66 unreadable input.");
+      "6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE); 64 usage; "
+      "66 unreadable input.");
   app.require_subcommand(1);
   app.add_option("--server", g.server, "gRPC address HOST:PORT")->envname("ISCSIGW_SERVER");
   app.add_option("-o,--output", g.output, "table|json")->check(CLI::IsMember({"table", "json"}));

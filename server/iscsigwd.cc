@@ -150,7 +150,13 @@ int Run(int argc, char** argv) {
     return 1;
   }
   auto& dataplane = *dp.value();
-  state::StateStore store(flags.state_dir, desired, &dataplane);
+  const state::Limits limits{flags.max_targets, flags.max_luns_per_target, flags.max_acl_entries};
+  // A state over a limit (one lowered since) still serves; it may shrink but not grow.
+  if (Status over = state::CheckLimits(desired, iscsigw::v1::State(), limits); !over.ok()) {
+    ctl.warn("the state is over a limit: {}; changes that would grow it are refused",
+             over.message());
+  }
+  state::StateStore store(flags.state_dir, desired, &dataplane, limits);
   if (Status s = store.Start(); !s.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", s.message().c_str());
     dataplane.Stop();

@@ -1,6 +1,7 @@
 #include "controlplane/service/gateway_service.h"
 
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_file.h"
+#include "controlplane/state/text_check.h"
 #include "dataplane/base/log.h"
 #include "dataplane/base/log_format.h"
 #include "dataplane/iscsi/chap.h"
@@ -19,8 +21,13 @@ namespace iscsigw::service {
 namespace {
 
 constexpr size_t kMaxRememberedRequests = 1024;
+constexpr size_t kMaxRememberedBytes = 16 << 20;
+constexpr size_t kMaxRequestIdBytes = 128;
 constexpr int kDefaultPageSize = 100;
 constexpr int kMaxPageSize = 1000;
+// A page of ListTargets ends early past this many bytes (at least one target is always sent), so
+// that a page of large targets still fits a client's default 4 MiB receive limit.
+constexpr size_t kMaxPageBytes = 3 << 20;
 
 v1::Target* FindTarget(v1::State* st, const std::string& name) {
   const std::string q = state::QualifyTargetName(name);
@@ -56,6 +63,12 @@ uint64_t RandomU64() {
     v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   return v;
+}
+
+std::string Sha256(const std::string& data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  return std::string(reinterpret_cast<const char*>(md), sizeof(md));
 }
 
 std::string YesNo(bool b) { return b ? "Yes" : "No"; }
@@ -136,27 +149,52 @@ Status Guarded(const std::function<Status()>& fn) {
 }  // namespace
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::Inline(Ctx* ctx,
+                                                        const google::protobuf::Message& req,
                                                         const std::function<Status()>& fn) {
   Reactor* r = ctx->DefaultReactor();
-  r->Finish(ToGrpcStatus(Guarded(fn)));
+  Status checked = state::CheckTextFields(req);
+  r->Finish(ToGrpcStatus(checked.ok() ? Guarded(fn) : checked));
   return r;
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char* rpc,
+                                                            const google::protobuf::Message& req,
                                                             std::function<Status()> fn) {
   Reactor* r = ctx->DefaultReactor();
   std::string call = CallName(ctx, rpc);
+  // Names with control characters never reach the worker, the state or a log line.
+  if (Status checked = state::CheckTextFields(req); !checked.ok()) {
+    log::Ctl().info("{}: refused: {}", call, state::EscapeText(checked.ToString()));
+    r->Finish(ToGrpcStatus(checked));
+    return r;
+  }
+  const size_t bytes = req.ByteSizeLong();
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
       r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is shutting down"));
       return r;
     }
-    queue_.push_back([this, r, call = std::move(call), fn = std::move(fn)] {
+    // Each queued change holds its request: the queue is bounded in calls and in bytes, and a
+    // client that outruns the worker is told to back off instead of growing the process.
+    if (queue_.size() >= options_.max_queued_changes ||
+        queued_bytes_ + bytes > options_.max_queued_bytes) {
+      r->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             std::to_string(queue_.size()) + " changes (" +
+                                 std::to_string(queued_bytes_) +
+                                 " bytes) are already queued; retry later"));
+      return r;
+    }
+    queued_bytes_ += bytes;
+    queue_.push_back([this, r, bytes, call = std::move(call), fn = std::move(fn)] {
       call_ = call;
       const Status s = Guarded(fn);
-      if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, s.ToString());
+      if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, state::EscapeText(s.ToString()));
       call_.clear();
+      {
+        std::lock_guard lock(mu_);
+        queued_bytes_ -= bytes;
+      }
       r->Finish(ToGrpcStatus(s));
     });
   }
@@ -167,9 +205,14 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char
 bool GatewayServiceImpl::Replay(const std::string& request_id, const std::string& request,
                                 google::protobuf::Message* response, Status* status) {
   if (request_id.empty()) return false;
+  if (request_id.size() > kMaxRequestIdBytes) {
+    *status = InvalidArgument("request_id is longer than " + std::to_string(kMaxRequestIdBytes) +
+                              " bytes");
+    return true;
+  }
   auto it = request_ids_.find(request_id);
   if (it == request_ids_.end()) return false;
-  if (it->second.request != request) {
+  if (it->second.request_sha256 != Sha256(request)) {
     *status = InvalidArgument("request_id " + request_id + " was used for a different request");
     return true;
   }
@@ -181,11 +224,22 @@ bool GatewayServiceImpl::Replay(const std::string& request_id, const std::string
 void GatewayServiceImpl::Remember(const std::string& request_id, const std::string& request,
                                   const google::protobuf::Message& response) {
   if (request_id.empty()) return;
-  if (request_ids_.size() >= kMaxRememberedRequests) {
-    request_ids_.erase(request_id_order_.front());
+  // Only a digest of the request is kept, and the responses kept are bounded in bytes: a
+  // request may be megabytes (a target with thousands of ACL entries).
+  Remembered entry{Sha256(request), response.SerializeAsString()};
+  const size_t cost = request_id.size() + entry.response.size();
+  if (cost > kMaxRememberedBytes) return;
+  while (!request_id_order_.empty() && (request_ids_.size() >= kMaxRememberedRequests ||
+                                        remembered_bytes_ + cost > kMaxRememberedBytes)) {
+    auto old = request_ids_.find(request_id_order_.front());
+    if (old != request_ids_.end()) {
+      remembered_bytes_ -= old->first.size() + old->second.response.size();
+      request_ids_.erase(old);
+    }
     request_id_order_.pop_front();
   }
-  request_ids_[request_id] = Remembered{request, response.SerializeAsString()};
+  remembered_bytes_ += cost;
+  request_ids_[request_id] = std::move(entry);
   request_id_order_.push_back(request_id);
 }
 
@@ -208,6 +262,24 @@ Status GatewayServiceImpl::DoCreateTarget(const v1::CreateTargetRequest& req, v1
   if (t.luns_size() > 0) {
     return InvalidArgument("target " + t.name() + ": luns are added with CreateLun");
   }
+  // Checked on the current snapshot first (changes run one at a time on this thread, so it is
+  // still current): refusing a flood of duplicates or of creates past the limit costs a lookup,
+  // not a copy of every target. Update checks again.
+  {
+    const auto snap = store_->Snapshot();
+    if (FindTarget(*snap, t.name()) != nullptr) {
+      return AlreadyExists("target " + t.name() + " already exists");
+    }
+    if (Status room = state::RoomForTarget(*snap, store_->limits()); !room.ok()) return room;
+    if (static_cast<uint32_t>(t.acl_size() + t.initiators_size()) >
+        store_->limits().max_acl_entries_per_target) {
+      return Status(
+          StatusCode::kResourceExhausted,
+          "acl of " + t.name() + ": " + std::to_string(t.acl_size() + t.initiators_size()) +
+              " entries; the limit per target is " +
+              std::to_string(store_->limits().max_acl_entries_per_target) + " (--max-acl-entries)");
+    }
+  }
   Status s = store_->Update([&](v1::State* st) {
     if (FindTarget(st, t.name()) != nullptr) {
       return AlreadyExists("target " + t.name() + " already exists");
@@ -216,7 +288,8 @@ Status GatewayServiceImpl::DoCreateTarget(const v1::CreateTargetRequest& req, v1
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  const v1::State st = store_->Get();
+  const auto snap = store_->Snapshot();
+  const v1::State& st = *snap;
   *resp = Redacted(*FindTarget(st, t.name()));
   Remember(req.request_id(), fingerprint, *resp);
   log::Ctl().info("{}: target {} created ({}{} ACL entr{}{})", call_, t.name(),
@@ -228,14 +301,16 @@ Status GatewayServiceImpl::DoCreateTarget(const v1::CreateTargetRequest& req, v1
 GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateTarget(Ctx* ctx,
                                                               const v1::CreateTargetRequest* req,
                                                               v1::Target* resp) {
-  return Serialized(ctx, "CreateTarget", [this, req, resp] { return DoCreateTarget(*req, resp); });
+  return Serialized(ctx, "CreateTarget", *req,
+                    [this, req, resp] { return DoCreateTarget(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::GetTarget(Ctx* ctx,
                                                            const v1::GetTargetRequest* req,
                                                            v1::Target* resp) {
-  return Inline(ctx, [&] {
-    const v1::State st = store_->Get();
+  return Inline(ctx, *req, [&] {
+    const auto snap = store_->Snapshot();
+    const v1::State& st = *snap;
     const v1::Target* t = FindTarget(st, req->name());
     if (t == nullptr) return TargetNotFound(req->name());
     *resp = Redacted(*t);
@@ -251,13 +326,14 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetTarget(Ctx* ctx,
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ListTargets(Ctx* ctx,
                                                              const v1::ListTargetsRequest* req,
                                                              v1::ListTargetsResponse* resp) {
-  return Inline(ctx, [&] {
+  return Inline(ctx, *req, [&] {
     if (req->page_size() < 0) {
       return InvalidArgument("page_size " + std::to_string(req->page_size()) + " is negative");
     }
     const int size =
         req->page_size() == 0 ? kDefaultPageSize : std::min(req->page_size(), kMaxPageSize);
-    const v1::State st = store_->Get();
+    const auto snap = store_->Snapshot();
+    const v1::State& st = *snap;
     std::vector<const v1::Target*> sorted;
     for (const auto& t : st.targets()) sorted.push_back(&t);
     std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name() < b->name(); });
@@ -267,8 +343,13 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ListTargets(Ctx* ctx,
       it = std::upper_bound(sorted.begin(), sorted.end(), req->page_token(),
                             [](const std::string& tok, auto* t) { return tok < t->name(); });
     }
+    size_t bytes = 0;
     for (; it != sorted.end() && resp->targets_size() < size; ++it) {
-      *resp->add_targets() = Redacted(**it);
+      v1::Target t = Redacted(**it);
+      const size_t n = t.ByteSizeLong();
+      if (resp->targets_size() > 0 && bytes + n > kMaxPageBytes) break;
+      bytes += n;
+      *resp->add_targets() = std::move(t);
     }
     if (it != sorted.end()) resp->set_next_page_token(resp->targets().rbegin()->name());
     return Status::Ok();
@@ -278,7 +359,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ListTargets(Ctx* ctx,
 Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
                                           v1::DeleteTargetResponse* resp) {
   const std::string name = state::QualifyTargetName(req.name());
-  if (FindTarget(store_->Get(), name) == nullptr) return TargetNotFound(req.name());
+  if (FindTarget(*store_->Snapshot(), name) == nullptr) return TargetNotFound(req.name());
   auto sessions_of = [&] {
     std::vector<uint16_t> out;
     if (dataplane_ == nullptr) return out;
@@ -325,12 +406,13 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
 GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteTarget(Ctx* ctx,
                                                               const v1::DeleteTargetRequest* req,
                                                               v1::DeleteTargetResponse* resp) {
-  return Serialized(ctx, "DeleteTarget", [this, req, resp] { return DoDeleteTarget(*req, resp); });
+  return Serialized(ctx, "DeleteTarget", *req,
+                    [this, req, resp] { return DoDeleteTarget(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::SetAllowAnyInitiator(
     Ctx* ctx, const v1::SetAllowAnyInitiatorRequest* req, v1::Target* resp) {
-  return Serialized(ctx, "SetAllowAnyInitiator", [this, req, resp] {
+  return Serialized(ctx, "SetAllowAnyInitiator", *req, [this, req, resp] {
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
       if (t == nullptr) return TargetNotFound(req->target());
@@ -338,7 +420,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetAllowAnyInitiator(
       return Status::Ok();
     });
     if (!s.ok()) return s;
-    *resp = Redacted(*FindTarget(store_->Get(), req->target()));
+    *resp = Redacted(*FindTarget(*store_->Snapshot(), req->target()));
     log::Ctl().info(
         "{}: target {}: allow_any_initiator {}", call_, resp->name(),
         req->allow_any_initiator() ? "on (any initiator may log in)" : "off (only the ACL)");
@@ -387,6 +469,15 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     // NAA 6 (IEEE Registered Extended), locally administered identifier bits.
     lun.set_device_id((uint64_t{6} << 60) | (RandomU64() & 0x0fffffffffffffffull));
   }
+  {
+    const auto snap = store_->Snapshot();
+    const v1::Target* t = FindTarget(*snap, req.target());
+    if (t == nullptr) return TargetNotFound(req.target());
+    if (FindLun(const_cast<v1::Target*>(t), lun.id()) != nullptr) {
+      return AlreadyExists(who + " already exists");
+    }
+    if (Status room = state::RoomForLun(*t, store_->limits()); !room.ok()) return room;
+  }
   Status s = store_->Update([&](v1::State* st) {
     v1::Target* t = FindTarget(st, req.target());
     if (t == nullptr) return TargetNotFound(req.target());
@@ -406,16 +497,16 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
 GatewayServiceImpl::Reactor* GatewayServiceImpl::CreateLun(Ctx* ctx,
                                                            const v1::CreateLunRequest* req,
                                                            v1::Lun* resp) {
-  return Serialized(ctx, "CreateLun", [this, req, resp] { return DoCreateLun(*req, resp); });
+  return Serialized(ctx, "CreateLun", *req, [this, req, resp] { return DoCreateLun(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLun(Ctx* ctx, const v1::GetLunRequest* req,
                                                         v1::Lun* resp) {
-  return Inline(ctx, [&] {
-    v1::State st = store_->Get();
-    v1::Target* t = FindTarget(&st, req->target());
+  return Inline(ctx, *req, [&] {
+    const auto snap = store_->Snapshot();
+    const v1::Target* t = FindTarget(*snap, req->target());
     if (t == nullptr) return TargetNotFound(req->target());
-    const v1::Lun* l = FindLun(t, req->id());
+    const v1::Lun* l = FindLun(const_cast<v1::Target*>(t), req->id());
     if (l == nullptr) return NotFound(LunName(req->id(), req->target()) + " not found");
     return LunView(req->target(), *l, resp);
   });
@@ -423,8 +514,9 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLun(Ctx* ctx, const v1::GetL
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ListLuns(Ctx* ctx, const v1::ListLunsRequest* req,
                                                           v1::ListLunsResponse* resp) {
-  return Inline(ctx, [&] {
-    const v1::State st = store_->Get();
+  return Inline(ctx, *req, [&] {
+    const auto snap = store_->Snapshot();
+    const v1::State& st = *snap;
     const v1::Target* t = FindTarget(st, req->target());
     if (t == nullptr) return TargetNotFound(req->target());
     std::vector<const v1::Lun*> luns;
@@ -471,13 +563,13 @@ Status GatewayServiceImpl::DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun*
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ResizeLun(Ctx* ctx,
                                                            const v1::ResizeLunRequest* req,
                                                            v1::Lun* resp) {
-  return Serialized(ctx, "ResizeLun", [this, req, resp] { return DoResizeLun(*req, resp); });
+  return Serialized(ctx, "ResizeLun", *req, [this, req, resp] { return DoResizeLun(*req, resp); });
 }
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
                                                            const v1::DeleteLunRequest* req,
                                                            v1::DeleteLunResponse*) {
-  return Serialized(ctx, "DeleteLun", [this, req] {
+  return Serialized(ctx, "DeleteLun", *req, [this, req] {
     const std::string who = LunName(req->id(), req->target());
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
@@ -502,11 +594,23 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
 GatewayServiceImpl::Reactor* GatewayServiceImpl::AddAclEntry(Ctx* ctx,
                                                              const v1::AddAclEntryRequest* req,
                                                              v1::AclEntry* resp) {
-  return Serialized(ctx, "AddAclEntry", [this, req, resp] {
+  return Serialized(ctx, "AddAclEntry", *req, [this, req, resp] {
     const std::string target = state::QualifyTargetName(req->target());
     api::AclEntrySpec spec{req->entry().initiator(),
                            {req->entry().sources().begin(), req->entry().sources().end()}};
     if (spec.initiator.empty()) return InvalidArgument("acl of " + target + ": initiator is empty");
+    {
+      const auto snap = store_->Snapshot();
+      const v1::Target* t = FindTarget(*snap, req->target());
+      if (t == nullptr) return TargetNotFound(req->target());
+      if (Status v = api::ValidateAclEntry(target, spec); !v.ok()) return v;
+      for (const auto& e : t->acl()) {
+        if (e.initiator() == spec.initiator) {
+          return AlreadyExists("acl entry " + spec.initiator + " of " + target + " already exists");
+        }
+      }
+      if (Status room = state::RoomForAclEntry(*t, store_->limits()); !room.ok()) return room;
+    }
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
       if (t == nullptr) return TargetNotFound(req->target());
@@ -529,8 +633,9 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::AddAclEntry(Ctx* ctx,
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ListAclEntries(
     Ctx* ctx, const v1::ListAclEntriesRequest* req, v1::ListAclEntriesResponse* resp) {
-  return Inline(ctx, [&] {
-    const v1::State st = store_->Get();
+  return Inline(ctx, *req, [&] {
+    const auto snap = store_->Snapshot();
+    const v1::State& st = *snap;
     const v1::Target* t = FindTarget(st, req->target());
     if (t == nullptr) return TargetNotFound(req->target());
     resp->set_allow_any_initiator(t->allow_any_initiator());
@@ -541,7 +646,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ListAclEntries(
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::RemoveAclEntry(
     Ctx* ctx, const v1::RemoveAclEntryRequest* req, v1::RemoveAclEntryResponse* resp) {
-  return Serialized(ctx, "RemoveAclEntry", [this, req, resp] {
+  return Serialized(ctx, "RemoveAclEntry", *req, [this, req, resp] {
     const std::string target = state::QualifyTargetName(req->target());
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
@@ -568,7 +673,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::RemoveAclEntry(
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::SetChapRequest* req,
                                                          v1::ChapConfig* resp) {
-  return Serialized(ctx, "SetChap", [this, req, resp] {
+  return Serialized(ctx, "SetChap", *req, [this, req, resp] {
     const std::string who = req->target().empty()
                                 ? "discovery: "
                                 : "target " + state::QualifyTargetName(req->target()) + ": ";
@@ -598,7 +703,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::Set
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ClearChap(Ctx* ctx,
                                                            const v1::ClearChapRequest* req,
                                                            v1::ChapConfig* resp) {
-  return Serialized(ctx, "ClearChap", [this, req, resp] {
+  return Serialized(ctx, "ClearChap", *req, [this, req, resp] {
     Status s = store_->Update([&](v1::State* st) {
       if (req->target().empty()) {
         st->clear_discovery_chap();
@@ -624,7 +729,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ClearChap(Ctx* ctx,
 GatewayServiceImpl::Reactor* GatewayServiceImpl::ListSessions(Ctx* ctx,
                                                               const v1::ListSessionsRequest* req,
                                                               v1::ListSessionsResponse* resp) {
-  return Inline(ctx, [&] {
+  return Inline(ctx, *req, [&] {
     if (dataplane_ == nullptr) return Status::Ok();
     const std::string target =
         req->target().empty() ? std::string() : state::QualifyTargetName(req->target());
@@ -669,7 +774,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ListSessions(Ctx* ctx,
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::TerminateSession(
     Ctx* ctx, const v1::TerminateSessionRequest* req, v1::TerminateSessionResponse*) {
-  return Inline(ctx, [&] {
+  return Inline(ctx, *req, [&] {
     if (req->tsih() == 0 || req->tsih() > 0xffff) {
       return InvalidArgument("session tsih " + std::to_string(req->tsih()) +
                              " is out of range 1..65535");
@@ -686,10 +791,9 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::TerminateSession(
   });
 }
 
-GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(Ctx* ctx,
-                                                                const v1::GetGatewayInfoRequest*,
-                                                                v1::GatewayInfo* resp) {
-  return Inline(ctx, [&] {
+GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(
+    Ctx* ctx, const v1::GetGatewayInfoRequest* req, v1::GatewayInfo* resp) {
+  return Inline(ctx, *req, [&] {
     resp->set_version(options_.version);
     resp->set_uptime_seconds(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -699,7 +803,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(Ctx* ctx,
     const Status health = store_->health();
     resp->set_state_dir_healthy(health.ok());
     if (!health.ok()) resp->set_state_dir_error(health.message());
-    resp->set_targets(static_cast<uint32_t>(store_->Get().targets_size()));
+    resp->set_targets(static_cast<uint32_t>(store_->Snapshot()->targets_size()));
     if (dataplane_ != nullptr) {
       for (const auto& p : dataplane_->portals()) resp->add_portals(p);
       for (const auto& a : dataplane_->advertised()) resp->add_advertised(a);
@@ -743,7 +847,7 @@ void FillLevels(const std::string& logger, v1::LogLevels* out) {
 GatewayServiceImpl::Reactor* GatewayServiceImpl::GetLogLevel(Ctx* ctx,
                                                              const v1::GetLogLevelRequest* req,
                                                              v1::LogLevels* resp) {
-  return Inline(ctx, [&] {
+  return Inline(ctx, *req, [&] {
     if (Status s = CheckLogger(req->logger()); !s.ok()) return s;
     FillLevels(req->logger(), resp);
     return Status::Ok();
@@ -755,7 +859,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetLogLevel(Ctx* ctx,
                                                              v1::LogLevels* resp) {
   // Levels are atomics inside the loggers: set from this gRPC thread, seen by every reactor at
   // its next line. Nothing to persist, so no need for the worker.
-  return Inline(ctx, [&] {
+  return Inline(ctx, *req, [&] {
     if (Status s = CheckLogger(req->logger()); !s.ok()) return s;
     const auto level = log::ParseLevel(req->level());
     if (!level) {

@@ -28,11 +28,18 @@
 
 namespace iscsigw::service {
 
+inline constexpr size_t kDefaultMaxQueuedChanges = 1024;
+inline constexpr size_t kDefaultMaxQueuedBytes = 64 << 20;
+
 struct ServiceOptions {
   std::string version;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   // How long a forced delete waits for initiators to log out before dropping their sessions.
   std::chrono::milliseconds force_logout_wait{3000};
+  // Changes waiting for the worker, in calls and in request bytes; past either a change is
+  // answered RESOURCE_EXHAUSTED at once.
+  size_t max_queued_changes = kDefaultMaxQueuedChanges;
+  size_t max_queued_bytes = kDefaultMaxQueuedBytes;
 };
 
 class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackService {
@@ -75,8 +82,13 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   // Runs fn on the calling thread (reads) or the worker (changes) and finishes the call with its
   // Status; exceptions become INTERNAL. A change names its RPC: while fn runs, call_ is
   // "<rpc> from <peer>" for its log lines, and a failure is logged with it.
-  Reactor* Inline(Ctx* ctx, const std::function<Status()>& fn);
-  Reactor* Serialized(Ctx* ctx, const char* rpc, std::function<Status()> fn);
+  // Both first check every string field of the request (state::CheckTextFields): INVALID_ARGUMENT
+  // before anything else sees it. Serialized refuses with RESOURCE_EXHAUSTED when the queue of
+  // changes is full.
+  Reactor* Inline(Ctx* ctx, const google::protobuf::Message& req,
+                  const std::function<Status()>& fn);
+  Reactor* Serialized(Ctx* ctx, const char* rpc, const google::protobuf::Message& req,
+                      std::function<Status()> fn);
   void WorkerLoop();
 
   // Idempotent creates: a request_id seen before with the same request returns the stored
@@ -99,16 +111,18 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
+  size_t queued_bytes_ = 0;                  // guarded by mu_: request bytes held by queue_
   bool stopping_ = false;                    // guarded by mu_
   std::thread worker_;
   std::string call_;  // worker thread only: the change being run, for log lines
 
   struct Remembered {
-    std::string request;
+    std::string request_sha256;  // of the request without its request_id
     std::string response;
   };
   std::map<std::string, Remembered> request_ids_;  // worker thread only; bounded
   std::deque<std::string> request_id_order_;       // worker thread only
+  size_t remembered_bytes_ = 0;                    // worker thread only
 };
 
 // Copies a target for a response: secrets removed, secret_set flags filled in.

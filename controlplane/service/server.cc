@@ -1,9 +1,11 @@
 #include "controlplane/service/server.h"
 
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
 #include <fstream>
@@ -21,6 +23,46 @@ Result<std::string> ReadPem(const std::string& path, const std::string& flag) {
   if (ss.str().empty()) return InvalidArgument(flag + " " + path + ": empty file");
   return ss.str();
 }
+
+// gRPC answers a request it cannot parse (a proto3 string field that is not UTF-8, a truncated
+// field) with UNIMPLEMENTED and no message: the callback API's stand-in for a handler it could
+// not run. Every GatewayService method is implemented, so on them that status can only mean a bad
+// request, and the client is told so: INVALID_ARGUMENT, the code for every other malformed input.
+class UnparsableRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status s = methods->GetSendStatus();
+      if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "the request could not be parsed: a string field is not valid UTF-8, or the message "
+            "is malformed"));
+      }
+    }
+    methods->Proceed();
+  }
+};
+
+class UnparsableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // Only the methods the service has: an unknown name stays UNIMPLEMENTED.
+    static const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+            iscsigw::v1::GatewayService::service_full_name());
+    const std::string prefix = "/" + service->full_name() + "/";
+    const std::string method = info->method() ? info->method() : "";
+    if (method.rfind(prefix, 0) != 0 ||
+        service->FindMethodByName(method.substr(prefix.size())) == nullptr) {
+      return nullptr;
+    }
+    return new UnparsableRequestInterceptor();
+  }
+};
 
 }  // namespace
 
@@ -57,6 +99,11 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   std::unique_ptr<ControlServer> cs(new ControlServer());
   cs->service_ = std::move(service);
   grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(listen, creds, &port);
   builder.RegisterService(cs->service_.get());

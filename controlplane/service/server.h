@@ -14,6 +14,15 @@
 
 namespace iscsigw::service {
 
+// The largest request the server accepts; a larger one is answered RESOURCE_EXHAUSTED by gRPC
+// before it is parsed. 4 MiB holds the largest legitimate request, a CreateTarget naming the most
+// ACL entries a target may have (controlplane/state/limits.h); it is also the default receive
+// limit of gRPC clients, so the largest response (one such target) reaches them too.
+inline constexpr int kMaxRequestBytes = 4 << 20;
+// Calls in flight on one client connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a client
+// that opens more waits for a slot.
+inline constexpr int kMaxConcurrentStreams = 256;
+
 struct TlsOptions {
   std::string cert_file;       // server certificate chain (PEM); empty: plaintext
   std::string key_file;        // private key (PEM)

@@ -1,5 +1,7 @@
 #include "controlplane/service/status_map.h"
 
+#include "controlplane/state/text_check.h"
+
 namespace iscsigw::service {
 
 grpc::Status ToGrpcStatus(const Status& status) {
@@ -33,7 +35,9 @@ grpc::Status ToGrpcStatus(const Status& status) {
       code = grpc::StatusCode::INTERNAL;
       break;
   }
-  return grpc::Status(code, status.message());
+  // Validators echo what the client sent ("character '\xe2' is not allowed"): the message a
+  // client reads is well-formed UTF-8 without control characters whatever that was.
+  return grpc::Status(code, state::EscapeText(status.message()));
 }
 
 }  // namespace iscsigw::service

@@ -1,4 +1,5 @@
-// The one mapping from the gateway's Status to grpc::Status (STYLE.md errors). Any thread.
+// The one mapping from the gateway's Status to grpc::Status (STYLE.md errors); the message is
+// escaped (state::EscapeText) so that it is valid UTF-8 without control characters. Any thread.
 #pragma once
 
 #include <grpcpp/support/status.h>

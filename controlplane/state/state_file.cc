@@ -5,6 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "controlplane/state/limits.h"
+#include "controlplane/state/text_check.h"
+
 namespace iscsigw::state {
 
 Result<iscsigw::v1::State> ParseStateJson(const std::string& json, const std::string& origin) {
@@ -15,6 +18,9 @@ Result<iscsigw::v1::State> ParseStateJson(const std::string& json, const std::st
   if (!s.ok()) {
     return InvalidArgument(origin + ": " + std::string(s.message()));
   }
+  // JSON escapes (\u0000, \u001b) reach string fields that the binary wire format would carry
+  // only as themselves: the same rule for both.
+  if (Status t = CheckTextFields(st); !t.ok()) return InvalidArgument(origin + ": " + t.message());
   return st;
 }
 
@@ -47,6 +53,10 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
       return InvalidArgument("targets[" + std::to_string(i) + "].name: " + s.message());
     }
     ts.alias = t.alias();
+    if (ts.alias.size() > kMaxAliasBytes) {
+      return InvalidArgument("target " + ts.name + ": alias is longer than " +
+                             std::to_string(kMaxAliasBytes) + " bytes");
+    }
     ts.allow_any_initiator = t.allow_any_initiator();
     for (const auto& name : t.initiators()) ts.acl.push_back({name, {}});
     for (const auto& e : t.acl()) {
@@ -54,6 +64,11 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
     }
     for (const auto& e : ts.acl) {
       if (Status s = api::ValidateAclEntry(ts.name, e); !s.ok()) return s;
+      if (e.sources.size() > kMaxSourcesPerAclEntry) {
+        return InvalidArgument("acl entry " + e.initiator + " of " + ts.name + ": " +
+                               std::to_string(e.sources.size()) + " sources; at most " +
+                               std::to_string(kMaxSourcesPerAclEntry));
+      }
     }
     ts.chap = ToChap(t.chap());
     if (Status s = iscsi::ValidateChapCredentials(ts.chap, "target " + ts.name + ": "); !s.ok()) {
@@ -78,6 +93,11 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
         case iscsigw::v1::Lun::kFile:
           ls.backing = api::BackingKind::kFile;
           ls.path = l.file().path();
+          if (ls.path.size() > kMaxPathBytes) {
+            return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +
+                                   ": file.path is longer than " + std::to_string(kMaxPathBytes) +
+                                   " bytes");
+          }
           ls.create = l.file().create();
           ls.thick = l.file().thick();
           break;
@@ -91,6 +111,13 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
                                    &ls.fault);
             !s.ok()) {
           return s;
+        }
+      }
+      // SPC-4 7.8.11: the unit serial number is ASCII; the VPD page carries it as it is.
+      for (unsigned char c : ls.serial) {
+        if (c < 0x20 || c > 0x7e) {
+          return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +
+                                 ": serial must be printable ASCII");
         }
       }
       if (Status s = api::ValidateLun(ts.name, ls); !s.ok()) return s;

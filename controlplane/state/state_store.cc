@@ -94,12 +94,16 @@ Result<iscsigw::v1::State> LoadStateDir(const std::string& dir) {
   return st_norm;
 }
 
-StateStore::StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane)
-    : dir_(std::move(dir)), dataplane_(dataplane), state_(std::move(initial)) {}
+StateStore::StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane,
+                       Limits limits)
+    : dir_(std::move(dir)),
+      dataplane_(dataplane),
+      limits_(limits),
+      state_(std::make_shared<const iscsigw::v1::State>(std::move(initial))) {}
 
 Status StateStore::Start() {
   std::lock_guard lock(mu_);
-  return Commit(state_, nullptr);
+  return Commit(*state_, nullptr);
 }
 
 Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous) {
@@ -125,18 +129,21 @@ Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::Sta
 
 Status StateStore::Update(const std::function<Status(iscsigw::v1::State*)>& edit) {
   std::lock_guard lock(mu_);
-  iscsigw::v1::State next = state_;
+  iscsigw::v1::State next = *state_;
   if (Status s = edit(&next); !s.ok()) return s;
   Normalize(&next);
-  if (Status s = Commit(next, &state_); !s.ok()) return s;
-  state_ = std::move(next);
+  if (Status s = CheckLimits(next, *state_, limits_); !s.ok()) return s;
+  if (Status s = Commit(next, state_.get()); !s.ok()) return s;
+  state_ = std::make_shared<const iscsigw::v1::State>(std::move(next));
   return Status::Ok();
 }
 
-iscsigw::v1::State StateStore::Get() const {
+std::shared_ptr<const iscsigw::v1::State> StateStore::Snapshot() const {
   std::lock_guard lock(mu_);
   return state_;
 }
+
+iscsigw::v1::State StateStore::Get() const { return *Snapshot(); }
 
 Status StateStore::health() const {
   std::lock_guard lock(mu_);

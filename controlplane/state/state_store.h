@@ -2,10 +2,13 @@
 // <state-dir>/state.json and applied to the data plane. Every change goes through Update(): the
 // edited copy is validated, applied to the data plane, and written to disk (temp file, fsync,
 // rename, fsync of the directory); when any step fails nothing changes, neither in memory, nor on
-// disk, nor in the data plane. The file holds CHAP secrets and is created with mode 0600.
+// disk, nor in the data plane. The file holds CHAP secrets and is created with mode 0600. A change
+// that would grow the state past its Limits (controlplane/state/limits.h) is refused with
+// RESOURCE_EXHAUSTED.
 //
-// Threading: any thread; Update calls are serialised by an internal mutex (they are rare), Get
-// copies under the same mutex.
+// Threading: any thread; Update calls are serialised by an internal mutex (they are rare). The
+// state is held as an immutable snapshot: Snapshot() shares it under the same mutex without
+// copying (readers of thousands of targets must not copy them all), Get() copies it.
 #pragma once
 
 #include <functional>
@@ -13,6 +16,7 @@
 #include <mutex>
 #include <string>
 
+#include "controlplane/state/limits.h"
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/status.h"
 #include "iscsigw/v1/state.pb.h"
@@ -34,17 +38,22 @@ class StateStore {
  public:
   // `dataplane` may be null (tests of persistence alone). The state must already be normalised
   // and valid (LoadStateDir + MergeBootstrap + Normalize).
-  StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane);
+  StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane,
+             Limits limits = {});
 
   const std::string& dir() const { return dir_; }
+  const Limits& limits() const { return limits_; }
   std::string path() const { return dir_ + "/state.json"; }
 
   // Applies the initial state to the data plane and persists it. Called once at start.
   Status Start();
 
-  // Runs `edit` on a copy of the state; on Ok the copy is validated, applied and persisted.
+  // Runs `edit` on a copy of the state; on Ok the copy is checked against the limits, validated,
+  // applied and persisted.
   Status Update(const std::function<Status(iscsigw::v1::State*)>& edit);
 
+  // The current state, shared: it never changes (Update replaces it).
+  std::shared_ptr<const iscsigw::v1::State> Snapshot() const;
   iscsigw::v1::State Get() const;
 
   // Ok when the last write succeeded (or none was needed); otherwise why it failed.
@@ -55,9 +64,10 @@ class StateStore {
 
   const std::string dir_;
   api::Dataplane* const dataplane_;
+  const Limits limits_;
   mutable std::mutex mu_;
-  iscsigw::v1::State state_;  // guarded by mu_
-  Status health_;             // guarded by mu_
+  std::shared_ptr<const iscsigw::v1::State> state_;  // guarded by mu_; never null
+  Status health_;                                    // guarded by mu_
 };
 
 }  // namespace iscsigw::state

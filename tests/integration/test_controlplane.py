@@ -289,15 +289,18 @@ class TlsTest(Fixture):
         def sh(*args):
             subprocess.run(args, check=True, capture_output=True, cwd=cls.dir)
 
-        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-           "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=iscsigw test CA")
-        for name, cn in (("server", "localhost"), ("client", "iscsigwctl")):
+        # "rogue" is a CA the daemon does not trust, with a client certificate of its own.
+        for ca in ("ca", "rogue"):
+            sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+               "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN=iscsigw test {ca}")
+        for name, cn, ca in (("server", "localhost", "ca"), ("client", "iscsigwctl", "ca"),
+                             ("rogue-client", "iscsigwctl", "rogue")):
             sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
                "-out", f"{name}.csr", "-subj", f"/CN={cn}")
             with open(os.path.join(cls.dir, "ext.cnf"), "w") as f:
                 f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-            sh("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey",
-               "ca.key", "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+            sh("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
+               f"{ca}.key", "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
                "-extfile", "ext.cnf")
 
     def f(self, name):
@@ -318,10 +321,27 @@ class TlsTest(Fixture):
 
         m = self.start(extra_args=["--tls-cert", self.f("server.pem"), "--tls-key",
                                    self.f("server.key"), "--tls-client-ca", self.f("ca.pem")])
-        self.assertNotEqual(self.ctl(m, "--tls-ca", self.f("ca.pem"), "gateway", "info").returncode, 0)
-        ok = self.ctl(m, "--tls-ca", self.f("ca.pem"), "--tls-cert", self.f("client.pem"),
-                      "--tls-key", self.f("client.key"), "gateway", "info")
+        client = ["--tls-ca", self.f("ca.pem"), "--tls-cert", self.f("client.pem"), "--tls-key",
+                  self.f("client.key")]
+        rogue = ["--tls-ca", self.f("ca.pem"), "--tls-cert", self.f("rogue-client.pem"),
+                 "--tls-key", self.f("rogue-client.key")]
+        # The handshake fails without a client certificate, or with one from a CA the daemon
+        # does not trust: UNAVAILABLE, and the change asked for is not made.
+        for creds in (["--tls-ca", self.f("ca.pem")], rogue):
+            p = self.ctl(m, *creds, "target", "create", "mtls")
+            self.assertEqual(p.returncode, 14, p.stderr)
+            self.assertTrue(p.stderr.startswith("iscsigwctl: UNAVAILABLE: "), p.stderr)
+        self.assertEqual(self.ctl(m, "gateway", "info").returncode, 14)  # plaintext
+        ok = self.ctl(m, *client, "gateway", "info")
         self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("(mutual TLS)", m.read_log())
+        listed = self.ctl(m, *client, "-o", "json", "target", "list")
+        self.assertEqual(json.loads(listed.stdout).get("targets", []), [])
+        ok = self.ctl(m, *client, "target", "create", "mtls")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        listed = self.ctl(m, *client, "-o", "json", "target", "list")
+        self.assertEqual([t["name"] for t in json.loads(listed.stdout)["targets"]],
+                         [IQN_PREFIX + "mtls"])
 
 
 if __name__ == "__main__":

@@ -39,10 +39,12 @@ class ServiceTest : public ::testing::TestWithParam<bool> {
     auto dp = api::Dataplane::Start(opts);
     ASSERT_TRUE(dp.ok()) << dp.status().message();
     dp_ = std::move(dp).value();
-    store_ = std::make_unique<state::StateStore>(dir_, v1::State(), dp_.get());
-    ASSERT_TRUE(store_->Start().ok());
+    state::Limits limits;
     ServiceOptions so;
     so.version = "test";
+    Configure(&limits, &so);
+    store_ = std::make_unique<state::StateStore>(dir_, v1::State(), dp_.get(), limits);
+    ASSERT_TRUE(store_->Start().ok());
     auto srv = ControlServer::Start(
         "127.0.0.1:0", {}, std::make_unique<GatewayServiceImpl>(store_.get(), dp_.get(), so));
     ASSERT_TRUE(srv.ok()) << srv.status().message();
@@ -52,6 +54,9 @@ class ServiceTest : public ::testing::TestWithParam<bool> {
                    : grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::GatewayService::NewStub(channel_);
   }
+
+  // Limits and options of the service under test, before it starts.
+  virtual void Configure(state::Limits*, ServiceOptions*) {}
 
   void TearDown() override {
     stub_.reset();
@@ -608,6 +613,200 @@ TEST_P(ServiceTest, HealthServiceReportsServing) {
   std::string bytes;
   for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+class SmallLimitsTest : public ServiceTest {
+ protected:
+  void Configure(state::Limits* limits, ServiceOptions*) override {
+    limits->max_targets = 3;
+    limits->max_luns_per_target = 2;
+    limits->max_acl_entries_per_target = 2;
+  }
+
+  grpc::Status AddAcl(const std::string& target, const std::string& initiator) {
+    v1::AddAclEntryRequest req;
+    req.set_target(target);
+    req.mutable_entry()->set_initiator(initiator);
+    v1::AclEntry resp;
+    return Call(&v1::GatewayService::Stub::AddAclEntry, req, &resp);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Channels, SmallLimitsTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+
+TEST_P(SmallLimitsTest, CreatesPastALimitAreResourceExhaustedAndChangeNothing) {
+  ASSERT_TRUE(CreateTarget("a").ok());
+  ASSERT_TRUE(CreateTarget("b").ok());
+  ASSERT_TRUE(CreateTarget("c").ok());
+  const std::string before = StateFile();
+  auto s = CreateTarget("d");
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(),
+            "targets: the gateway already has 3 targets, the limit (--max-targets)");
+  // A duplicate is still a duplicate, not a full gateway.
+  EXPECT_EQ(CreateTarget("a").error_code(), StatusCode::ALREADY_EXISTS);
+
+  ASSERT_TRUE(CreateRamLun("a", 0, 1 << 20).ok());
+  ASSERT_TRUE(CreateRamLun("a", 7, 1 << 20).ok());
+  s = CreateRamLun("a", 1, 1 << 20);
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(),
+            "target iqn.2026-11.io.iscsigw:a: already has 2 LUNs, the limit per target "
+            "(--max-luns-per-target)");
+  EXPECT_TRUE(CreateRamLun("b", 1, 1 << 20).ok()) << "the limit is per target";
+
+  ASSERT_TRUE(AddAcl("a", "iqn.2026-11.io.x:1").ok());
+  ASSERT_TRUE(AddAcl("a", "iqn.2026-11.io.x:2").ok());
+  s = AddAcl("a", "iqn.2026-11.io.x:3");
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(),
+            "acl of iqn.2026-11.io.iscsigw:a: already has 2 entries, the limit per target "
+            "(--max-acl-entries)");
+  // A target created with more ACL entries than the limit is refused whole.
+  v1::CreateTargetRequest big;
+  big.mutable_target()->set_name("e");
+  for (int i = 0; i < 3; ++i)
+    big.mutable_target()->add_initiators("iqn.2026-11.io.x:" + std::to_string(i));
+  v1::DeleteTargetRequest del;
+  del.set_name("c");
+  v1::DeleteTargetResponse deleted;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::DeleteTarget, del, &deleted).ok());
+  v1::Target out;
+  s = Call(&v1::GatewayService::Stub::CreateTarget, big, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(store_->Snapshot()->targets_size(), 2);
+}
+
+class NoQueueTest : public ServiceTest {
+ protected:
+  void Configure(state::Limits*, ServiceOptions* so) override { so->max_queued_changes = 0; }
+};
+
+INSTANTIATE_TEST_SUITE_P(Channels, NoQueueTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+
+TEST_P(NoQueueTest, ChangesPastTheQueueBoundAreResourceExhausted) {
+  auto s = CreateTarget("a");
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(), "0 changes (0 bytes) are already queued; retry later");
+  EXPECT_EQ(store_->Snapshot()->targets_size(), 0);
+  // Reads do not queue.
+  v1::GatewayInfo info;
+  EXPECT_TRUE(
+      Call(&v1::GatewayService::Stub::GetGatewayInfo, v1::GetGatewayInfoRequest(), &info).ok());
+}
+
+TEST_P(ServiceTest, ControlCharactersAreRefusedNamingTheFieldNotTheValue) {
+  v1::CreateTargetRequest req;
+  req.mutable_target()->set_name("db");
+  req.mutable_target()->set_alias("line\nbreak");
+  v1::Target out;
+  auto s = Call(&v1::GatewayService::Stub::CreateTarget, req, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "target.alias: byte 4 is control character U+000A");
+
+  ASSERT_TRUE(CreateTarget("db").ok());
+  v1::SetChapRequest chap;
+  chap.set_target("db");
+  chap.mutable_chap()->set_user("user");
+  chap.mutable_chap()->set_secret(
+      std::string("0123456789ab\x01"
+                  "cd"));
+  v1::ChapConfig cc;
+  s = Call(&v1::GatewayService::Stub::SetChap, chap, &cc);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "chap.secret: byte 12 is control character U+0001");
+
+  v1::AddAclEntryRequest acl;
+  acl.set_target("db");
+  acl.mutable_entry()->set_initiator("iqn.2026-11.io.x:a");
+  for (int i = 0; i < 9; ++i)
+    acl.mutable_entry()->add_sources("10.0." + std::to_string(i) + ".0/24");
+  v1::AclEntry ae;
+  s = Call(&v1::GatewayService::Stub::AddAclEntry, acl, &ae);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "acl entry iqn.2026-11.io.x:a of iqn.2026-11.io.iscsigw:db: 9 sources; at most 8");
+
+  v1::GetTargetRequest get;
+  get.set_name("db\x7f");
+  s = Call(&v1::GatewayService::Stub::GetTarget, get, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "name: byte 2 is control character U+007F");
+}
+
+TEST_P(ServiceTest, RequestIdIsBounded) {
+  auto s = CreateTarget("db", nullptr, std::string(129, 'r'));
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "request_id is longer than 128 bytes");
+  EXPECT_TRUE(CreateTarget("db", nullptr, std::string(128, 'r')).ok());
+  EXPECT_TRUE(CreateTarget("db", nullptr, std::string(128, 'r')).ok()) << "replayed";
+}
+
+TEST_P(ServiceTest, ListTargetsPagesEndBeforeTheyOutgrowAClientsReceiveLimit) {
+  // Four targets of about 0.9 MB each: a page of 100 would be 3.5 MB.
+  for (int t = 0; t < 4; ++t) {
+    v1::CreateTargetRequest req;
+    req.mutable_target()->set_name("big" + std::to_string(t));
+    for (int i = 0; i < 4000; ++i) {
+      auto* e = req.mutable_target()->add_acl();
+      e->set_initiator("iqn.2026-11.io.x:" + std::to_string(i) + "-" + std::string(195, 'y'));
+    }
+    v1::Target out;
+    ASSERT_TRUE(Call(&v1::GatewayService::Stub::CreateTarget, req, &out).ok()) << t;
+  }
+  v1::ListTargetsRequest req;
+  v1::ListTargetsResponse page;
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListTargets, req, &page).ok());
+  EXPECT_EQ(page.targets_size(), 3);
+  EXPECT_LE(page.ByteSizeLong(), size_t{3} << 20);
+  ASSERT_EQ(page.next_page_token(), std::string(kPrefix) + "big2");
+  req.set_page_token(page.next_page_token());
+  ASSERT_TRUE(Call(&v1::GatewayService::Stub::ListTargets, req, &page).ok());
+  ASSERT_EQ(page.targets_size(), 1);
+  EXPECT_EQ(page.targets(0).name(), std::string(kPrefix) + "big3");
+  EXPECT_EQ(page.next_page_token(), "");
+}
+
+TEST_P(ServiceTest, RequestThatCannotBeParsedIsInvalidArgument) {
+  auto raw_call = [&](const std::string& method, const std::string& bytes) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  // CreateTargetRequest{target: Target{name: "iqn.2026-11.io.iscsigw:\xff"}}, encoded by hand:
+  // proto3 strings must be UTF-8, so the server cannot parse it.
+  const std::string name = std::string(kPrefix) + "\xff";
+  const std::string target = std::string("\x0a") + static_cast<char>(name.size()) + name;
+  const std::string bytes = std::string("\x0a") + static_cast<char>(target.size()) + target;
+  auto s = raw_call("/iscsigw.v1.GatewayService/CreateTarget", bytes);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be parsed: a string field is not valid UTF-8, or the message "
+            "is malformed");
+  EXPECT_EQ(store_->Snapshot()->targets_size(), 0);
+  // A method the service does not have stays UNIMPLEMENTED.
+  EXPECT_EQ(raw_call("/iscsigw.v1.GatewayService/NoSuchMethod", "").error_code(),
+            StatusCode::UNIMPLEMENTED);
+}
+
+TEST_P(ServiceTest, OversizedRequestIsResourceExhausted) {
+  v1::CreateTargetRequest req;
+  req.mutable_target()->set_name("db");
+  req.mutable_target()->set_alias(std::string(kMaxRequestBytes, 'a'));
+  v1::Target out;
+  auto s = Call(&v1::GatewayService::Stub::CreateTarget, req, &out);
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(store_->Snapshot()->targets_size(), 0);
+  EXPECT_TRUE(CreateTarget("db").ok()) << "the server is still serving";
 }
 
 TEST(StatusMap, EveryCodeMapsToItsGrpcCode) {

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "controlplane/state/limits.h"
 #include "controlplane/state/state_file.h"
+#include "controlplane/state/text_check.h"
 
 namespace iscsigw::state {
 namespace {
@@ -180,6 +182,170 @@ TEST(Normalize, FoldsInitiatorShorthandIntoAcl) {
   EXPECT_EQ(st.targets(0).initiators_size(), 0);
   ASSERT_EQ(st.targets(0).acl_size(), 2);
   EXPECT_EQ(st.targets(0).acl(1).initiator(), "iqn.2026-11.io.test:b");
+}
+
+TEST_F(StateDir, UpdatePastALimitIsResourceExhaustedAndChangesNothing) {
+  Limits limits;
+  limits.max_targets = 2;
+  limits.max_luns_per_target = 1;
+  limits.max_acl_entries_per_target = 1;
+  StateStore store(dir_, v1::State(), nullptr, limits);
+  ASSERT_TRUE(store.Start().ok());
+  auto add_target = [](const std::string& name) {
+    return [name](v1::State* st) {
+      st->add_targets()->set_name(name);
+      return Status::Ok();
+    };
+  };
+  ASSERT_TRUE(store.Update(add_target("a")).ok());
+  ASSERT_TRUE(store.Update(add_target("b")).ok());
+  const std::string before = Read("state.json");
+  Status s = store.Update(add_target("c"));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "targets: the gateway already has 2 targets, the limit (--max-targets)");
+  EXPECT_EQ(Read("state.json"), before);
+  EXPECT_EQ(store.Snapshot()->targets_size(), 2);
+
+  auto add_acl = [](const std::string& initiator) {
+    return [initiator](v1::State* st) {
+      st->mutable_targets(0)->add_acl()->set_initiator(initiator);
+      return Status::Ok();
+    };
+  };
+  ASSERT_TRUE(store.Update(add_acl("iqn.2026-11.io.test:1")).ok());
+  s = store.Update(add_acl("iqn.2026-11.io.test:2"));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "acl of iqn.2026-11.io.iscsigw:a: already has 1 entries, the limit per target "
+            "(--max-acl-entries)");
+  s = store.Update([](v1::State* st) {
+    for (uint32_t id : {0u, 1u}) {
+      auto* l = st->mutable_targets(1)->add_luns();
+      l->set_id(id);
+      l->mutable_null();
+      l->set_size_bytes(1 << 20);
+    }
+    return Status::Ok();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(Read("state.json").find("luns"), std::string::npos);
+}
+
+TEST(Limits, AStateAlreadyOverALimitMayShrinkButNotGrow) {
+  Limits limits;
+  limits.max_targets = 1;
+  limits.max_acl_entries_per_target = 1;
+  v1::State over;
+  for (const char* name : {"a", "b", "c"}) over.add_targets()->set_name(name);
+  for (const char* i : {"iqn.2026-11.io.test:1", "iqn.2026-11.io.test:2"}) {
+    over.mutable_targets(0)->add_acl()->set_initiator(i);
+  }
+  EXPECT_EQ(CheckLimits(over, v1::State(), limits).code(), StatusCode::kResourceExhausted);
+
+  v1::State fewer = over;
+  fewer.mutable_targets()->RemoveLast();
+  EXPECT_TRUE(CheckLimits(fewer, over, limits).ok());
+  v1::State more = over;
+  more.add_targets()->set_name("d");
+  EXPECT_EQ(CheckLimits(more, over, limits).code(), StatusCode::kResourceExhausted);
+  v1::State same_count_other_change = over;
+  same_count_other_change.mutable_targets(1)->set_alias("renamed");
+  EXPECT_TRUE(CheckLimits(same_count_other_change, over, limits).ok());
+  v1::State more_acl = over;
+  more_acl.mutable_targets(0)->add_acl()->set_initiator("iqn.2026-11.io.test:3");
+  EXPECT_EQ(CheckLimits(more_acl, over, limits).code(), StatusCode::kResourceExhausted);
+}
+
+TEST(Limits, DefaultsMatchWhatTheScsiEngineAddresses) {
+  Limits limits;
+  EXPECT_EQ(limits.max_targets, 4096u);
+  EXPECT_EQ(limits.max_luns_per_target, 256u);
+  EXPECT_EQ(limits.max_acl_entries_per_target, 4096u);
+  // LUN ids are 0..255: a 257th LUN could not have an id of its own.
+  api::LunSpec lun;
+  lun.id = kMaxLunsPerTargetCeiling;
+  lun.block_size = 512;
+  lun.size_bytes = 4096;
+  EXPECT_FALSE(api::ValidateLun("t", lun).ok());
+  lun.id = kMaxLunsPerTargetCeiling - 1;
+  EXPECT_TRUE(api::ValidateLun("t", lun).ok());
+}
+
+TEST(TextCheck, FindsControlCharactersAndMalformedUtf8) {
+  struct Case {
+    std::string text;
+    std::string problem;
+  };
+  const Case cases[] = {
+      {"iqn.2026-11.io.x:plain", ""},
+      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xbe", ""},  // 2-, 3- and 4-byte forms
+      {"a\nb", "byte 1 is control character U+000A"},
+      {std::string("a\0b", 3), "byte 1 is control character U+0000"},
+      {"\x7f", "byte 0 is control character U+007F"},
+      {"x\xc2\x85", "byte 1 is control character U+0085"},  // C1 NEL
+      {"\xff", "byte 0 (0xff) is not valid UTF-8"},
+      {"ab\xc3(", "byte 3 (0x28) is not valid UTF-8"},
+      {"\xc0\xaf", "byte 0 (0xc0) is not valid UTF-8"},                 // overlong '/'
+      {"\xe0\x80\xaf", "byte 0 starts an invalid UTF-8 sequence"},      // overlong '/'
+      {"\xed\xa0\x80", "byte 0 starts an invalid UTF-8 sequence"},      // surrogate
+      {"\xf4\x90\x80\x80", "byte 0 starts an invalid UTF-8 sequence"},  // past U+10FFFF
+      {"ab\xe2\x82", "byte 2: truncated UTF-8 sequence"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(TextProblem(c.text), c.problem) << c.text;
+}
+
+TEST(TextCheck, EscapeTextLeavesOnlyWellFormedPrintableUtf8) {
+  EXPECT_EQ(EscapeText("iqn.2026-11.io.x:caf\xc3\xa9"), "iqn.2026-11.io.x:caf\xc3\xa9");
+  EXPECT_EQ(EscapeText("a\nb\x1b[2J"), "a\\x0ab\\x1b[2J");
+  EXPECT_EQ(EscapeText(std::string("\0\xff\xe2\x80", 4)), "\\x00\\xff\\xe2\\x80");
+  EXPECT_EQ(EscapeText("x\xc2\x85y"), "x\\xc2\\x85y");  // C1 NEL, both bytes
+  EXPECT_EQ(EscapeText("back\\slash"), "back\\\\slash");
+  EXPECT_EQ(TextProblem(EscapeText("\xed\xa0\x80\x01")), "");
+}
+
+TEST(TextCheck, NamesTheFieldPathInNestedAndRepeatedFields) {
+  v1::State st;
+  st.add_targets()->set_name("a");
+  auto* t = st.add_targets();
+  t->set_name("b");
+  t->add_acl()->set_initiator("iqn.2026-11.io.test:ok");
+  t->add_acl()->add_sources("10.0.0.0/8\r");
+  Status s = CheckTextFields(st);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "targets[1].acl[1].sources[0]: byte 10 is control character U+000D");
+  EXPECT_TRUE(CheckTextFields(v1::State()).ok());
+}
+
+TEST_F(StateDir, JsonEscapesOfControlCharactersAreRefusedAtLoad) {
+  Write("state.json", R"({"targets": [{"name": "x", "alias": "a\u001b[2Jb"}]})");
+  auto st = LoadStateDir(dir_);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(), "state file " + dir_ +
+                                       "/state.json: targets[0].alias: byte 1 is control "
+                                       "character U+001B");
+}
+
+TEST(ToConfig, RefusesOverlongAliasPathAndNonAsciiSerial) {
+  v1::State st;
+  auto* t = st.add_targets();
+  t->set_name("x");
+  t->set_alias(std::string(256, 'a'));
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "target iqn.2026-11.io.iscsigw:x: alias is longer than 255 bytes");
+  t->set_alias(std::string(255, 'a'));
+  auto* l = t->add_luns();
+  l->set_id(0);
+  l->mutable_file()->set_path("/" + std::string(4095, 'p'));
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 0 of iqn.2026-11.io.iscsigw:x: file.path is longer than 4095 bytes");
+  l->mutable_null();
+  l->set_size_bytes(4096);
+  l->set_block_size(512);
+  l->set_serial("s\xc3\xa9rie");
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 0 of iqn.2026-11.io.iscsigw:x: serial must be printable ASCII");
+  l->set_serial("serial-1");
+  EXPECT_TRUE(ToConfig(st).ok()) << ToConfig(st).status().message();
 }
 
 }  // namespace
