@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from harness import Daemon, IQN_PREFIX, perf, simple_state, wait_for
+from harness import DaemonTestCase, IQN_PREFIX, perf, simple_state, wait_for
 from iscsi_client import OPERATIONAL, Initiator, LoginError, encode_keys
 
 MiB = 1 << 20
@@ -127,33 +127,31 @@ class Abuse:
         self.thread.join(60)
 
 
-class AbuseTest(unittest.TestCase):
+def abuse_state():
+    state = simple_state("abuse")
+    state["targets"].append({"name": IQN_PREFIX + "chap", "allowAnyInitiator": True,
+                             "luns": [{"id": 0, "ram": {}, "sizeBytes": str(1 << 20),
+                                       "blockSize": 512}]})
+    return state
+
+
+class AbuseTest(DaemonTestCase):
+    STATE = abuse_state()
+    # At warn, as a gateway under attack would be run: at info every login also writes two
+    # lines, which is 40% of what a login costs the daemon (README.md, Hostile input).
+    EXTRA_ARGS = ("--log-level", "warn", "--login-timeout", str(LOGIN_TIMEOUT_S))
+
     @classmethod
     def setUpClass(cls):
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        cls.fd_limit = hard
-        state = simple_state("abuse")
-        state["targets"].append({"name": IQN_PREFIX + "chap", "allowAnyInitiator": True,
-                                 "luns": [{"id": 0, "ram": {}, "sizeBytes": str(1 << 20),
-                                           "blockSize": 512}]})
-        # At warn, as a gateway under attack would be run: at info every login also writes two
-        # lines, which is 40% of what a login costs the daemon (README.md, Hostile input).
-        cls.d = Daemon(state=state, extra_args=["--log-level", "warn", "--login-timeout",
-                                                str(LOGIN_TIMEOUT_S)]).start()
+        super().setUpClass()
+        cls.d = cls.daemon
         cls.d.ctl("auth", "set", "chap", "--user", "abuser", "--secret-file", "-", input=SECRET)
         cls.pid = cls.d.proc.pid
         cls.url = cls.d.url("abuse", 0)
         perf(cls.url, seconds=1)  # warm up
         print(f"\nidle RSS {rss_mib(cls.pid):.0f} MiB", flush=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.d.stop()
-        log = cls.d.read_log()
-        cls.d.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
 
     def setUp(self):
         self.peak_rss = 0.0

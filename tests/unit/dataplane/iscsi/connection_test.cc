@@ -144,6 +144,16 @@ class ConnectionTest : public ::testing::Test {
 
   // Connects and logs in a Normal session (digests as negotiated), then takes the POWER ON
   // unit attention every new I_T nexus reports first (SAM-5 5.14).
+  void LoginDiscovery(TestInitiator& ini) {
+    ASSERT_TRUE(ini.Connect(portal_));
+    auto r = ini.Login({{"InitiatorName", kInitiator},
+                        {"SessionType", "Discovery"},
+                        {"HeaderDigest", "None"},
+                        {"DataDigest", "None"}});
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->login_status(), 0);
+  }
+
   void LoginNormal(TestInitiator& ini, const Keys& keys = SessionKeys()) {
     ASSERT_TRUE(ini.Connect(portal_));
     auto r = ini.Login(keys);
@@ -407,13 +417,7 @@ TEST_F(ConnectionTest, FullConnectionTableDropsTheOldestConnectionStillLoggingIn
 // carrying a TTT, and the initiator sends the next piece with that TTT; the pieces form one request.
 TEST_F(ConnectionTest, TextRequestContinuedWithTheTargetsTransferTagIsOneRequest) {
   TestInitiator ini;
-  ASSERT_TRUE(ini.Connect(portal_));
-  auto r = ini.Login({{"InitiatorName", kInitiator},
-                      {"SessionType", "Discovery"},
-                      {"HeaderDigest", "None"},
-                      {"DataDigest", "None"}});
-  ASSERT_TRUE(r.has_value());
-  ASSERT_EQ(r->login_status(), 0);
+  LoginDiscovery(ini);
   std::vector<uint8_t> text;
   pdu::AppendKey("SendTargets", "All", &text);
   const std::vector<uint8_t> first(text.begin(), text.begin() + 5);
@@ -443,13 +447,7 @@ TEST_F(ConnectionTest, SendTargetsReturnsTheAdvertisedAddressesInsteadOfThePorta
   g.advertise = {"10.0.2.2:3260", "gw.example.net:13260", "[fd00::7]:3260"};
   StartDataplane(g);
   TestInitiator ini;
-  ASSERT_TRUE(ini.Connect(portal_));
-  auto r = ini.Login({{"InitiatorName", kInitiator},
-                      {"SessionType", "Discovery"},
-                      {"HeaderDigest", "None"},
-                      {"DataDigest", "None"}});
-  ASSERT_TRUE(r.has_value());
-  ASSERT_EQ(r->login_status(), 0);
+  LoginDiscovery(ini);
   std::vector<uint8_t> text;
   pdu::AppendKey("SendTargets", "All", &text);
   const uint32_t itt = ini.NextItt();
