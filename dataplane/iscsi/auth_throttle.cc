@@ -65,9 +65,9 @@ void AuthThrottle::MakeRoom(Clock::time_point now) {
     return kv.second.locked_until <= now && now - kv.second.last_failure > options_.forget_after;
   });
   if (entries_.size() < options_.max_entries) return;
-  auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
-    return a.second.last_failure < b.second.last_failure;
-  });
+  auto oldest = std::min_element(
+      entries_.begin(), entries_.end(),
+      [](const auto& a, const auto& b) { return a.second.last_failure < b.second.last_failure; });
   entries_.erase(oldest);
 }
 

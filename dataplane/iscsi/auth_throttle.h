@@ -39,8 +39,8 @@ class AuthThrottle {
                             Clock::time_point now);
 
   struct Failure {
-    uint32_t in_a_row = 0;        // failures of this pair so far, this one included
-    Clock::duration lockout{};    // refused for this long from now (zero: not yet)
+    uint32_t in_a_row = 0;      // failures of this pair so far, this one included
+    Clock::duration lockout{};  // refused for this long from now (zero: not yet)
   };
   Failure RecordFailure(std::string_view initiator, std::string_view source, Clock::time_point now);
   void RecordSuccess(std::string_view initiator, std::string_view source);

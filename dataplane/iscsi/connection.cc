@@ -434,10 +434,11 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     if (outcome == ChapAuthenticator::Outcome::kAuthFailed ||
         outcome == ChapAuthenticator::Outcome::kProtocolError) {
       const auto failure = throttle.RecordFailure(who, peer_ip_, now);
-      log::Iscsi().warn("{}login from {}: CHAP failed for {} ({} in a row; locked out for {} ms): {}",
-                        LogCtx(), peer_, who, failure.in_a_row,
-                        std::chrono::duration_cast<std::chrono::milliseconds>(failure.lockout).count(),
-                        chap_->error());
+      log::Iscsi().warn(
+          "{}login from {}: CHAP failed for {} ({} in a row; locked out for {} ms): {}", LogCtx(),
+          peer_, who, failure.in_a_row,
+          std::chrono::duration_cast<std::chrono::milliseconds>(failure.lockout).count(),
+          chap_->error());
       return SendLoginReject(h, outcome == ChapAuthenticator::Outcome::kAuthFailed
                                     ? LoginStatus::kAuthenticationFailure
                                     : LoginStatus::kInitiatorError);

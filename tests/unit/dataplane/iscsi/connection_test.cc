@@ -414,7 +414,8 @@ TEST_F(ConnectionTest, FullConnectionTableDropsTheOldestConnectionStillLoggingIn
 }
 
 // RFC 7143 11.10.2 / 11.10.4: a request continued with C=1 is answered with an empty response
-// carrying a TTT, and the initiator sends the next piece with that TTT; the pieces form one request.
+// carrying a TTT, and the initiator sends the next piece with that TTT; the pieces form one
+// request.
 TEST_F(ConnectionTest, TextRequestContinuedWithTheTargetsTransferTagIsOneRequest) {
   TestInitiator ini;
   LoginDiscovery(ini);
@@ -435,8 +436,8 @@ TEST_F(ConnectionTest, TextRequestContinuedWithTheTargetsTransferTagIsOneRequest
   ASSERT_TRUE(ini.Send(h, rest));
   const Pdu t = Expect(ini, Opcode::kTextResponse);
   EXPECT_EQ(t.flags(), 0x80);
-  const std::vector<std::pair<std::string, std::string>> want = {
-      {"TargetName", kTarget}, {"TargetAddress", portal_ + ",1"}};
+  const std::vector<std::pair<std::string, std::string>> want = {{"TargetName", kTarget},
+                                                                 {"TargetAddress", portal_ + ",1"}};
   EXPECT_EQ(t.KeyList(), want);
 }
 
