@@ -68,6 +68,18 @@ OPERATIONAL = [("HeaderDigest", "None"), ("DataDigest", "None"),
                ("DataPDUInOrder", "Yes"), ("DataSequenceInOrder", "Yes")]
 
 
+def login_status(portal, initiator_name, target=None, source=None, timeout=10.0, **kw):
+    """Logs in (Initiator.login's keywords) and closes; returns 0 or the login status."""
+    c = Initiator(portal, initiator_name, timeout=timeout, source=source)
+    try:
+        c.login(target, **kw)
+        return 0
+    except LoginError as e:
+        return e.status
+    finally:
+        c.close()
+
+
 class Initiator:
     def __init__(self, portal, initiator_name, timeout=10.0, source=None):
         """source: the local address to connect from (any of 127/8 on loopback)."""

@@ -17,7 +17,7 @@ import time
 import unittest
 
 from harness import DaemonTestCase, IQN_PREFIX, perf, simple_state, wait_for
-from iscsi_client import OPERATIONAL, Initiator, LoginError, encode_keys
+from iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
 
 MiB = 1 << 20
 MAX_CONNECTIONS = 1024  # iscsigwd's default --max-connections
@@ -498,14 +498,8 @@ class AbuseTest(DaemonTestCase):
     # ---- CHAP guessing
 
     def chap_login(self, secret, source="127.0.0.1"):
-        c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT, source=source)
-        try:
-            c.login(IQN_PREFIX + "chap", chap=("abuser", secret))
-            return 0
-        except LoginError as e:
-            return e.status
-        finally:
-            c.close()
+        return login_status(self.d.portal, INITIATOR, IQN_PREFIX + "chap", source=source,
+                            timeout=CLIENT_TIMEOUT, chap=("abuser", secret))
 
     def test_chap_guessing_is_locked_out_per_initiator_and_source(self):
         def guess(stop, counts):

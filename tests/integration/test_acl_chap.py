@@ -5,7 +5,7 @@ import unittest
 from urllib.parse import quote
 
 from harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
-from iscsi_client import Initiator, LoginError
+from iscsi_client import Initiator, login_status
 
 OTHER = "iqn.2026-11.io.iscsigw.test:other"
 SECRET = "initiator-secret-1"
@@ -46,14 +46,8 @@ class AclChapTest(unittest.TestCase):
                 raise AssertionError("a CHAP secret appeared in the daemon log")
 
     def login_status(self, target, initiator=INITIATOR, **kw):
-        c = Initiator(self.d.portal, initiator)
-        try:
-            c.login(IQN_PREFIX + target if target else None, **kw)
-            return 0
-        except LoginError as e:
-            return e.status
-        finally:
-            c.close()
+        return login_status(self.d.portal, initiator, IQN_PREFIX + target if target else None,
+                            **kw)
 
     # ---- ACL
     def test_listed_initiator_logs_in_and_others_are_refused_0x0202(self):
