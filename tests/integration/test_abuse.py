@@ -3,8 +3,9 @@
 Each test runs one kind of abuse against the real daemon while a well-behaved session runs
 alongside (iscsi-perf, 4 KiB random reads at queue depth 32 on a RAM LUN), and asserts that the
 daemon stays up, that its resident memory stays under RSS_BOUND_MIB, and that the session keeps at
-least KEEP of the IOPS it had without the abuse (KEEP_UNDER_LOGIN_FLOOD under login floods). The limits these tests hold are the ones README.md
-documents under "Hostile input". Every figure is printed, so that the run's output is the record.
+least KEEP of the IOPS it had without the abuse (KEEP_UNDER_LOGIN_FLOOD under login floods). The
+limits these tests hold are the ones README.md documents under "Hostile input". Every figure is
+printed, so that the run's output is the record.
 """
 import math
 import os
@@ -249,7 +250,8 @@ class AbuseTest(DaemonTestCase):
         closed_after = []
 
         def slowloris(stop, counts):
-            pdu = bytes(login_bhs(64)) + encode_keys([("InitiatorName", INITIATOR)]).ljust(64, b"\0")
+            keys = encode_keys([("InitiatorName", INITIATOR)]).ljust(64, b"\0")
+            pdu = bytes(login_bhs(64)) + keys
             conns = []
             for _ in range(200):
                 s = socket.create_connection(("127.0.0.1", port))
@@ -318,7 +320,8 @@ class AbuseTest(DaemonTestCase):
                     took = read_until_closed(sock, 5)
                     sock.close()
                     if took is None:
-                        raise AssertionError(f"DataSegmentLength {dsl} did not close the connection")
+                        raise AssertionError(
+                            f"DataSegmentLength {dsl} did not close the connection")
                     n += 1
             counts["connections"] = n
             counts["per second"] = pace.rate()
