@@ -54,7 +54,7 @@ bool WritePortsFile(const std::string& dir, const std::vector<std::string>& port
   return ok && ::rename(tmp.c_str(), dst.c_str()) == 0;
 }
 
-// Connections and file LUNs (two descriptors per lane, FileStoreOptions) take descriptors: the
+// Connections and file LUNs take descriptors: the
 // soft limit (often 1024) is raised to the hard one, as servers with many sockets do.
 void RaiseOpenFileLimit() {
   struct rlimit lim {};

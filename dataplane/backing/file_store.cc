@@ -4,13 +4,13 @@
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/random_access_file.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cerrno>
 #include <mutex>
@@ -29,14 +29,8 @@ Status OpenError(const std::string& path, std::string_view what, int err) {
   return IoError("file store " + path + ": " + std::string(what) + ": " + ErrnoText(err));
 }
 
-// Maps an Asio error to a positive errno for IoCompletion. Non-system errors (end of file while
-// the range is inside size_bytes, i.e. the file shrank under us) become EIO.
-int ToErrno(const boost::system::error_code& ec) {
-  if (ec.category() == boost::system::system_category() && ec.value() > 0) return ec.value();
-  return EIO;
-}
-
-// fdatasync must not run on a reactor; this pool is shared by every file store of the process.
+// The calls io_uring lacks must not run on a reactor; this pool is shared by every file store of
+// the process.
 asio::thread_pool& SyncPool() {
   static asio::thread_pool pool(2);
   return pool;
@@ -71,11 +65,13 @@ int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
   return 0;
 }
 
-int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf) {
+// pwrite with RWF_DSYNC when fua: the data is stable when it returns.
+int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf, bool fua) {
   size_t done = 0;
   while (done < buf.size()) {
+    iovec iov{const_cast<uint8_t*>(buf.data() + done), buf.size() - done};
     const ssize_t n =
-        ::pwrite(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
+        ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset + done), fua ? RWF_DSYNC : 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
     if (n == 0) return EIO;
@@ -84,84 +80,56 @@ int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf) {
   return 0;
 }
 
+// Punches a hole, or zeroes the range on a file system without holes: either way it reads as zeros
+// afterwards, which is what an unmapped block must read as (LBPRZ=1).
+constexpr int kPunch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+constexpr int kZero = FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+
+int Deallocate(int fd, uint64_t offset, uint64_t len) {
+  auto run = [&](int mode) {
+    return ::fallocate(fd, mode, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0 ? 0
+                                                                                           : errno;
+  };
+  const int err = run(kPunch);
+  return err == EOPNOTSUPP ? run(kZero) : err;
+}
+
+// One ring submission moves at most this much; a longer range is resubmitted in pieces.
+constexpr size_t kMaxPiece = size_t{1} << 30;
+
 }  // namespace
 
-// One descriptor pair of a slot. Asio runs at most one read and one write at a time per file
-// object (later ones wait in its queue), so a slot spreads its calls over lanes.
-struct FileStore::Lane {
-  explicit Lane(asio::io_context& ioc) : file(ioc), dsync_file(ioc) {}
-  asio::random_access_file file;        // plain writes and reads
-  asio::random_access_file dsync_file;  // O_DSYNC: FUA writes (closed when read-only)
-  uint32_t reads = 0;                   // in flight; reactor thread only
-  uint32_t writes = 0;
+// One operation in flight: its ring record and what it needs to resubmit and to finish.
+struct FileStore::Op : runtime::FileRing::Op {
+  enum class Kind : uint8_t { kRead, kWrite, kSync, kUnmap };
+  FileStore* store = nullptr;
+  Slot* slot = nullptr;
+  Kind kind = Kind::kRead;
+  bool fua = false;
+  bool gated = false;  // holds the gate shared (writes and unmaps)
+  int mode = 0;        // fallocate mode
+  uint64_t offset = 0;
+  uint8_t* data = nullptr;  // const for writes: the ring only reads it
+  uint64_t len = 0;
+  uint64_t done_bytes = 0;
+  IoCompletion done;
+  Op* next_free = nullptr;
 };
 
 struct FileStore::Slot {
-  explicit Slot(asio::io_context& ioc) : ioc(&ioc) {}
+  Slot(asio::io_context& ioc, runtime::FileRing& ring, unsigned index)
+      : ioc(&ioc), ring(&ring), index(index) {}
   asio::io_context* ioc;
-  std::vector<std::unique_ptr<Lane>> lanes;  // reserved to the maximum at open: never moves
-  uint32_t next = 0;                         // round robin once every lane is busy
+  runtime::FileRing* ring;
+  unsigned index;
+  std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
+  Op* free = nullptr;
+  uint32_t records = 0;
+  uint32_t in_flight = 0;
 };
 
 namespace {
-
-// Reads [offset, offset+len) in as many async_read_some_at calls as it takes. Copied into each
-// Asio operation (Asio recycles the handler memory), so there is no separate allocation.
-struct ReadOp {
-  asio::random_access_file* file;
-  uint32_t* in_flight;  // the lane's count of reads, held until the whole range is read
-  uint64_t offset;
-  uint8_t* data;
-  size_t len;
-  size_t done_bytes;
-  IoCompletion done;
-
-  void Start() {
-    file->async_read_some_at(offset + done_bytes, asio::buffer(data + done_bytes, len - done_bytes),
-                             std::move(*this));
-  }
-  void operator()(const boost::system::error_code& ec, size_t n) {
-    done_bytes += n;
-    if (ec) return Finish(ToErrno(ec));
-    if (n == 0) return Finish(EIO);
-    if (done_bytes == len) return Finish(0);
-    Start();
-  }
-  void Finish(int err) {
-    --*in_flight;
-    done(err);
-  }
-};
-
-struct WriteOp {
-  asio::random_access_file* file;
-  uint32_t* in_flight;  // the lane's count of writes
-  uint64_t offset;
-  const uint8_t* data;
-  size_t len;
-  size_t done_bytes;
-  IoCompletion done;
-  WriteGate* gate;  // entered (shared) by the caller; left once the data has landed
-  unsigned slot;
-
-  void Start() {
-    file->async_write_some_at(offset + done_bytes,
-                              asio::buffer(data + done_bytes, len - done_bytes), std::move(*this));
-  }
-  void operator()(const boost::system::error_code& ec, size_t n) {
-    done_bytes += n;
-    if (ec) return Finish(ToErrno(ec));
-    if (n == 0) return Finish(EIO);
-    if (done_bytes == len) return Finish(0);
-    Start();
-  }
-  void Finish(int err) {
-    --*in_flight;
-    gate->ExitShared(slot);
-    done(err);
-  }
-};
-
+constexpr uint32_t kOpChunk = 64;
 }  // namespace
 
 Result<std::unique_ptr<FileStore>> FileStore::Open(
@@ -169,7 +137,6 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   const std::string& path = options.path;
   if (path.empty()) return InvalidArgument("file store: path is empty");
   if (slots.empty()) return InvalidArgument("file store " + path + ": no reactor io_context given");
-  if (options.lanes_per_slot == 0) return InvalidArgument("file store " + path + ": no lanes");
   for (auto* ioc : slots) {
     if (ioc == nullptr) return InvalidArgument("file store " + path + ": null io_context");
   }
@@ -217,65 +184,25 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
                                 " bytes, smaller than size_bytes " + std::to_string(size)));
   }
 
-  // The O_DSYNC descriptor is reopened through /proc so that it names the same inode even if the
-  // path was renamed since the open above.
-  int dsync_raw = -1;
-  if (!options.read_only) {
-    const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
-    dsync_raw = ::open(self.c_str(), O_RDWR | O_DSYNC | O_CLOEXEC);
-    if (dsync_raw < 0) dsync_raw = ::open(path.c_str(), O_RDWR | O_DSYNC | O_CLOEXEC);
-    if (dsync_raw < 0) return fail(OpenError(path, "open O_DSYNC", errno));
+  std::vector<runtime::FileRing*> rings;
+  for (auto* ioc : slots) {
+    runtime::FileRing& ring = runtime::FileRing::For(*ioc);
+    if (!ring.error().empty()) {
+      return fail(IoError("file store " + path + ": " + ring.error()));
+    }
+    rings.push_back(&ring);
   }
-  Fd dsync(dsync_raw);
 
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
-  store->dsync_fd_ = dsync.release();
-  store->max_lanes_ = options.lanes_per_slot;
-  for (auto* ioc : slots) {
-    auto slot = std::make_unique<Slot>(*ioc);
-    slot->lanes.reserve(options.lanes_per_slot);
-    if (int err = store->AddLane(*slot); err != 0) return fail(OpenError(path, "dup", err));
-    store->slots_.push_back(std::move(slot));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    store->slots_.push_back(std::make_unique<Slot>(*slots[i], *rings[i], static_cast<unsigned>(i)));
   }
   return store;
 }
 
 FileStore::FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd)
     : path_(std::move(path)), size_bytes_(size_bytes), read_only_(read_only), fd_(fd) {}
-
-int FileStore::AddLane(Slot& slot) {
-  auto lane = std::make_unique<Lane>(*slot.ioc);
-  // Each file object owns a dup of the descriptor (Asio closes what it owns).
-  auto assign = [](asio::random_access_file& f, int from) {
-    const int d = ::dup(from);
-    if (d < 0) return errno;
-    boost::system::error_code ec;
-    f.assign(d, ec);
-    if (ec) {
-      ::close(d);
-      return ToErrno(ec);
-    }
-    return 0;
-  };
-  if (int err = assign(lane->file, fd_); err != 0) return err;
-  if (dsync_fd_ >= 0) {
-    if (int err = assign(lane->dsync_file, dsync_fd_); err != 0) return err;
-  }
-  slot.lanes.push_back(std::move(lane));
-  return 0;
-}
-
-// A lane with no call of this kind in flight; a new lane while there are fewer than max_lanes_
-// (once per lane in the store's life: descriptors and a small object, not per I/O); otherwise the
-// next lane round robin, behind the call it runs.
-FileStore::Lane& FileStore::PickLane(Slot& slot, bool write) {
-  for (auto& l : slot.lanes) {
-    if ((write ? l->writes : l->reads) == 0) return *l;
-  }
-  if (slot.lanes.size() < max_lanes_ && AddLane(slot) == 0) return *slot.lanes.back();
-  return *slot.lanes[slot.next++ % slot.lanes.size()];
-}
 
 uint64_t FileStore::allocated_bytes() const {
   if (!regular_file_) return size_bytes();
@@ -304,13 +231,105 @@ int FileStore::Grow(uint64_t new_size_bytes) {
 }
 
 FileStore::~FileStore() {
-  slots_.clear();  // closes the per-lane descriptors
-  if (dsync_fd_ >= 0) ::close(dsync_fd_);
+  slots_.clear();
   ::close(fd_);
 }
 
-size_t FileStore::lanes(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->lanes.size() : 0;
+uint32_t FileStore::in_flight(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->in_flight : 0;
+}
+
+uint32_t FileStore::op_records(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->records : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ring operations.
+
+// A free record; a new chunk of them only when every record is in flight (once per new high of
+// the slot's depth in the store's life, never per I/O).
+FileStore::Op* FileStore::TakeOp(Slot& slot) {
+  if (slot.free == nullptr) {
+    auto chunk = std::make_unique<Op[]>(kOpChunk);
+    for (uint32_t i = 0; i < kOpChunk; ++i) {
+      chunk[i].next_free = slot.free;
+      slot.free = &chunk[i];
+    }
+    slot.chunks.push_back(std::move(chunk));
+    slot.records += kOpChunk;
+  }
+  Op* op = slot.free;
+  slot.free = op->next_free;
+  *op = Op{};
+  op->complete = &FileStore::Complete;
+  op->store = this;
+  op->slot = &slot;
+  ++slot.in_flight;
+  return op;
+}
+
+void FileStore::Issue(Op* op) {
+  io_uring_sqe* sqe = op->slot->ring->Prepare(op);
+  if (sqe == nullptr) return Finish(op, EAGAIN);
+  const size_t piece = std::min<uint64_t>(op->len - op->done_bytes, kMaxPiece);
+  switch (op->kind) {
+    case Op::Kind::kRead:
+      io_uring_prep_read(sqe, fd_, op->data + op->done_bytes, static_cast<unsigned>(piece),
+                         op->offset + op->done_bytes);
+      break;
+    case Op::Kind::kWrite:
+      io_uring_prep_write(sqe, fd_, op->data + op->done_bytes, static_cast<unsigned>(piece),
+                          op->offset + op->done_bytes);
+      if (op->fua) sqe->rw_flags = RWF_DSYNC;
+      break;
+    case Op::Kind::kSync:
+      io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC);
+      break;
+    case Op::Kind::kUnmap:
+      io_uring_prep_fallocate(sqe, fd_, op->mode, static_cast<off_t>(op->offset),
+                              static_cast<off_t>(op->len));
+      break;
+  }
+}
+
+void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {
+  Op* op = static_cast<Op*>(ring_op);
+  FileStore* self = op->store;
+  if (res < 0) {
+    if (op->kind == Op::Kind::kUnmap && res == -EOPNOTSUPP && op->mode == kPunch) {
+      op->mode = kZero;  // no holes on this file system: zeroes instead
+      return self->Issue(op);
+    }
+    return self->Finish(op, -res);
+  }
+  if (op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite) {
+    // 0 bytes: end of file inside size_bytes (the file shrank under us).
+    if (res == 0) return self->Finish(op, EIO);
+    op->done_bytes += static_cast<uint64_t>(res);
+    if (op->done_bytes < op->len) return self->Issue(op);
+  }
+  self->Finish(op, 0);
+}
+
+void FileStore::Finish(Op* op, int err) {
+  Slot& slot = *op->slot;
+  if (op->gated) gate_.ExitShared(slot.index);
+  const IoCompletion done = op->done;
+  op->next_free = slot.free;
+  slot.free = op;
+  --slot.in_flight;
+  done(err);
+}
+
+void FileStore::RunBehindGate(Slot& slot, std::function<int()> fn, IoCompletion done) {
+  asio::post(SyncPool(), [this, fn = std::move(fn), ioc = slot.ioc, done] {
+    int err = 0;
+    {
+      std::lock_guard<std::mutex> lock(gate_.mutex());
+      err = fn();
+    }
+    asio::post(*ioc, [done, err] { done(err); });
+  });
 }
 
 void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
@@ -320,9 +339,13 @@ void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoC
     asio::post(*s.ioc, [done] { done(0); });
     return;
   }
-  Lane& lane = PickLane(s, false);
-  ++lane.reads;
-  ReadOp{&lane.file, &lane.reads, offset, buf.data(), buf.size(), 0, done}.Start();
+  Op* op = TakeOp(s);
+  op->kind = Op::Kind::kRead;
+  op->offset = offset;
+  op->data = buf.data();
+  op->len = buf.size();
+  op->done = done;
+  Issue(op);
 }
 
 void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
@@ -335,70 +358,53 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
     return;
   }
   if (!gate_.TryEnterShared(slot)) {
-    // An exclusive operation (ReadModifyWrite, Unmap) is active: write on the pool behind it.
-    const int fd = fua ? dsync_fd_ : fd_;
-    asio::post(SyncPool(), [this, fd, offset, buf, ioc = s.ioc, done] {
-      int err = 0;
-      {
-        std::lock_guard<std::mutex> lock(gate_.mutex());
-        err = PwriteAll(fd, offset, buf);
-      }
-      asio::post(*ioc, [done, err] { done(err); });
-    });
-    return;
+    // A ReadModifyWrite is active: write on the pool behind it.
+    return RunBehindGate(
+        s, [fd = fd_, offset, buf, fua] { return PwriteAll(fd, offset, buf, fua); }, done);
   }
-  Lane& lane = PickLane(s, true);
-  ++lane.writes;
-  WriteOp{fua ? &lane.dsync_file : &lane.file,
-          &lane.writes,
-          offset,
-          buf.data(),
-          buf.size(),
-          0,
-          done,
-          &gate_,
-          slot}
-      .Start();
+  Op* op = TakeOp(s);
+  op->kind = Op::Kind::kWrite;
+  op->gated = true;
+  op->fua = fua;
+  op->offset = offset;
+  op->data = const_cast<uint8_t*>(buf.data());
+  op->len = buf.size();
+  op->done = done;
+  Issue(op);
 }
 
 void FileStore::Flush(unsigned slot, IoCompletion done) {
   if (slot >= slots_.size()) return done(EINVAL);
-  asio::io_context* ioc = slots_[slot]->ioc;
-  asio::post(SyncPool(), [fd = fd_, ioc, done] {
-    const int err = ::fdatasync(fd) == 0 ? 0 : errno;
-    asio::post(*ioc, [done, err] { done(err); });
-  });
+  Op* op = TakeOp(*slots_[slot]);
+  op->kind = Op::Kind::kSync;
+  op->done = done;
+  Issue(op);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Provisioning and read-modify-write: blocking calls on the pool, completions posted to the slot.
 
 void FileStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
   if (slot >= slots_.size()) return done(EINVAL);
-  asio::io_context* ioc = slots_[slot]->ioc;
-  if (read_only_ || !regular_file_) {
-    const int err = read_only_ ? EROFS : ENOTSUP;
-    asio::post(*ioc, [done, err] { done(err); });
+  Slot& s = *slots_[slot];
+  if (read_only_ || !regular_file_ || len == 0) {
+    const int err = read_only_ ? EROFS : !regular_file_ ? ENOTSUP : 0;
+    asio::post(*s.ioc, [done, err] { done(err); });
     return;
   }
-  asio::post(SyncPool(), [this, offset, len, ioc, done] {
-    gate_.LockExclusive();
-    // KEEP_SIZE: the file keeps its length; the hole reads as zeros (fallocate(2)).
-    int err = ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                          static_cast<off_t>(offset), static_cast<off_t>(len)) == 0
-                  ? 0
-                  : errno;
-    if (err == EOPNOTSUPP) {
-      // A file system without holes: zeros are what an unmapped block must read as (LBPRZ=1).
-      err = ::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                        static_cast<off_t>(len)) == 0
-                ? 0
-                : errno;
-    }
-    gate_.UnlockExclusive();
-    asio::post(*ioc, [done, err] { done(err); });
-  });
+  if (!gate_.TryEnterShared(slot)) {
+    return RunBehindGate(
+        s, [fd = fd_, offset, len] { return Deallocate(fd, offset, len); }, done);
+  }
+  Op* op = TakeOp(s);
+  op->kind = Op::Kind::kUnmap;
+  op->gated = true;
+  op->mode = kPunch;
+  op->offset = offset;
+  op->len = len;
+  op->done = done;
+  Issue(op);
 }
+
+// ---------------------------------------------------------------------------------------------
+// On the pool: calls io_uring lacks, and read-modify-write, which must hold the gate exclusively.
 
 void FileStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                                 IoCompletion done) {
@@ -439,13 +445,12 @@ void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_
     asio::post(*ioc, [done] { done(EROFS); });
     return;
   }
-  const int fd = fua ? dsync_fd_ : fd_;
-  asio::post(SyncPool(), [this, fd, offset, scratch, modify, ioc, done] {
+  asio::post(SyncPool(), [this, fua, offset, scratch, modify, ioc, done] {
     gate_.LockExclusive();
     int err = PreadAll(fd_, offset, scratch);
     if (err == 0) {
       const std::span<const uint8_t> out = modify.fn(modify.ctx, scratch);
-      if (!out.empty()) err = PwriteAll(fd, offset, out.first(scratch.size()));
+      if (!out.empty()) err = PwriteAll(fd_, offset, out.first(scratch.size()), fua);
     }
     gate_.UnlockExclusive();
     asio::post(*ioc, [done, err] { done(err); });

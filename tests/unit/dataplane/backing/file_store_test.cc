@@ -9,9 +9,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "dataplane/runtime/file_ring.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -153,16 +156,14 @@ TEST_F(FileStoreTest, MultipleSlotsEachCompleteOnTheirOwnContext) {
   EXPECT_EQ(w.err, 0);
 }
 
-// Concurrent calls on one slot spread over lanes (Asio runs one read and one write at a time per
-// file object): a lane is added only while every lane is busy, never past lanes_per_slot, and
-// every call still lands its own data.
-TEST_F(FileStoreTest, ConcurrentCallsOpenLanesUpToTheLimit) {
-  FileStoreOptions o{path_, 4 << 20, false};
-  o.lanes_per_slot = 6;
-  auto opened = FileStore::Open(o, {&ioc_});
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto store = std::move(opened).value();
-  EXPECT_EQ(store->lanes(0), 1u);  // an idle LUN holds one lane
+// Each call is its own ring operation: calls made in one reactor turn reach the kernel together,
+// in one submission, and each lands its own data. Their records come from a free list that grows
+// only with the depth, never per call.
+TEST_F(FileStoreTest, ConcurrentCallsReachTheKernelInOneSubmission) {
+  auto store = OpenOrDie(4 << 20);
+  ASSERT_NE(store, nullptr);
+  runtime::FileRing& ring = runtime::FileRing::For(ioc_);
+  EXPECT_EQ(store->op_records(0), 0u);  // an idle LUN holds none
 
   constexpr int kCalls = 16;
   std::vector<std::vector<uint8_t>> data;
@@ -171,29 +172,61 @@ TEST_F(FileStoreTest, ConcurrentCallsOpenLanesUpToTheLimit) {
   for (int i = 0; i < kCalls; ++i) {
     store->Write(0, uint64_t(i) * 8192, data[i], /*fua=*/i % 2 == 1, Record(&writes[i]));
   }
-  EXPECT_EQ(store->lanes(0), 6u);  // 16 writes in flight: every lane busy, capped at 6
+  EXPECT_EQ(store->in_flight(0), uint32_t{kCalls});
+  uint64_t before = ring.submitted();
+  EXPECT_EQ(ioc_.poll_one(), 1u);  // the turn's submission
+  EXPECT_EQ(ring.submitted() - before, uint64_t{kCalls});
   for (auto& w : writes) {
     Wait(w);
     EXPECT_EQ(w.err, 0);
   }
+  EXPECT_EQ(store->in_flight(0), 0u);
+
   std::vector<std::vector<uint8_t>> back(kCalls, std::vector<uint8_t>(8192));
   std::vector<Result> reads(kCalls);
   for (int i = 0; i < kCalls; ++i) store->Read(0, uint64_t(i) * 8192, back[i], Record(&reads[i]));
-  EXPECT_EQ(store->lanes(0), 6u);  // lanes stay; reads reuse them
   for (int i = 0; i < kCalls; ++i) {
     Wait(reads[i]);
     EXPECT_EQ(reads[i].err, 0);
     EXPECT_EQ(back[i], data[i]) << "block " << i;
   }
+  const uint32_t records = store->op_records(0);
+  EXPECT_GE(records, uint32_t{kCalls});
 
-  // Once idle, a single call takes an idle lane rather than opening another.
-  Result one;
-  store->Read(0, 0, back[0], Record(&one));
-  Wait(one);
-  EXPECT_EQ(store->lanes(0), 6u);
+  // Deeper than ever before: more records; the same depth again: none.
+  constexpr int kDeep = 200;
+  std::vector<uint8_t> sink(kDeep * 512);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Result> r(kDeep);
+    for (int i = 0; i < kDeep; ++i) {
+      store->Read(0, uint64_t(i) * 512, std::span(sink).subspan(i * 512, 512), Record(&r[i]));
+    }
+    EXPECT_EQ(store->in_flight(0), uint32_t{kDeep});
+    for (auto& x : r) {
+      Wait(x);
+      EXPECT_EQ(x.err, 0);
+    }
+    EXPECT_GE(store->op_records(0), uint32_t{kDeep});
+    if (round == 0) before = store->op_records(0);
+  }
+  EXPECT_EQ(store->op_records(0), before);
+  EXPECT_GT(before, records);
+}
 
-  o.lanes_per_slot = 0;
-  EXPECT_FALSE(FileStore::Open(o, {&ioc_}).ok());
+// The ring waits for completions only while something is in flight: once the I/O is done the
+// reactor's io_context runs out of work and run() returns, which is how a reactor stops.
+TEST_F(FileStoreTest, AnIdleStoreLetsItsReactorStop) {
+  auto store = OpenOrDie(1 << 20);
+  ASSERT_NE(store, nullptr);
+  auto data = Pattern(4096, 7);
+  Result w;
+  store->Write(0, 0, data, /*fua=*/true, Record(&w));
+  auto finished = std::async(std::launch::async, [this] { return ioc_.run(); });
+  const bool stopped = finished.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!stopped) ioc_.stop();
+  EXPECT_TRUE(stopped) << "the io_context kept running with nothing in flight";
+  EXPECT_EQ(w.calls, 1);
+  EXPECT_EQ(w.err, 0);
 }
 
 TEST_F(FileStoreTest, ReadOnlyRefusesWrites) {

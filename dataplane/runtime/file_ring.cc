@@ -1,0 +1,150 @@
+#include "dataplane/runtime/file_ring.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+
+namespace iscsigw::runtime {
+
+boost::asio::execution_context::id FileRing::id;
+
+namespace {
+// Completions handled per wake-up before the reactor turns to its sockets again.
+constexpr unsigned kReapBatch = 4 * FileRing::kEntries;
+}  // namespace
+
+FileRing& FileRing::For(boost::asio::io_context& ioc) {
+  return boost::asio::use_service<FileRing>(ioc);
+}
+
+FileRing::FileRing(boost::asio::io_context& ioc)
+    : boost::asio::execution_context::service(ioc), ioc_(ioc), event_(ioc) {
+  io_uring_params params{};
+  // Room for the completions of several full submission queues before the kernel has to queue
+  // overflow.
+  params.flags = IORING_SETUP_CQSIZE;
+  params.cq_entries = 4 * kEntries;
+  if (int rc = io_uring_queue_init_params(kEntries, &ring_, &params); rc < 0) {
+    error_ = std::string("io_uring_setup: ") + std::strerror(-rc);
+    return;
+  }
+  ring_ok_ = true;
+  if (!(params.features & IORING_FEAT_NODROP)) {
+    error_ = "io_uring: this kernel may drop completions (no IORING_FEAT_NODROP; Linux 5.5+)";
+    return;
+  }
+  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (event_fd_ < 0) {
+    error_ = std::string("eventfd: ") + std::strerror(errno);
+    return;
+  }
+  boost::system::error_code ec;
+  event_.assign(event_fd_, ec);
+  if (ec) {
+    ::close(event_fd_);
+    event_fd_ = -1;
+    error_ = "eventfd: " + ec.message();
+    return;
+  }
+  if (int rc = io_uring_register_eventfd(&ring_, event_fd_); rc < 0) {
+    error_ = std::string("io_uring_register_eventfd: ") + std::strerror(-rc);
+    return;
+  }
+}
+
+FileRing::~FileRing() {
+  if (ring_ok_) io_uring_queue_exit(&ring_);
+}
+
+void FileRing::shutdown() {
+  shut_down_ = true;
+  boost::system::error_code ignored;
+  event_.close(ignored);  // the pending wait is cancelled; its handler is destroyed, not run
+}
+
+io_uring_sqe* FileRing::Prepare(Op* op) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) {
+    Submit();  // the submission queue is full: hand this turn's entries over now
+    sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) return nullptr;
+  }
+  // Zeroed, so that no field of an earlier use survives the caller's io_uring_prep_*; those
+  // helpers leave user_data alone, so it can be set first.
+  std::memset(sqe, 0, sizeof(*sqe));
+  io_uring_sqe_set_data(sqe, op);
+  ++unsubmitted_;
+  ++prepared_;
+  if (!armed_) Arm();
+  ScheduleSubmit();
+  return sqe;
+}
+
+void FileRing::ScheduleSubmit() {
+  if (submit_scheduled_) return;
+  submit_scheduled_ = true;
+  boost::asio::post(ioc_, [this] {
+    submit_scheduled_ = false;
+    Submit();
+    // Reads served from the page cache complete inside io_uring_enter: run them now rather than
+    // after a trip through the eventfd. Safe here, on a handler of its own, not inside a store
+    // call.
+    Reap();
+  });
+}
+
+void FileRing::Submit() {
+  if (unsubmitted_ == 0) return;
+  const int rc = io_uring_submit(&ring_);
+  if (rc >= 0) {
+    submitted_ += static_cast<unsigned>(rc);
+    unsubmitted_ -= std::min<unsigned>(unsubmitted_, static_cast<unsigned>(rc));
+  }
+  // EAGAIN/EBUSY (the kernel is short of memory for requests or overflow): try again next turn.
+  if (unsubmitted_ > 0) ScheduleSubmit();
+}
+
+// The eventfd is waited on only while operations are in flight: a pending wait is work for the
+// io_context, and an idle ring must not keep its reactor from stopping.
+void FileRing::Arm() {
+  armed_ = true;
+  event_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                    [this](const boost::system::error_code&) {
+                      armed_ = false;
+                      // Cancelled when the ring went idle (or closed at shutdown): nothing to do,
+                      // unless operations started again since.
+                      if (shut_down_ || in_flight() == 0) return;
+                      // Armed again before the completion queue is drained: a completion posted
+                      // after the drain signals the eventfd while this wait is queued, so none is
+                      // left behind.
+                      Arm();
+                      Reap();
+                    });
+}
+
+void FileRing::Reap() {
+  uint64_t signals = 0;
+  if (event_fd_ >= 0) (void)!::read(event_fd_, &signals, sizeof(signals));
+  unsigned n = 0;
+  io_uring_cqe* cqe = nullptr;
+  while (n < kReapBatch && io_uring_peek_cqe(&ring_, &cqe) == 0) {
+    auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+    const int32_t res = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    ++completed_;
+    ++n;
+    op->complete(op, res);
+  }
+  // More waiting: they signalled before the eventfd was read, so no wake-up will come for them.
+  if (n == kReapBatch) {
+    boost::asio::post(ioc_, [this] { Reap(); });
+  } else if (in_flight() == 0 && armed_) {
+    boost::system::error_code ignored;
+    event_.cancel(ignored);
+  }
+}
+
+}  // namespace iscsigw::runtime
