@@ -40,8 +40,9 @@ class BackingStore {
 
   // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
   // The SCSI layer builds UNMAP, WRITE SAME with UNMAP, GET LBA STATUS, COMPARE AND WRITE and
-  // ORWRITE on these. Unmap and ReadModifyWrite are atomic with respect to every Write of the store
-  // from any slot (a write lands entirely before or entirely after them).
+  // ORWRITE on these. ReadModifyWrite is atomic with respect to every Write and Unmap of the store
+  // from any slot (they land entirely before or entirely after it). An Unmap and a Write of
+  // overlapping ranges that are in flight together leave each block either written or zero.
 
   // True when Unmap deallocates storage (thin provisioning: LBPME=1). Unmapped ranges always read
   // back as zeros (LBPRZ=1).
