@@ -1,13 +1,17 @@
 #include "dataplane/iscsi/connection.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <climits>
 #include <cstring>
+#include <system_error>
 
 #include "dataplane/base/log.h"
 #include "dataplane/iscsi/session.h"
@@ -178,11 +182,16 @@ asio::awaitable<void> Connection::ReadLoop() {
     Flush();
     // Backpressure: while the send side is full of control PDUs, wait for it to drain before
     // parsing (and reading) more.
+    // (Flush may have drained it already: a batch the socket takes at once is finished inline.)
+    auto drained = [this] {
+      return control_free_.size() >= 4 || control_storage_.size() < kMaxControlPdus;
+    };
     while (ok && (paused_ || held_) && !closed_) {
-      wake_.expires_after(std::chrono::seconds(1));
-      co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (paused_ && (control_free_.size() >= 4 || control_storage_.size() < kMaxControlPdus)) {
-        paused_ = false;
+      if (paused_ && drained()) paused_ = false;
+      if (paused_ || held_) {
+        wake_.expires_after(std::chrono::seconds(1));
+        co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (paused_ && drained()) paused_ = false;
       }
       if (!paused_ && !held_ && !closed_) {
         ok = ParseBuffered();
@@ -853,7 +862,8 @@ void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
   }
   c->CountCommand(t);
   c->QueueTaskResponse(t);
-  if (was_async) c->Flush();
+  // Completions from the store arrive in batches (a ring's reap): one send for all of them.
+  if (was_async) c->FlushSoon();
 }
 
 void Connection::CountCommand(const Task* t) {
@@ -1345,8 +1355,12 @@ uint8_t* Connection::AddHeader(bool digest) {
   return slot;
 }
 
+namespace {
+iovec Iov(const void* p, size_t len) { return iovec{const_cast<void*>(p), len}; }
+}  // namespace
+
 void Connection::AddData(const uint8_t* p, uint32_t len) {
-  if (len > 0) bufs_.emplace_back(p, len);
+  if (len > 0) bufs_.push_back(Iov(p, len));
 }
 
 void Connection::FinishData(uint32_t len, uint32_t crc, bool digest) {
@@ -1354,34 +1368,24 @@ void Connection::FinishData(uint32_t len, uint32_t crc, bool digest) {
   // last one added.
   const uint32_t pad = pdu::PadLength(len);
   if (pad) {
-    bufs_.emplace_back(kZeroPad, pad);
+    bufs_.push_back(Iov(kZeroPad, pad));
     if (digest) crc = pdu::Crc32cUpdate(crc, kZeroPad, pad);
   }
   if (digest && len > 0) {
     uint8_t* d = digest_slots_[n_hdrs_ - 1].data();
     pdu::StoreDigest(d, pdu::Crc32cFinish(crc));
-    bufs_.emplace_back(d, pdu::kDigestLength);
+    bufs_.push_back(Iov(d, pdu::kDigestLength));
   }
 }
 
 namespace {
-// A ConstBufferSequence over a range of const_buffer that is cheap to copy.
-struct BufferView {
-  using value_type = asio::const_buffer;
-  using const_iterator = const asio::const_buffer*;
-  const asio::const_buffer* first;
-  const asio::const_buffer* last;
-  const_iterator begin() const { return first; }
-  const_iterator end() const { return last; }
-};
-
 // Pushes a finished 48-byte header at slot into the batch, with a header digest when asked.
-void PushHeader(std::vector<asio::const_buffer>& bufs, uint8_t* slot, bool digest) {
+void PushHeader(std::vector<iovec>& bufs, uint8_t* slot, bool digest) {
   if (digest) {
     pdu::StoreDigest(slot + pdu::kBhsLength, pdu::Crc32c(slot, pdu::kBhsLength));
-    bufs.emplace_back(slot, pdu::kBhsLength + pdu::kDigestLength);
+    bufs.push_back(Iov(slot, pdu::kBhsLength + pdu::kDigestLength));
   } else {
-    bufs.emplace_back(slot, pdu::kBhsLength);
+    bufs.push_back(Iov(slot, pdu::kBhsLength));
   }
 }
 }  // namespace
@@ -1545,35 +1549,97 @@ bool Connection::EmitTask(Task* t) {
   return true;
 }
 
+// The writer: a batch of PDUs (up to kMaxBatchHeaders) goes to the kernel straight away, in as
+// few sendmsg calls as it takes; the reactor waits for writability only when the socket's send
+// buffer is full.
 void Connection::Flush() {
-  if (writing_ || closed_ || tx_head_ == nullptr) return;
-  bufs_.clear();
-  sent_.clear();
-  n_hdrs_ = 0;
-  while (tx_head_ != nullptr && n_hdrs_ < kMaxBatchHeaders) {
-    TxItem* item = tx_head_;
-    const bool done = item->kind == TxItem::Kind::kControl
-                          ? EmitControl(static_cast<ControlPdu*>(item))
-                          : EmitTask(static_cast<Task*>(item));
-    if (!done) break;
-    tx_head_ = item->tx_next;
-    if (tx_head_ == nullptr) tx_tail_ = nullptr;
-    item->tx_queued = false;
-    item->tx_next = nullptr;
-    sent_.push_back(item);
+  while (!writing_ && !closed_ && tx_head_ != nullptr) {
+    bufs_.clear();
+    send_pos_ = 0;
+    sent_.clear();
+    n_hdrs_ = 0;
+    while (tx_head_ != nullptr && n_hdrs_ < kMaxBatchHeaders) {
+      TxItem* item = tx_head_;
+      const bool done = item->kind == TxItem::Kind::kControl
+                            ? EmitControl(static_cast<ControlPdu*>(item))
+                            : EmitTask(static_cast<Task*>(item));
+      if (!done) break;
+      tx_head_ = item->tx_next;
+      if (tx_head_ == nullptr) tx_tail_ = nullptr;
+      item->tx_queued = false;
+      item->tx_next = nullptr;
+      sent_.push_back(item);
+    }
+    if (bufs_.empty()) {
+      if (!FinishBatch(0)) return;
+      continue;
+    }
+    writing_ = true;
+    const int err = SendBatch();
+    if (err == EAGAIN) {
+      socket_.async_wait(asio::ip::tcp::socket::wait_write,
+                         [self = shared_from_this()](const boost::system::error_code& ec) {
+                           self->OnWritable(ec);
+                         });
+      return;
+    }
+    writing_ = false;
+    if (!FinishBatch(err)) return;
   }
-  if (bufs_.empty()) return;
-  writing_ = true;
-  auto self = shared_from_this();
-  // The write operation keeps a copy of its buffer sequence: hand it a two-pointer view of bufs_
-  // (which stays untouched until OnWritten) rather than the vector, whose copy would allocate.
-  asio::async_write(socket_, BufferView{bufs_.data(), bufs_.data() + bufs_.size()},
-                    [self](const boost::system::error_code& ec, size_t) { self->OnWritten(ec); });
 }
 
-void Connection::OnWritten(const boost::system::error_code& ec) {
-  writing_ = false;
+void Connection::FlushSoon() {
+  if (flush_posted_ || closed_) return;
+  flush_posted_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->flush_posted_ = false;
+    self->Flush();
+  });
+}
+
+int Connection::SendBatch() {
+  const int fd = socket_.native_handle();
+  while (send_pos_ < bufs_.size()) {
+    msghdr m{};
+    m.msg_iov = bufs_.data() + send_pos_;
+    m.msg_iovlen = std::min<size_t>(bufs_.size() - send_pos_, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EWOULDBLOCK ? EAGAIN : errno;
+    }
+    // Skip what went; a partly sent iovec keeps its rest.
+    size_t left = static_cast<size_t>(n);
+    while (left > 0 && send_pos_ < bufs_.size()) {
+      iovec& v = bufs_[send_pos_];
+      if (left < v.iov_len) {
+        v.iov_base = static_cast<uint8_t*>(v.iov_base) + left;
+        v.iov_len -= left;
+        break;
+      }
+      left -= v.iov_len;
+      ++send_pos_;
+    }
+  }
+  return 0;
+}
+
+void Connection::OnWritable(const boost::system::error_code& ec) {
   if (closed_) return;
+  const int err = ec ? (ec.value() > 0 ? ec.value() : EIO) : SendBatch();
+  if (err == EAGAIN) {
+    socket_.async_wait(
+        asio::ip::tcp::socket::wait_write,
+        [self = shared_from_this()](const boost::system::error_code& e) { self->OnWritable(e); });
+    return;
+  }
+  writing_ = false;
+  if (!FinishBatch(err)) return;
+  if (paused_) wake_.cancel();
+  Flush();
+}
+
+bool Connection::FinishBatch(int err) {
   bool close = close_after_write_;
   for (TxItem* item : sent_) {
     if (item->kind == TxItem::Kind::kControl) {
@@ -1589,18 +1655,17 @@ void Connection::OnWritten(const boost::system::error_code& ec) {
     }
   }
   sent_.clear();
-  if (ec) {
+  if (err != 0) {
     ISCSIGW_LOG_CONN(log::Iscsi(), spdlog::level::debug, LogCtx(), "write to {} failed: {}", peer_,
-                     ec.message());
+                     std::error_code(err, std::system_category()).message());
     Close();
-    return;
+    return false;
   }
   if (close) {
     Close();
-    return;
+    return false;
   }
-  if (paused_) wake_.cancel();
-  Flush();
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@
 // the connection was placed on.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <atomic>
 #include <boost/asio/awaitable.hpp>
@@ -143,7 +145,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint8_t* AddHeader(bool digest);
   void AddData(const uint8_t* p, uint32_t len);
   void FinishData(uint32_t len, uint32_t crc, bool digest);
-  void OnWritten(const boost::system::error_code& ec);
+  // Sends the batch in bufs_ from send_pos_ with sendmsg, up to IOV_MAX iovecs a call: 0 when it
+  // is all sent, EAGAIN when the send buffer is full, or the errno that ends the connection.
+  int SendBatch();
+  void OnWritable(const boost::system::error_code& ec);
+  // After a batch went out (err 0) or failed: releases what it carried. False when the connection
+  // closed.
+  bool FinishBatch(int err);
+  // Flush at the end of this reactor turn, once however many completions ask for it.
+  void FlushSoon();
   void FillSn(pdu::Bhs& h, bool advance_stat_sn);
 
   void ApplyNegotiatedLimits();
@@ -221,7 +231,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Send state.
   TxItem* tx_head_ = nullptr;
   TxItem* tx_tail_ = nullptr;
-  bool writing_ = false;
+  bool writing_ = false;       // a batch is on its way: wait for the socket to take the rest
+  bool flush_posted_ = false;  // FlushSoon's handler is queued
   bool close_after_write_ = false;
   uint32_t stat_sn_ = 0;
   bool tx_header_digest_ = false;
@@ -233,7 +244,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<HeaderSlot, kMaxBatchHeaders> hdrs_{};
   size_t n_hdrs_ = 0;
   std::array<uint8_t, 8> digest_slots_[kMaxBatchHeaders]{};  // data padding + data digest per PDU
-  std::vector<boost::asio::const_buffer> bufs_;
+  std::vector<iovec> bufs_;
+  size_t send_pos_ = 0;  // first iovec of bufs_ not yet (fully) sent
   std::vector<TxItem*> sent_;
   std::vector<std::unique_ptr<ControlPdu>> control_storage_;
   std::vector<ControlPdu*> control_free_;
