@@ -98,6 +98,13 @@ bool Connection::EvictIfLoggingIn() {
 
 void Connection::Start() {
   started_ = last_rx_ = std::chrono::steady_clock::now();  // counted by the acceptor
+  // The writer calls sendmsg itself (SendBatch): it must never block the reactor.
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);
+  if (ec) {
+    Close();
+    return;
+  }
   auto self = shared_from_this();
   asio::co_spawn(
       socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
