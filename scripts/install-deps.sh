@@ -22,6 +22,8 @@ test_pkgs=(
   qemu-system-x86 debootstrap e2fsprogs
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes.
   clang-14 libclang-rt-14-dev
+  # tests/integration/test_allocations.py: heap allocations per I/O.
+  heaptrack
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and
