@@ -41,9 +41,10 @@ packaging_pkgs=(
   podman buildah runc catatonit debootstrap uidmap
 )
 
-# Benchmarks (tests/bench, not part of the tests): tgtd to compare against, fio for the device.
+# Benchmarks (tests/bench, not part of the tests): tgtd to compare against, fio for the device,
+# libiscsi's headers for the load client tests/bench/iscsi_load.cc.
 bench_pkgs=(
-  tgt fio libiscsi-bin
+  tgt fio libiscsi-bin libiscsi-dev
 )
 
 # --build-only: what compiling needs (the Dockerfile's build stage uses it).
