@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import unittest
 
 from harness import Daemon, IQN_PREFIX, perf, wait_for
@@ -60,6 +59,9 @@ class AllocationTest(unittest.TestCase):
             self.assertEqual(d.proc.wait(60), 0, d.read_log()[-2000:])
         finally:
             if d.proc.poll() is None:
+                # Not stopped: kill the daemon too, which would outlive heaptrack.
+                if (pid := daemon_under(d.proc.pid)) is not None:
+                    os.kill(pid, signal.SIGKILL)
                 d.proc.kill()
             d.proc.wait()
             d.proc = None
