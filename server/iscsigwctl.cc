@@ -183,7 +183,7 @@ std::string Backing(const v1::Lun& l) {
     case v1::Lun::kNull:
       return "null";
     case v1::Lun::kFile:
-      return "file:" + l.file().path();
+      return "file:" + l.file().path() + (l.file().direct() ? " (direct)" : "");
     default:
       return "?";
   }
@@ -366,7 +366,7 @@ int Run(int argc, char** argv) {
   auto* lun = app.add_subcommand("lun", "LUNs of a target")->require_subcommand(1);
   std::string l_target, l_backing = "ram", l_path, l_size;
   uint32_t l_id = 0, l_block = 512;
-  bool l_create = false, l_thick = false, l_ro = false;
+  bool l_create = false, l_thick = false, l_ro = false, l_direct = false;
   {
     auto* c = lun->add_subcommand("create", "add a LUN to a target");
     c->add_option("target", l_target)->required();
@@ -377,6 +377,7 @@ int Run(int argc, char** argv) {
     c->add_option("--path", l_path, "file or block device (file backing)");
     c->add_flag("--create", l_create, "create the file if missing");
     c->add_flag("--thick", l_thick, "allocate the whole file when creating it");
+    c->add_flag("--direct", l_direct, "O_DIRECT: aligned I/O bypasses the page cache");
     c->add_option("--block-size", l_block, "512 or 4096");
     c->add_flag("--read-only", l_ro);
     c->add_option("--request-id", request_id, "makes a retried create idempotent");
@@ -394,12 +395,16 @@ int Run(int argc, char** argv) {
         l->set_size_bytes(size);
         l->set_block_size(l_block);
         l->set_read_only(l_ro);
+        if (l_backing != "file" && (l_create || l_thick || l_direct)) {
+          return Fail(kExitUsage, "--create, --thick and --direct apply to --backing file only");
+        }
         if (l_backing == "ram") l->mutable_ram();
         if (l_backing == "null") l->mutable_null();
         if (l_backing == "file") {
           l->mutable_file()->set_path(l_path);
           l->mutable_file()->set_create(l_create);
           l->mutable_file()->set_thick(l_thick);
+          l->mutable_file()->set_direct(l_direct);
         }
         v1::Lun resp;
         auto s = cl.Call(&v1::GatewayService::Stub::CreateLun, req, &resp);

@@ -100,6 +100,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
           }
           ls.create = l.file().create();
           ls.thick = l.file().thick();
+          ls.direct = l.file().direct();
           break;
         default:
           return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +

@@ -138,8 +138,8 @@ constexpr bool kFaultInjectionBuilt = false;
 
 bool SameBacking(const LunSpec& a, const LunSpec& b) {
   return a.backing == b.backing && a.path == b.path && a.size_bytes == b.size_bytes &&
-         a.block_size == b.block_size && a.read_only == b.read_only && a.serial == b.serial &&
-         a.device_id == b.device_id && a.fault == b.fault;
+         a.block_size == b.block_size && a.read_only == b.read_only && a.direct == b.direct &&
+         a.serial == b.serial && a.device_id == b.device_id && a.fault == b.fault;
 }
 
 // Same LUN except for a larger size: grown online rather than reopened.
@@ -245,8 +245,8 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
     return InvalidArgument(who + "file.path is empty");
   }
   if (lun.serial.size() > 32) return InvalidArgument(who + "serial is longer than 32 characters");
-  if (lun.backing != BackingKind::kFile && (lun.thick || lun.create)) {
-    return InvalidArgument(who + "thick and create apply to file backing only");
+  if (lun.backing != BackingKind::kFile && (lun.thick || lun.create || lun.direct)) {
+    return InvalidArgument(who + "thick, create and direct apply to file backing only");
   }
   return Status::Ok();
 }
@@ -508,6 +508,7 @@ Status Dataplane::Apply(const Config& config) {
           fo.path = l.path;
           fo.size_bytes = l.size_bytes;
           fo.read_only = l.read_only;
+          fo.direct = l.direct;
           auto fs = backing::FileStore::Open(fo, impl_->pool.contexts());
           if (!fs.ok()) {
             return Status(fs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +

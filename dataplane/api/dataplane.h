@@ -30,7 +30,8 @@ struct LunSpec {
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;
   bool read_only = false;
-  bool thick = false;  // file backing: allocate every block when the file is created
+  bool thick = false;   // file backing: allocate every block when the file is created
+  bool direct = false;  // file backing: O_DIRECT (backing::FileStoreOptions::direct)
   std::string serial;
   uint64_t device_id = 0;
   // Test builds only (ISCSIGW_FAULT_INJECTION): faults wrapped around the store; inactive by

@@ -94,6 +94,26 @@ int Deallocate(int fd, uint64_t offset, uint64_t len) {
   return err == EOPNOTSUPP ? run(kZero) : err;
 }
 
+// The alignment direct I/O on fd needs, of buffers (*mem) and of offsets and lengths (*offset):
+// statx's STATX_DIOALIGN (Linux 6.1; 6.11 for block devices), else a block device's logical block
+// size, else a page. False when the file system says the file has no direct I/O.
+bool DirectAlignment(int fd, bool block_device, uint32_t* mem, uint32_t* offset) {
+  struct statx sx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+    if (sx.stx_dio_mem_align == 0 || sx.stx_dio_offset_align == 0) return false;
+    *mem = sx.stx_dio_mem_align;
+    *offset = sx.stx_dio_offset_align;
+    return true;
+  }
+  int logical = 0;
+  if (block_device && ::ioctl(fd, BLKSSZGET, &logical) == 0 && logical > 0) {
+    *mem = *offset = static_cast<uint32_t>(logical);
+    return true;
+  }
+  *mem = *offset = 4096;
+  return true;
+}
+
 // One ring submission moves at most this much; a longer range is resubmitted in pieces.
 constexpr size_t kMaxPiece = size_t{1} << 30;
 
@@ -126,6 +146,7 @@ struct FileStore::Slot {
   Op* free = nullptr;
   uint32_t records = 0;
   uint32_t in_flight = 0;
+  uint64_t unaligned = 0;
 };
 
 namespace {
@@ -184,6 +205,28 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
                                 " bytes, smaller than size_bytes " + std::to_string(size)));
   }
 
+  int direct_raw = -1;
+  uint32_t mem_align = 0, offset_align = 0;
+  if (options.direct) {
+    // Reopened through /proc, so that it names the same inode even if the path was renamed.
+    const int mode_direct = (options.read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC;
+    const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+    direct_raw = ::open(self.c_str(), mode_direct);
+    if (direct_raw < 0 && errno == ENOENT) direct_raw = ::open(path.c_str(), mode_direct);
+    if (direct_raw < 0) {
+      return fail(errno == EINVAL
+                      ? InvalidArgument("file store " + path +
+                                        ": direct: the file system has no direct I/O (O_DIRECT)")
+                      : OpenError(path, "open O_DIRECT", errno));
+    }
+    if (!DirectAlignment(direct_raw, S_ISBLK(st.st_mode), &mem_align, &offset_align)) {
+      ::close(direct_raw);
+      return fail(InvalidArgument("file store " + path +
+                                  ": direct: the file system has no direct I/O for this file"));
+    }
+  }
+  Fd direct(direct_raw);
+
   std::vector<runtime::FileRing*> rings;
   for (auto* ioc : slots) {
     runtime::FileRing& ring = runtime::FileRing::For(*ioc);
@@ -195,6 +238,9 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
 
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
+  store->direct_fd_ = direct.release();
+  store->mem_align_ = mem_align;
+  store->offset_align_ = offset_align;
   for (size_t i = 0; i < slots.size(); ++i) {
     store->slots_.push_back(std::make_unique<Slot>(*slots[i], *rings[i], static_cast<unsigned>(i)));
   }
@@ -232,7 +278,12 @@ int FileStore::Grow(uint64_t new_size_bytes) {
 
 FileStore::~FileStore() {
   slots_.clear();
+  if (direct_fd_ >= 0) ::close(direct_fd_);
   ::close(fd_);
+}
+
+uint64_t FileStore::unaligned(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->unaligned : 0;
 }
 
 uint32_t FileStore::in_flight(unsigned slot) const {
@@ -272,14 +323,24 @@ void FileStore::Issue(Op* op) {
   io_uring_sqe* sqe = op->slot->ring->Prepare(op);
   if (sqe == nullptr) return Finish(op, EAGAIN);
   const size_t piece = std::min<uint64_t>(op->len - op->done_bytes, kMaxPiece);
+  uint8_t* const data = op->data + op->done_bytes;
+  const uint64_t offset = op->offset + op->done_bytes;
+  // Direct where the piece meets the alignment; otherwise through the page cache.
+  int fd = fd_;
+  if (direct_fd_ >= 0 && (op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite)) {
+    if (reinterpret_cast<uintptr_t>(data) % mem_align_ == 0 && piece % offset_align_ == 0 &&
+        offset % offset_align_ == 0) {
+      fd = direct_fd_;
+    } else {
+      ++op->slot->unaligned;
+    }
+  }
   switch (op->kind) {
     case Op::Kind::kRead:
-      io_uring_prep_read(sqe, fd_, op->data + op->done_bytes, static_cast<unsigned>(piece),
-                         op->offset + op->done_bytes);
+      io_uring_prep_read(sqe, fd, data, static_cast<unsigned>(piece), offset);
       break;
     case Op::Kind::kWrite:
-      io_uring_prep_write(sqe, fd_, op->data + op->done_bytes, static_cast<unsigned>(piece),
-                          op->offset + op->done_bytes);
+      io_uring_prep_write(sqe, fd, data, static_cast<unsigned>(piece), offset);
       if (op->fua) sqe->rw_flags = RWF_DSYNC;
       break;
     case Op::Kind::kSync:

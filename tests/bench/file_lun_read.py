@@ -6,7 +6,7 @@ in one run. The page cache is dropped before each measurement, so every read rea
 The file (default 4 GiB of random data under /var/tmp/iscsigw-bench) is written once and kept:
 a sparse or fallocated file would read as zeros without touching the device.
 
-Usage: file_lun_read.py [--seconds 10] [--depth 32] [--blocks 8] [--size-gib 4]
+Usage: file_lun_read.py [--seconds 10] [--depth 32] [--blocks 8] [--size-gib 4] [--direct]
                         [--iscsigwd PATH ...]   (several builds of iscsigwd, compared in one run)
 Needs root (tgtd, drop_caches) and `scripts/install-deps.sh --bench` (tgt, fio, libiscsi-bin).
 """
@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--size-gib", type=int, default=4)
     ap.add_argument("--iscsigwd", action="append", default=[],
                     help="iscsigwd binaries to compare (default: this build's)")
+    ap.add_argument("--direct", action="store_true",
+                    help="each iscsigwd also with the LUN's direct (O_DIRECT) option")
     args = ap.parse_args()
     path = data_file(args.size_gib)
     binaries = args.iscsigwd or [harness.binary("iscsigwd")]
@@ -72,9 +74,12 @@ def main():
     finally:
         tgt_proc.kill()
         tgt_proc.wait()
-    for b in binaries:
+    runs = [(b, False) for b in binaries]
+    if args.direct:
+        runs += [(b, True) for b in binaries]
+    for b, direct in runs:
         state = {"targets": [{"name": harness.IQN_PREFIX + "bench", "allowAnyInitiator": True,
-                              "luns": [{"id": 0, "file": {"path": path},
+                              "luns": [{"id": 0, "file": {"path": path, "direct": direct},
                                         "sizeBytes": str(args.size_gib << 30),
                                         "blockSize": 512}]}]}
         gw = harness.Daemon(state=state, extra_args=["--log-level", "warn"])
@@ -82,7 +87,7 @@ def main():
         gw.start()
         try:
             drop_caches()
-            rows.append((f"iscsigwd {b}",) + run_perf([gw.url("bench", 0)], args.seconds,
+            rows.append((f"iscsigwd {b}{' direct' if direct else ''}",) + run_perf([gw.url("bench", 0)], args.seconds,
                                                       args.depth, args.blocks, gw.proc.pid))
         finally:
             gw.stop()

@@ -6,7 +6,7 @@ Every test not listed there must PASS. A listed test carries the result it is ex
 (SKIP or FAIL) and the reason (spec section, scope decision, or libiscsi test bug). Any difference,
 in either direction, fails the run, so an expectation cannot go stale silently.
 
-Usage: run_conformance.py [--store ram|file] [--keep-log PATH]
+Usage: run_conformance.py [--store ram|file|file-direct] [--keep-log PATH]
 """
 import argparse
 import os
@@ -49,7 +49,8 @@ def load_expectations(path, store):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--store", choices=("ram", "file"), default="ram")
+    # file-direct: a file LUN with O_DIRECT; it shares the file LUN's expectations.
+    ap.add_argument("--store", choices=("ram", "file", "file-direct"), default="ram")
     ap.add_argument("--keep-log")
     args = ap.parse_args()
 
@@ -58,7 +59,8 @@ def main():
     if args.store == "ram":
         lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
     else:
-        lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True},
+        lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True,
+                                 "direct": args.store == "file-direct"},
                "sizeBytes": str(size), "blockSize": 512}
     state = {"targets": [{"name": TARGET, "allowAnyInitiator": False,
                           "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun]}]}
@@ -80,7 +82,8 @@ def main():
         print(daemon.read_log()[-6000:])
         raise SystemExit(f"iscsi-test-cu reported only {len(results)} tests (exit {p.returncode})")
 
-    expected = load_expectations(os.path.join(HERE, "expectations.txt"), args.store)
+    expected = load_expectations(os.path.join(HERE, "expectations.txt"),
+                                 "file" if args.store == "file-direct" else args.store)
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     problems = []
     seen = set()

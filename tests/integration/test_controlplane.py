@@ -37,6 +37,13 @@ class CliEndToEndTest(Fixture):
         self.assertIn("target iqn.2026-11.io.iscsigw:db created", d.ctl("target", "create", "db").stdout)
         d.ctl("lun", "create", "db", "0", "--backing", "file", "--path", img, "--create",
               "--size", "64M")
+        # LUN 1: O_DIRECT. Direct applies to file backing only.
+        d.ctl("lun", "create", "db", "1", "--backing", "file", "--path", img + ".direct",
+              "--create", "--size", "8M", "--direct")
+        wrong = d.ctl("lun", "create", "db", "2", "--backing", "ram", "--size", "8M", "--direct",
+                      check=False)
+        self.assertNotEqual(wrong.returncode, 0)
+        self.assertIn("--direct apply to --backing file only", wrong.stderr)
         d.ctl("acl", "add", "db", INITIATOR)
 
         inq = run(["iscsi-inq", "-i", INITIATOR, d.url("db", 0)]).stdout
@@ -50,9 +57,14 @@ class CliEndToEndTest(Fixture):
         self.assertEqual(c.write(0, 100, PATTERN)[0], 0)
         status, data, _ = c.read(0, 100, 8)
         self.assertEqual((status, data), (0, PATTERN))
+        c.test_unit_ready(1)
+        self.assertEqual(c.write(1, 8, PATTERN)[0], 0)
+        self.assertEqual(c.read(1, 8, 8)[:2], (0, PATTERN))
         self.assertEqual(c.logout(), 0)
         c.close()
         before = d.ctl_json("target", "get", "db")
+        self.assertEqual([lun.get("file", {}).get("direct", False) for lun in before["luns"]],
+                         [False, True])
 
         self.assertEqual(d.stop(), 0)
         d2 = self.start(state_dir=d.state_dir)
