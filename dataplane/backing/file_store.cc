@@ -18,6 +18,8 @@
 #include <system_error>
 #include <utility>
 
+#include "dataplane/base/log.h"
+
 namespace iscsigw::backing {
 namespace {
 
@@ -114,6 +116,13 @@ bool DirectAlignment(int fd, bool block_device, uint32_t* mem, uint32_t* offset)
   return true;
 }
 
+// Without io_uring, every call of every file store blocks a thread of this pool.
+constexpr unsigned kFallbackThreads = 16;
+asio::thread_pool& FallbackPool() {
+  static asio::thread_pool pool(kFallbackThreads);
+  return pool;
+}
+
 // One ring submission moves at most this much; a longer range is resubmitted in pieces.
 constexpr size_t kMaxPiece = size_t{1} << 30;
 
@@ -137,10 +146,10 @@ struct FileStore::Op : runtime::FileRing::Op {
 };
 
 struct FileStore::Slot {
-  Slot(asio::io_context& ioc, runtime::FileRing& ring, unsigned index)
-      : ioc(&ioc), ring(&ring), index(index) {}
+  Slot(asio::io_context& ioc, runtime::FileRing* ring, unsigned index)
+      : ioc(&ioc), ring(ring), index(index) {}
   asio::io_context* ioc;
-  runtime::FileRing* ring;
+  runtime::FileRing* ring;  // null: io_uring refused, calls run on FallbackPool()
   unsigned index;
   std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
   Op* free = nullptr;
@@ -227,11 +236,18 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   }
   Fd direct(direct_raw);
 
+  // Where io_uring is refused (a container runtime's default seccomp profile blocks it, for
+  // one), the store still works: every call runs on a thread pool instead, at a cost.
   std::vector<runtime::FileRing*> rings;
   for (auto* ioc : slots) {
     runtime::FileRing& ring = runtime::FileRing::For(*ioc);
     if (!ring.error().empty()) {
-      return fail(IoError("file store " + path + ": " + ring.error()));
+      log::Backing().warn(
+          "file store {}: {}: reads and writes run on a pool of {} threads instead; allow "
+          "io_uring_setup, io_uring_enter and io_uring_register (seccomp) for full speed",
+          path, ring.error(), kFallbackThreads);
+      rings.assign(slots.size(), nullptr);
+      break;
     }
     rings.push_back(&ring);
   }
@@ -242,7 +258,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   store->mem_align_ = mem_align;
   store->offset_align_ = offset_align;
   for (size_t i = 0; i < slots.size(); ++i) {
-    store->slots_.push_back(std::make_unique<Slot>(*slots[i], *rings[i], static_cast<unsigned>(i)));
+    store->slots_.push_back(std::make_unique<Slot>(*slots[i], rings[i], static_cast<unsigned>(i)));
   }
   return store;
 }
@@ -320,8 +336,6 @@ FileStore::Op* FileStore::TakeOp(Slot& slot) {
 }
 
 void FileStore::Issue(Op* op) {
-  io_uring_sqe* sqe = op->slot->ring->Prepare(op);
-  if (sqe == nullptr) return Finish(op, EAGAIN);
   const size_t piece = std::min<uint64_t>(op->len - op->done_bytes, kMaxPiece);
   uint8_t* const data = op->data + op->done_bytes;
   const uint64_t offset = op->offset + op->done_bytes;
@@ -335,6 +349,9 @@ void FileStore::Issue(Op* op) {
       ++op->slot->unaligned;
     }
   }
+  if (op->slot->ring == nullptr) return IssueOnPool(op, fd, data, piece, offset);
+  io_uring_sqe* sqe = op->slot->ring->Prepare(op);
+  if (sqe == nullptr) return Finish(op, EAGAIN);
   switch (op->kind) {
     case Op::Kind::kRead:
       io_uring_prep_read(sqe, fd, data, static_cast<unsigned>(piece), offset);
@@ -351,6 +368,35 @@ void FileStore::Issue(Op* op) {
                               static_cast<off_t>(op->len));
       break;
   }
+}
+
+// Without a ring: the same operation as a blocking call on the fallback pool, its result handed
+// back to the slot's reactor as a ring completion would be.
+void FileStore::IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_t offset) {
+  asio::post(FallbackPool(), [this, op, fd, data, piece, offset] {
+    ssize_t n = 0;
+    do {
+      switch (op->kind) {
+        case Op::Kind::kRead:
+          n = ::pread(fd, data, piece, static_cast<off_t>(offset));
+          break;
+        case Op::Kind::kWrite: {
+          iovec iov{data, piece};
+          n = ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset), op->fua ? RWF_DSYNC : 0);
+          break;
+        }
+        case Op::Kind::kSync:
+          n = ::fdatasync(fd);
+          break;
+        case Op::Kind::kUnmap:
+          n = ::fallocate(fd, op->mode, static_cast<off_t>(op->offset),
+                          static_cast<off_t>(op->len));
+          break;
+      }
+    } while (n < 0 && errno == EINTR);
+    const int32_t res = n < 0 ? -errno : static_cast<int32_t>(n);
+    asio::post(*op->slot->ioc, [op, res] { Complete(op, res); });
+  });
 }
 
 void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {

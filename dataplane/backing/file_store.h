@@ -15,6 +15,8 @@
 //     pool (2 threads) and post their completion back to the slot's io_context.
 // With `direct`, reads and writes that meet the file's direct I/O alignment use an O_DIRECT
 // descriptor and skip the page cache; the rest (and the pool's calls) use the ordinary one.
+// Where io_uring is refused (seccomp), every call runs on a pool of 16 threads instead, with a
+// warning that says so.
 // Each operation in flight lives in a per-slot record taken from a free list that grows, in
 // chunks, only when more are in flight than ever before: no allocation per I/O.
 //
@@ -109,6 +111,7 @@ class FileStore final : public BackingStore {
   FileStore(std::string path, uint64_t size_bytes, bool read_only, int fd);
   Op* TakeOp(Slot& slot);
   void Issue(Op* op);
+  void IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_t offset);
   static void Complete(runtime::FileRing::Op* ring_op, int32_t res);
   void Finish(Op* op, int err);
   // The slow path of Write and Unmap while a ReadModifyWrite holds the gate: on the pool, under

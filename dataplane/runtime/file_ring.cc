@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace iscsigw::runtime {
@@ -22,6 +23,10 @@ FileRing& FileRing::For(boost::asio::io_context& ioc) {
 
 FileRing::FileRing(boost::asio::io_context& ioc)
     : boost::asio::execution_context::service(ioc), ioc_(ioc), event_(ioc) {
+  if (const char* off = std::getenv("ISCSIGW_DISABLE_IO_URING"); off && *off && *off != '0') {
+    error_ = "io_uring disabled by ISCSIGW_DISABLE_IO_URING";
+    return;
+  }
   io_uring_params params{};
   // Room for the completions of several full submission queues before the kernel has to queue
   // overflow.

@@ -42,7 +42,8 @@ class FileRing final : public boost::asio::execution_context::service {
   static FileRing& For(boost::asio::io_context& ioc);
 
   // Empty when the ring works; otherwise why it could not be set up (io_uring refused by the
-  // kernel or a seccomp profile, for example). A store must not use a ring that failed.
+  // kernel or a seccomp profile, for example, or ISCSIGW_DISABLE_IO_URING set to anything but 0
+  // or empty). A store must not use a ring that failed.
   const std::string& error() const { return error_; }
 
   // A submission queue entry whose completion runs op->complete, or nullptr when the kernel takes

@@ -298,6 +298,45 @@ TEST_F(FileStoreTest, DirectStoreBypassesThePageCacheWhereAligned) {
   fs::remove_all(dir);
 }
 
+// Without io_uring (refused by seccomp; here ISCSIGW_DISABLE_IO_URING) every call runs on the
+// fallback pool and still completes on the slot's thread, with the same results.
+TEST_F(FileStoreTest, WithoutIoUringCallsRunOnThePool) {
+  ::setenv("ISCSIGW_DISABLE_IO_URING", "1", 1);
+  boost::asio::io_context ioc;  // its ring is set up now, and refused
+  auto opened = FileStore::Open(FileStoreOptions{path_, 1 << 20, false}, {&ioc});
+  ::unsetenv("ISCSIGW_DISABLE_IO_URING");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto store = std::move(opened).value();
+  EXPECT_FALSE(runtime::FileRing::For(ioc).error().empty());
+  auto wait = [&](const Result& r) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (r.calls == 0 && std::chrono::steady_clock::now() < deadline) {
+      ioc.restart();
+      ioc.run_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(r.calls, 1);
+    EXPECT_EQ(r.thread, std::this_thread::get_id());
+    EXPECT_EQ(r.err, 0);
+  };
+  auto data = Pattern(16384, 5);
+  Result w, f, u, r;
+  store->Write(0, 4096, data, /*fua=*/true, Record(&w));
+  wait(w);
+  store->Flush(0, Record(&f));
+  wait(f);
+  std::vector<uint8_t> back(16384);
+  store->Read(0, 4096, back, Record(&r));
+  wait(r);
+  EXPECT_EQ(back, data);
+  store->Unmap(0, 8192, 4096, Record(&u));
+  wait(u);
+  Result r2;
+  store->Read(0, 8192, std::span(back).first(4096), Record(&r2));
+  wait(r2);
+  EXPECT_TRUE(std::all_of(back.begin(), back.begin() + 4096, [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(store->in_flight(0), 0u);
+}
+
 TEST_F(FileStoreTest, ReadOnlyRefusesWrites) {
   { ASSERT_NE(OpenOrDie(1 << 20), nullptr); }
   auto store = OpenOrDie(0, /*read_only=*/true);
