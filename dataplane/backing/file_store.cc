@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -29,6 +30,12 @@ std::string ErrnoText(int err) { return std::error_code(err, std::system_categor
 
 Status OpenError(const std::string& path, std::string_view what, int err) {
   return IoError("file store " + path + ": " + std::string(what) + ": " + ErrnoText(err));
+}
+
+// Work for a reactor's io_context while a call runs on a pool on its behalf: the reactor does not
+// stop (nor its store go away) before the completion it will get.
+asio::executor_work_guard<asio::io_context::executor_type> Busy(asio::io_context& ioc) {
+  return asio::make_work_guard(ioc);
 }
 
 // The calls io_uring lacks must not run on a reactor; this pool is shared by every file store of
@@ -373,7 +380,7 @@ void FileStore::Issue(Op* op) {
 // Without a ring: the same operation as a blocking call on the fallback pool, its result handed
 // back to the slot's reactor as a ring completion would be.
 void FileStore::IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_t offset) {
-  asio::post(FallbackPool(), [this, op, fd, data, piece, offset] {
+  asio::post(FallbackPool(), [this, op, fd, data, piece, offset, work = Busy(*op->slot->ioc)] {
     ssize_t n = 0;
     do {
       switch (op->kind) {
@@ -429,7 +436,7 @@ void FileStore::Finish(Op* op, int err) {
 }
 
 void FileStore::RunBehindGate(Slot& slot, std::function<int()> fn, IoCompletion done) {
-  asio::post(SyncPool(), [this, fn = std::move(fn), ioc = slot.ioc, done] {
+  asio::post(SyncPool(), [this, fn = std::move(fn), ioc = slot.ioc, done, work = Busy(*slot.ioc)] {
     int err = 0;
     {
       std::lock_guard<std::mutex> lock(gate_.mutex());
@@ -523,7 +530,7 @@ void FileStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len
     asio::post(*ioc, [done] { done(0); });
     return;
   }
-  asio::post(SyncPool(), [this, offset, end, out, ioc, done] {
+  asio::post(SyncPool(), [this, offset, end, out, ioc, done, work = Busy(*ioc)] {
     int err = 0;
     const off_t data = ::lseek(fd_, static_cast<off_t>(offset), SEEK_DATA);
     if (data < 0 && errno != ENXIO) {
@@ -552,7 +559,7 @@ void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_
     asio::post(*ioc, [done] { done(EROFS); });
     return;
   }
-  asio::post(SyncPool(), [this, fua, offset, scratch, modify, ioc, done] {
+  asio::post(SyncPool(), [this, fua, offset, scratch, modify, ioc, done, work = Busy(*ioc)] {
     gate_.LockExclusive();
     int err = PreadAll(fd_, offset, scratch);
     if (err == 0) {
