@@ -142,8 +142,10 @@ struct FileStore::Op : runtime::FileRing::Op {
   Slot* slot = nullptr;
   Kind kind = Kind::kRead;
   bool fua = false;
-  bool gated = false;  // holds the gate shared (writes and unmaps)
-  int mode = 0;        // fallocate mode
+  bool dsync = false;       // this piece: a write with RWF_DSYNC
+  bool sync_after = false;  // a FUA write through the page cache: fdatasync once it has landed
+  bool gated = false;       // holds the gate shared (writes and unmaps)
+  int mode = 0;             // fallocate mode
   uint64_t offset = 0;
   uint8_t* data = nullptr;  // const for writes: the ring only reads it
   uint64_t len = 0;
@@ -356,6 +358,13 @@ void FileStore::Issue(Op* op) {
       ++op->slot->unaligned;
     }
   }
+  // FUA: a direct write carries RWF_DSYNC, which the device completes as a FUA write. Through
+  // the page cache the write goes plain and an fdatasync follows it: io_uring runs buffered
+  // writes to one file one at a time, so RWF_DSYNC there would make every FUA write wait for the
+  // sync of the one before (5K against 20K IOPS at QD32), while separate syncs run side by side and
+  // the file system commits them together.
+  op->dsync = op->kind == Op::Kind::kWrite && op->fua && fd == direct_fd_;
+  if (op->kind == Op::Kind::kWrite && op->fua && !op->dsync) op->sync_after = true;
   if (op->slot->ring == nullptr) return IssueOnPool(op, fd, data, piece, offset);
   io_uring_sqe* sqe = op->slot->ring->Prepare(op);
   if (sqe == nullptr) return Finish(op, EAGAIN);
@@ -365,7 +374,7 @@ void FileStore::Issue(Op* op) {
       break;
     case Op::Kind::kWrite:
       io_uring_prep_write(sqe, fd, data, static_cast<unsigned>(piece), offset);
-      if (op->fua) sqe->rw_flags = RWF_DSYNC;
+      if (op->dsync) sqe->rw_flags = RWF_DSYNC;
       break;
     case Op::Kind::kSync:
       io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC);
@@ -389,7 +398,7 @@ void FileStore::IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_
           break;
         case Op::Kind::kWrite: {
           iovec iov{data, piece};
-          n = ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset), op->fua ? RWF_DSYNC : 0);
+          n = ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset), op->dsync ? RWF_DSYNC : 0);
           break;
         }
         case Op::Kind::kSync:
@@ -421,6 +430,11 @@ void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {
     if (res == 0) return self->Finish(op, EIO);
     op->done_bytes += static_cast<uint64_t>(res);
     if (op->done_bytes < op->len) return self->Issue(op);
+    if (op->sync_after) {
+      op->kind = Op::Kind::kSync;
+      op->sync_after = false;
+      return self->Issue(op);
+    }
   }
   self->Finish(op, 0);
 }

@@ -6,9 +6,9 @@
 // device at once as the initiators keep in flight, and the entries of one reactor turn reach the
 // kernel in one system call. Nothing blocks a reactor:
 //   - Read/Write resubmit the rest of a short transfer until the whole range is done.
-//   - FUA writes carry RWF_DSYNC: the kernel completes such a write only once its data (and the
-//     metadata needed to read it back) is stable, which is a write followed by fdatasync without
-//     the second round trip.
+//   - FUA: a direct write carries RWF_DSYNC (the device gets a FUA write); a write through the
+//     page cache is followed by an fdatasync before it completes. (io_uring runs the buffered
+//     writes to one file one at a time, so there RWF_DSYNC would serialise the syncs too.)
 //   - Flush is an IORING_OP_FSYNC with IORING_FSYNC_DATASYNC; Unmap an IORING_OP_FALLOCATE.
 //   - GetProvisioning (lseek SEEK_DATA/SEEK_HOLE, which io_uring lacks), ReadModifyWrite (which
 //     must exclude every write, see WriteGate) and Prefetch run on a small process-wide blocking

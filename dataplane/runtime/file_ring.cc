@@ -54,6 +54,11 @@ FileRing::FileRing(boost::asio::io_context& ioc)
     error_ = "eventfd: " + ec.message();
     return;
   }
+  // Blocking work the kernel hands to its workers (fdatasync, buffered writes that must wait):
+  // as many at once as a deep queue of FUA writes needs for their syncs to be committed together.
+  // The default is 4 per CPU. Best effort: older kernels keep theirs.
+  unsigned workers[2] = {kMaxBlockingWorkers, 0};  // bounded, unbounded (0: unchanged)
+  (void)io_uring_register_iowq_max_workers(&ring_, workers);
   if (int rc = io_uring_register_eventfd(&ring_, event_fd_); rc < 0) {
     error_ = std::string("io_uring_register_eventfd: ") + std::strerror(-rc);
     return;

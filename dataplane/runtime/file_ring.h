@@ -32,6 +32,7 @@ namespace iscsigw::runtime {
 class FileRing final : public boost::asio::execution_context::service {
  public:
   static constexpr unsigned kEntries = 256;
+  static constexpr unsigned kMaxBlockingWorkers = 64;
 
   struct Op {
     // Runs on the reactor thread with the completion's result: >= 0, or a negative errno value.
