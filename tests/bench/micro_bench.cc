@@ -9,10 +9,8 @@
 // tests/unit/dataplane/scsi/alloc_test.cc and tests/integration/test_allocations.py.
 #include <benchmark/benchmark.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <vector>
 
 #include "dataplane/backing/null_store.h"
@@ -20,23 +18,7 @@
 #include "dataplane/pdu/crc32c.h"
 #include "dataplane/pdu/frame.h"
 #include "dataplane/scsi/engine.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "tests/common/counting_new.h"
 
 namespace iscsigw {
 namespace {
@@ -45,11 +27,10 @@ namespace {
 template <typename Body>
 void Measure(benchmark::State& state, Body body) {
   body();  // warm: first-use allocations are not per command
-  const long before = g_allocations.load(std::memory_order_relaxed);
+  const long before = testing::Allocations();
   for (auto _ : state) body();
   state.counters["allocs/op"] = benchmark::Counter(
-      static_cast<double>(g_allocations.load(std::memory_order_relaxed) - before),
-      benchmark::Counter::kAvgIterations);
+      static_cast<double>(testing::Allocations() - before), benchmark::Counter::kAvgIterations);
 }
 
 // A SCSI Command PDU header: READ(16) of 8 blocks, as an initiator frames it.
