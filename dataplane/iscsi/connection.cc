@@ -1583,16 +1583,16 @@ void Connection::Flush() {
     }
     writing_ = true;
     const int err = SendBatch();
-    if (err == EAGAIN) {
-      socket_.async_wait(asio::ip::tcp::socket::wait_write,
-                         [self = shared_from_this()](const boost::system::error_code& ec) {
-                           self->OnWritable(ec);
-                         });
-      return;
-    }
+    if (err == EAGAIN) return WaitWritable();
     writing_ = false;
     if (!FinishBatch(err)) return;
   }
+}
+
+void Connection::WaitWritable() {
+  socket_.async_wait(
+      asio::ip::tcp::socket::wait_write,
+      [self = shared_from_this()](const boost::system::error_code& ec) { self->OnWritable(ec); });
 }
 
 void Connection::FlushSoon() {
@@ -1634,12 +1634,7 @@ int Connection::SendBatch() {
 void Connection::OnWritable(const boost::system::error_code& ec) {
   if (closed_) return;
   const int err = ec ? (ec.value() > 0 ? ec.value() : EIO) : SendBatch();
-  if (err == EAGAIN) {
-    socket_.async_wait(
-        asio::ip::tcp::socket::wait_write,
-        [self = shared_from_this()](const boost::system::error_code& e) { self->OnWritable(e); });
-    return;
-  }
+  if (err == EAGAIN) return WaitWritable();
   writing_ = false;
   if (!FinishBatch(err)) return;
   if (paused_) wake_.cancel();

@@ -148,6 +148,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Sends the batch in bufs_ from send_pos_ with sendmsg, up to IOV_MAX iovecs a call: 0 when it
   // is all sent, EAGAIN when the send buffer is full, or the errno that ends the connection.
   int SendBatch();
+  void WaitWritable();  // the send buffer is full: OnWritable once it has room
   void OnWritable(const boost::system::error_code& ec);
   // After a batch went out (err 0) or failed: releases what it carried. False when the connection
   // closed.
