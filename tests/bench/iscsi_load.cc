@@ -4,16 +4,17 @@
 //
 // Usage:
 //   iscsi_load URL [--rw randread|randwrite|randrw|read|write] [--mix PERCENT_READS] [--bs BYTES]
-//              [--qd N] [--seconds S] [--fua] [--initiator IQN] [--json] [--verify]
+//              [--qd N] [--seconds S] [--fua] [--initiator IQN] [--json] [--verify] [--once]
 //   URL: iscsi://[user[%password]@]HOST[:PORT]/TARGET-IQN/LUN, e.g.
 //        iscsi://127.0.0.1:3260/iqn.2026-11.io.iscsigw:demo/0
 //
 // One session, one connection, one thread. Exactly --qd commands (READ16 or WRITE16 of --bs bytes)
 // are in flight for --seconds; then no new ones are sent and those in flight drain. Sequential
 // modes walk the LUN from LBA 0 and wrap; random modes pick bs-aligned offsets uniformly over the
-// LUN. randrw reads with probability --mix percent (default 50). --fua sets FUA on writes only.
-// Writes send a fixed pattern. --verify (with --rw write only) stamps each logical block it writes
-// with its LBA and a per-run nonce, then reads back every block written and compares.
+// LUN; --once ends a sequential run at the end of the LUN (a fill or a full read) even before
+// --seconds. randrw reads with probability --mix percent (default 50). --fua sets FUA on writes
+// only. Writes send a fixed pattern. --verify (with --rw write only) stamps each logical block it
+// writes with its LBA and a per-run nonce, then reads back every block written and compares.
 //
 // Figures: IOPS and MB/s (1 MB = 1e6 bytes; MiB/s as well) over the time from the first submit to
 // the last completion; latency from submit to completion (CLOCK_MONOTONIC) into a log-linear
@@ -153,6 +154,7 @@ struct Options {
   std::string initiator = "iqn.2026-11.io.iscsigw:iscsi-load";
   bool json = false;
   bool verify = false;
+  bool once = false;
 };
 
 Mode ParseMode(const std::string& rw) {
@@ -309,6 +311,10 @@ class LoadRunner {
   bool WantMore(uint64_t now) const {
     if (session_failed_) return false;
     if (verifying_) return seq_next_lba_ < verify_end_lba_;
+    if (opt_.once && (mode_ == Mode::kRead || mode_ == Mode::kWrite) &&
+        seq_next_lba_ + blocks_per_io_ > slots_ * blocks_per_io_) {
+      return false;
+    }
     return !g_stop && now < deadline_ns_;
   }
 
@@ -580,6 +586,7 @@ int Main(int argc, char** argv) {
   app.add_option("--initiator", o.initiator, "initiator IQN");
   app.add_flag("--json", o.json, "one JSON object on stdout");
   app.add_flag("--verify", o.verify, "--rw write: read back everything written and compare");
+  app.add_flag("--once", o.once, "--rw read|write: stop at the end of the LUN");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
