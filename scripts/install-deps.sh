@@ -43,8 +43,9 @@ packaging_pkgs=(
 
 # Benchmarks (tests/bench, not part of the tests): tgtd to compare against, fio for the device,
 # libiscsi's headers for the load client tests/bench/iscsi_load.cc.
+# iperf3 for the network ceiling, gnuplot for PERFORMANCE.md's plots.
 bench_pkgs=(
-  tgt fio libiscsi-bin libiscsi-dev
+  tgt fio libiscsi-bin libiscsi-dev iperf3 gnuplot-nox
 )
 
 # --build-only: what compiling needs (the Dockerfile's build stage uses it).

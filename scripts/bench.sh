@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The benchmark suite (tests/bench/suite.py): installs what is missing (tgt, fio, iperf3, gnuplot,
+# libiscsi's headers), builds, then measures iscsigwd against tgtd on null, RAM and file LUNs with
+# fio's and iperf3's ceilings, and rewrites PERFORMANCE.md and docs/perf/*.svg. About 45 minutes
+# with the defaults; arguments go to suite.py (--seconds, --repeats, --only, --out). Needs root.
+# Not part of the tests: run it on an otherwise idle machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --bench
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DISCSIGW_FAULT_INJECTION=ON
+cmake --build build
+exec tests/bench/suite.py "$@"

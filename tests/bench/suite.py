@@ -1,0 +1,434 @@
+#!/usr/bin/python3
+"""The benchmark suite: iscsigwd against tgtd (Debian's tgt) on equivalent LUNs, with the device's
+and the network's ceilings measured in the same run, written to PERFORMANCE.md with plots.
+
+LUNs, each pair served at the same time on loopback and loaded one at a time:
+  null  iscsigwd `null` against tgtd's null store: the targets' own cost, no media.
+  ram   a 1 GiB iscsigwd `ram` LUN against tgtd's rdwr store on a 1 GiB file in /dev/shm; both
+        are written end to end first, so no read finds a hole.
+  file  a 4 GiB file of random data on this machine's disk (under /var/tmp/iscsigw-bench), as an
+        iscsigwd file LUN through the page cache and with `direct`, and as tgtd's rdwr store.
+        The page cache is dropped (sync, drop_caches) before each run.
+Workloads (build/bin/iscsi_load, one session on libiscsi's async API, every status checked):
+  4 KiB random read and write at QD 1, 8, 32 and 128; 4 KiB random write with FUA at QD32;
+  70/30 read/write at QD32; 128 KiB sequential read and write at QD32; 1 MiB sequential read at
+  QD8.
+Per cell: IOPS, MB/s, p50/p99 latency, target CPU per I/O (utime+stime of the target process
+over the run, from /proc) and the ratio to tgtd. Each cell runs --repeats times, the targets
+interleaved within each round, and every figure is the median of its repeats.
+Ceilings: fio (libaio, O_DIRECT) straight on the file; iperf3's single TCP stream on loopback.
+One session against two on the null LUN shows what a second session adds (the single-session
+ceiling).
+
+Usage: tests/bench/suite.py [--seconds 5] [--repeats 3] [--out PERFORMANCE.md] [--only null,ram]
+Run it through scripts/bench.sh, which installs the packages and builds first. Needs root
+(tgtd, drop_caches). Not part of the tests: a figure here asserts nothing.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import harness  # noqa: E402
+from e2e_vs_tgtd import cpu_seconds, free_port, start_tgtd  # noqa: E402
+from file_lun_read import data_file, drop_caches  # noqa: E402
+
+KIB = 1024
+RAM_LUN_BYTES = 1 << 30
+FILE_LUN_GIB = 4
+
+# (key, label, iscsi_load arguments). The key names the cell in plots and goals.
+WORKLOADS = (
+    [(f"randread-qd{q}", f"4 KiB random read QD{q}", ["--rw", "randread", "--bs", "4096",
+                                                      "--qd", str(q)]) for q in (1, 8, 32, 128)]
+    + [(f"randwrite-qd{q}", f"4 KiB random write QD{q}", ["--rw", "randwrite", "--bs", "4096",
+                                                          "--qd", str(q)])
+       for q in (1, 8, 32, 128)]
+    + [("randwrite-fua-qd32", "4 KiB random write FUA QD32",
+        ["--rw", "randwrite", "--bs", "4096", "--qd", "32", "--fua"]),
+       ("randrw70-qd32", "4 KiB 70/30 read/write QD32",
+        ["--rw", "randrw", "--mix", "70", "--bs", "4096", "--qd", "32"]),
+       ("seqread128k-qd32", "128 KiB sequential read QD32",
+        ["--rw", "read", "--bs", str(128 * KIB), "--qd", "32"]),
+       ("seqwrite128k-qd32", "128 KiB sequential write QD32",
+        ["--rw", "write", "--bs", str(128 * KIB), "--qd", "32"]),
+       ("seqread1m-qd8", "1 MiB sequential read QD8",
+        ["--rw", "read", "--bs", str(1024 * KIB), "--qd", "8"])])
+
+METRICS = ("iops", "mbps", "p50", "p99", "cpu_us")
+
+
+class Target:
+    """One LUN of one target process: a name for the tables, its URL and the process to charge."""
+
+    def __init__(self, name, url, pid, tgtd=False):
+        self.name, self.url, self.pid, self.tgtd = name, url, pid, tgtd
+
+
+def iscsi_load(url, args, seconds, pid=None):
+    """Runs one iscsi_load; returns its JSON plus cpu_us (target CPU per I/O) when pid is given."""
+    cmd = [harness.binary("iscsi_load"), url, "--json", "--seconds", str(seconds)] + args
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 600)
+    cpu1 = cpu_seconds(pid) if pid else 0.0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
+    r = json.loads(out.stdout)
+    ios = r["iops"] * r["seconds"]
+    r["cpu_us"] = (cpu1 - cpu0) * 1e6 / ios if ios else float("nan")
+    r["p50"], r["p99"] = r["lat_us"]["p50"], r["lat_us"]["p99"]
+    return r
+
+
+def fill(url):
+    """Writes the whole LUN once, so that reads meet data rather than holes."""
+    iscsi_load(url, ["--rw", "write", "--bs", str(1024 * KIB), "--qd", "8", "--once"], 3600)
+
+
+def gw_daemon(lun):
+    state = {"targets": [{"name": harness.IQN_PREFIX + "bench", "allowAnyInitiator": True,
+                          "luns": [dict(lun, id=0, blockSize=512)]}]}
+    return harness.Daemon(state=state, extra_args=["--log-level", "warn"]).start()
+
+
+class Lab:
+    """Starts and stops the targets of one LUN kind."""
+
+    def __init__(self):
+        self.daemons, self.tgtds, self.files = [], [], []
+
+    def tgtd(self, bstype, backing, name):
+        proc, url = start_tgtd(free_port(), bstype, backing, name)
+        self.tgtds.append(proc)
+        return Target("tgtd", url, proc.pid, tgtd=True)
+
+    def gw(self, name, lun):
+        d = gw_daemon(lun)
+        self.daemons.append(d)
+        return Target(name, d.url("bench", 0), d.proc.pid)
+
+    def close(self):
+        for d in self.daemons:
+            d.stop()
+            d.cleanup()
+        for p in self.tgtds:
+            p.kill()  # tgtd in the foreground ignores SIGTERM
+            p.wait()
+        for f in self.files:
+            os.unlink(f)
+
+
+def setup(kind, lab):
+    """The targets for one LUN kind, tgtd first; and whether to drop the page cache per run."""
+    if kind == "null":
+        return [lab.tgtd("null", "/dev/null/", "null"),
+                lab.gw("iscsigwd", {"null": {}, "sizeBytes": str(1 << 40)})], False
+    if kind == "ram":
+        shm = tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="iscsigw-bench-", delete=False)
+        shm.truncate(RAM_LUN_BYTES)
+        shm.close()
+        lab.files.append(shm.name)
+        targets = [lab.tgtd("rdwr", shm.name, "ram"),
+                   lab.gw("iscsigwd", {"ram": {}, "sizeBytes": str(RAM_LUN_BYTES)})]
+        for t in targets:
+            fill(t.url)
+        return targets, False
+    path = data_file(FILE_LUN_GIB)
+    lun = {"sizeBytes": str(FILE_LUN_GIB << 30)}
+    return [lab.tgtd("rdwr", path, "file"),
+            lab.gw("iscsigwd", dict(lun, file={"path": path})),
+            lab.gw("iscsigwd direct", dict(lun, file={"path": path, "direct": True}))], True
+
+
+def median_cells(samples):
+    return {m: statistics.median(s[m] for s in samples) for m in METRICS}
+
+
+def run_kind(kind, args, log):
+    lab = Lab()
+    try:
+        targets, drop = setup(kind, lab)
+        samples = {}
+        for rnd in range(args.repeats):
+            for key, _, wargs in WORKLOADS:
+                for t in targets:
+                    if drop:
+                        drop_caches()
+                    r = iscsi_load(t.url, wargs, args.seconds, t.pid)
+                    samples.setdefault((key, t.name), []).append(r)
+                    log(f"{kind} round {rnd + 1} {key} {t.name}: {r['iops']:.0f} IOPS "
+                        f"p50 {r['p50']:.0f} us, {r['cpu_us']:.2f} us CPU/IO")
+        extra = {}
+        if kind == "null":
+            extra = sessions_ceiling(targets[1], args, log)
+        return [t.name for t in targets], {k: median_cells(v) for k, v in samples.items()}, extra
+    finally:
+        lab.close()
+
+
+def sessions_ceiling(gw, args, log):
+    """4 KiB random reads at QD32 in total from one session and from two (QD16 each)."""
+    out = {}
+    for sessions in (1, 2):
+        runs = []
+        for _ in range(args.repeats):
+            qd = str(32 // sessions)
+            cmd = [harness.binary("iscsi_load"), gw.url, "--json", "--seconds", str(args.seconds),
+                   "--rw", "randread", "--bs", "4096", "--qd", qd]
+            cpu0 = cpu_seconds(gw.pid)
+            procs = [subprocess.Popen(cmd + ["--initiator", f"{harness.INITIATOR}-{i}"],
+                                      stdout=subprocess.PIPE, text=True)
+                     for i in range(sessions)]
+            iops = sum(json.loads(p.communicate(timeout=args.seconds + 60)[0])["iops"]
+                       for p in procs)
+            cpu = cpu_seconds(gw.pid) - cpu0
+            runs.append((iops, cpu * 1e6 / (iops * args.seconds)))
+        out[sessions] = (statistics.median(r[0] for r in runs),
+                         statistics.median(r[1] for r in runs))
+        log(f"null {sessions} session(s): {out[sessions][0]:.0f} IOPS")
+    return out
+
+
+def fio(path, rw, bs, depth, seconds):
+    out = subprocess.run(["fio", "--name=ceiling", f"--filename={path}", f"--rw={rw}",
+                          f"--bs={bs}", f"--iodepth={depth}", "--ioengine=libaio", "--direct=1",
+                          "--time_based", f"--runtime={seconds}", "--output-format=json"],
+                         capture_output=True, text=True, check=True)
+    job = json.loads(out.stdout)["jobs"][0]
+    side = job["read"] if "read" in rw else job["write"]
+    return {"iops": side["iops"], "mbps": side["bw_bytes"] / 1e6,
+            "p50": side["clat_ns"]["percentile"]["50.000000"] / 1e3,
+            "p99": side["clat_ns"]["percentile"]["99.000000"] / 1e3}
+
+
+def ceilings(args, log):
+    """fio on the file LUN's file and iperf3's single stream, medians of --repeats."""
+    path = data_file(FILE_LUN_GIB)
+    out = {}
+    for key, rw, bs, depth in (("randread-qd1", "randread", 4096, 1),
+                               ("randread-qd32", "randread", 4096, 32),
+                               ("randwrite-qd32", "randwrite", 4096, 32),
+                               ("seqread128k-qd32", "read", 128 * KIB, 32)):
+        runs = []
+        for _ in range(args.repeats):
+            drop_caches()
+            runs.append(fio(path, rw, bs, depth, args.seconds))
+        out[key] = {m: statistics.median(r[m] for r in runs) for m in ("iops", "mbps", "p50",
+                                                                          "p99")}
+        log(f"fio {key}: {out[key]['iops']:.0f} IOPS")
+    port = free_port()
+    gbps = []
+    for _ in range(args.repeats):
+        server = subprocess.Popen(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            r = None
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                r = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
+                                    str(args.seconds), "-J"], capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.1)  # the server is not listening yet
+            if r is None or r.returncode != 0:
+                raise RuntimeError(f"iperf3 failed: {r.stdout if r else ''}")
+            gbps.append(json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9)
+        finally:
+            server.wait(timeout=30)
+    out["iperf3_mbps"] = statistics.median(gbps) * 1e3 / 8
+    log(f"iperf3 single stream: {out['iperf3_mbps']:.0f} MB/s")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def machine():
+    cpu = "unknown CPU"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_gib = int(f.readline().split()[1]) / (1 << 20)
+    disk = subprocess.run(["df", "--output=source,fstype", "/var/tmp"], capture_output=True,
+                          text=True).stdout.splitlines()[-1].split()
+    return (f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Linux {platform.release()}, "
+            f"file LUN on {disk[0]} ({disk[1]})")
+
+
+def fmt(v, digits=0):
+    if v != v:  # NaN
+        return "–"
+    if digits == 0 and v >= 10000:
+        return f"{v / 1000:.1f}K"
+    return f"{v:.{digits}f}"
+
+
+def table(kind, names, cells):
+    rows = ["| workload | target | IOPS | MB/s | p50 µs | p99 µs | CPU µs/IO | IOPS x tgtd "
+            "| CPU x tgtd |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, label, _ in WORKLOADS:
+        base = cells[(key, "tgtd")]
+        for n in names:
+            c = cells[(key, n)]
+            ratio = cpu_ratio = ""
+            if n != "tgtd":
+                ratio = f"{c['iops'] / base['iops']:.2f}x"
+                cpu_ratio = f"{c['cpu_us'] / base['cpu_us']:.2f}x"
+            rows.append(f"| {label} | {n} | {fmt(c['iops'])} | {fmt(c['mbps'])} | "
+                        f"{fmt(c['p50'])} | {fmt(c['p99'])} | {fmt(c['cpu_us'], 2)} | {ratio} | "
+                        f"{cpu_ratio} |")
+    return "\n".join(rows)
+
+
+def goals(results, ceil):
+    """(goal, measured, met) for each of the suite's goals that this run covered."""
+    out = []
+
+    def cell(kind, key, name):
+        return results[kind][1][(key, name)]
+
+    for name in ("iscsigwd", "iscsigwd direct"):
+        if "file" in results:
+            c, t = cell("file", "randread-qd32", name), cell("file", "randread-qd32", "tgtd")
+            ratio, dev = c["iops"] / t["iops"], c["iops"] / ceil["randread-qd32"]["iops"]
+            out.append((f"file ({name}), 4 KiB random read QD32: ≥ 2.0x tgtd and ≥ 70% of fio",
+                        f"{ratio:.2f}x, {dev:.0%}", ratio >= 2.0 and dev >= 0.70))
+            for key, what in (("randwrite-qd32", "write"), ("randwrite-fua-qd32", "write FUA")):
+                c, t = cell("file", key, name), cell("file", key, "tgtd")
+                ratio = c["iops"] / t["iops"]
+                out.append((f"file ({name}), 4 KiB random {what} QD32: ≥ 2.0x tgtd",
+                            f"{ratio:.2f}x", ratio >= 2.0))
+    for kind in ("null", "ram"):
+        if kind in results:
+            c, t = cell(kind, "randread-qd32", "iscsigwd"), cell(kind, "randread-qd32", "tgtd")
+            ratio, cpu = c["iops"] / t["iops"], c["cpu_us"] / t["cpu_us"]
+            out.append((f"{kind}, 4 KiB random read QD32: ≥ 2.4x tgtd, CPU/IO ≤ 0.2x tgtd",
+                        f"{ratio:.2f}x, {cpu:.2f}x", ratio >= 2.4 and cpu <= 0.2))
+    if "null" in results:
+        c = cell("null", "seqread128k-qd32", "iscsigwd")
+        share = c["mbps"] / ceil["iperf3_mbps"]
+        out.append(("null, 128 KiB sequential read QD32: ≥ 85% of iperf3's single stream",
+                    f"{c['mbps']:.0f} of {ceil['iperf3_mbps']:.0f} MB/s, {share:.0%}",
+                    share >= 0.85))
+    for kind in results:
+        names = [n for n in results[kind][0] if n != "tgtd"]
+        for name in names:
+            c, t = cell(kind, "randread-qd1", name), cell(kind, "randread-qd1", "tgtd")
+            ratio = c["p50"] / t["p50"]
+            out.append((f"{kind} ({name}), 4 KiB random read QD1 p50: ≤ 0.7x tgtd",
+                        f"{c['p50']:.0f} vs {t['p50']:.0f} µs, {ratio:.2f}x", ratio <= 0.7))
+    return out
+
+
+def plot(kind, names, cells, outdir):
+    """IOPS and p50 latency against queue depth for 4 KiB random reads and writes (SVG)."""
+    qds = (1, 8, 32, 128)
+    data = os.path.join(outdir, f"{kind}.dat")
+    with open(data, "w") as f:
+        for n in names:
+            f.write(f"# {n}\n")
+            for q in qds:
+                r, w = cells[(f"randread-qd{q}", n)], cells[(f"randwrite-qd{q}", n)]
+                f.write(f"{q} {r['iops']} {w['iops']} {r['p50']} {w['p50']}\n")
+            f.write("\n\n")
+    files = []
+    for what, cols, ylabel in (("iops", (2, 3), "IOPS"), ("latency", (4, 5), "p50 latency (µs)")):
+        svg = os.path.join(outdir, f"{kind}-{what}.svg")
+        series = []
+        for i, n in enumerate(names):
+            series.append(f"'{data}' index {i} using 1:{cols[0]} with linespoints "
+                          f"title '{n} read'")
+            series.append(f"'{data}' index {i} using 1:{cols[1]} with linespoints dashtype 2 "
+                          f"title '{n} write'")
+        script = (f"set terminal svg size 640,400 font 'sans,11'; set output '{svg}';"
+                  f"set title '{kind} LUN, 4 KiB random I/O'; set logscale x 2;"
+                  f"set xlabel 'queue depth'; set ylabel '{ylabel}'; set key top left;"
+                  f"set xtics ({', '.join(str(q) for q in qds)}); set grid;"
+                  f"plot {', '.join(series)}")
+        subprocess.run(["gnuplot", "-e", script], check=True)
+        files.append(svg)
+    os.unlink(data)
+    return files
+
+
+def report(args, results, ceil, started, seconds_taken):
+    outdir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "docs", "perf")
+    os.makedirs(outdir, exist_ok=True)
+    md = ["# Performance", "",
+          "Generated by `scripts/bench.sh` (tests/bench/suite.py); do not edit by hand. "
+          "Method: tests/bench/suite.py's docstring.", "",
+          f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds_taken / 60:.0f} minutes: "
+          f"{args.seconds} s per cell, median of {args.repeats}. Machine: {machine()}. "
+          "Client and targets share the machine's cores and talk over loopback.", ""]
+    if ceil:
+        md += ["## Ceilings", "",
+               "| what | IOPS | MB/s | p50 µs | p99 µs |", "| --- | ---: | ---: | ---: | ---: |"]
+        for key, c in ceil.items():
+            if key != "iperf3_mbps":
+                md.append(f"| fio libaio O_DIRECT on the file, {key} | {fmt(c['iops'])} | "
+                          f"{fmt(c['mbps'])} | {fmt(c['p50'])} | {fmt(c['p99'])} |")
+        md += [f"| iperf3, one TCP stream on loopback | | {ceil['iperf3_mbps']:.0f} | | |", ""]
+    g = goals(results, ceil) if ceil else []
+    if g:
+        md += ["## Goals", "", "| goal | measured | met |", "| --- | --- | --- |"]
+        md += [f"| {goal} | {measured} | {'yes' if met else 'no'} |" for goal, measured, met in g]
+        md.append("")
+    for kind, (names, cells, extra) in results.items():
+        md += [f"## {kind} LUN", "", table(kind, names, cells), ""]
+        if extra:
+            one, two = extra[1], extra[2]
+            md += [f"One session against two on this LUN (4 KiB random read, QD32 in total): "
+                   f"{one[0]:.0f} IOPS at {one[1]:.2f} µs CPU/IO from one, {two[0]:.0f} at "
+                   f"{two[1]:.2f} from two ({two[0] / one[0]:.2f}x).", ""]
+        for svg in plot(kind, names, cells, outdir):
+            rel = os.path.relpath(svg, os.path.dirname(os.path.abspath(args.out)))
+            md += [f"![{os.path.basename(svg)}]({rel})", ""]
+    with open(args.out, "w") as f:
+        f.write("\n".join(md))
+    return g
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=5, help="per cell")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per cell; figures are medians")
+    ap.add_argument("--out", default=os.path.join(harness.REPO, "PERFORMANCE.md"))
+    ap.add_argument("--only", default="null,ram,file",
+                    help="comma-separated LUN kinds (null, ram, file)")
+    ap.add_argument("--no-ceilings", action="store_true")
+    args = ap.parse_args()
+    kinds = [k for k in args.only.split(",") if k]
+    for k in kinds:
+        if k not in ("null", "ram", "file"):
+            ap.error(f"unknown LUN kind {k}")
+    if not os.path.exists(harness.binary("iscsi_load")):
+        sys.exit(f"{harness.binary('iscsi_load')} is missing: run scripts/bench.sh")
+
+    started, t0 = datetime.datetime.utcnow(), time.monotonic()
+
+    def log(msg):
+        print(f"[{time.monotonic() - t0:6.0f}s] {msg}", flush=True)
+
+    ceil = {} if args.no_ceilings else ceilings(args, log)
+    results = {k: run_kind(k, args, log) for k in kinds}
+    g = report(args, results, ceil, started, time.monotonic() - t0)
+    print(f"wrote {args.out}")
+    for goal, measured, met in g:
+        print(f"{'met ' if met else 'MISS'} {goal}: {measured}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
