@@ -7,9 +7,12 @@
 // kernel in one system call. Nothing blocks a reactor:
 //   - Read/Write resubmit the rest of a short transfer until the whole range is done.
 //   - FUA: a direct write carries RWF_DSYNC (the device gets a FUA write); a write through the
-//     page cache is followed by an fdatasync before it completes. (io_uring runs the buffered
-//     writes to one file one at a time, so there RWF_DSYNC would serialise the syncs too.)
-//   - Flush is an IORING_OP_FSYNC with IORING_FSYNC_DATASYNC; Unmap an IORING_OP_FALLOCATE.
+//     page cache completes only after an fdatasync that began once its data had landed. (io_uring
+//     runs the buffered writes to one file one at a time, so there RWF_DSYNC would serialise the
+//     syncs too.)
+//   - Flush and those FUA writes share group commits: each slot keeps one fdatasync
+//     (IORING_OP_FSYNC, IORING_FSYNC_DATASYNC) in flight, and it completes every flush and FUA
+//     write that was waiting when it began. Unmap is an IORING_OP_FALLOCATE.
 //   - GetProvisioning (lseek SEEK_DATA/SEEK_HOLE, which io_uring lacks), ReadModifyWrite (which
 //     must exclude every write, see WriteGate) and Prefetch run on a small process-wide blocking
 //     pool (2 threads) and post their completion back to the slot's io_context.
@@ -104,6 +107,10 @@ class FileStore final : public BackingStore {
   // Reads and writes of `slot` that went through the page cache although the store is direct,
   // because they were not aligned (tests).
   uint64_t unaligned(unsigned slot) const;
+  // Whether `slot` submits through an io_uring (false: the fallback pool), and the group
+  // fdatasyncs it has issued there (tests).
+  bool uses_ring(unsigned slot) const;
+  uint64_t group_syncs(unsigned slot) const;
 
  private:
   struct Op;
@@ -114,6 +121,9 @@ class FileStore final : public BackingStore {
   void IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_t offset);
   static void Complete(runtime::FileRing::Op* ring_op, int32_t res);
   void Finish(Op* op, int err);
+  void QueueSync(Op* op);
+  void StartSync(Slot& slot);
+  void SyncDone(Slot& slot, int err);
   // The slow path of Write and Unmap while a ReadModifyWrite holds the gate: on the pool, under
   // the gate's mutex.
   void RunBehindGate(Slot& slot, std::function<int()> fn, IoCompletion done);

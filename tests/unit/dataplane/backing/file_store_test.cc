@@ -139,6 +139,50 @@ TEST_F(FileStoreTest, FuaWriteAndFlushSucceedAndPersist) {
   EXPECT_EQ(back, data);
 }
 
+// FUA writes through the page cache and flushes share group fdatasyncs: one in flight per slot,
+// covering every request that was waiting when it began. Each request still completes once, with
+// its data stable.
+TEST_F(FileStoreTest, FuaWritesAndFlushesShareGroupSyncs) {
+  auto store = OpenOrDie(1 << 20);
+  ASSERT_NE(store, nullptr);
+  if (!store->uses_ring(0)) {
+    GTEST_SKIP() << "io_uring unavailable: syncs run on the fallback pool, one per request";
+  }
+  constexpr int kWrites = 32;
+  constexpr int kFlushes = 4;
+  std::vector<std::vector<uint8_t>> data;
+  for (int i = 0; i < kWrites; ++i) data.push_back(Pattern(4096, static_cast<uint8_t>(i)));
+  std::vector<Result> results(kWrites + kFlushes);
+  for (int i = 0; i < kWrites; ++i) {
+    store->Write(0, 4096u * i, data[i], /*fua=*/true, Record(&results[i]));
+    if (i % (kWrites / kFlushes) == 0) {
+      store->Flush(0, Record(&results[kWrites + i / (kWrites / kFlushes)]));
+    }
+  }
+  for (const Result& r : results) {
+    Wait(r);
+    EXPECT_EQ(r.err, 0);
+  }
+  EXPECT_EQ(store->in_flight(0), 0u);
+  const uint64_t syncs = store->group_syncs(0);
+  EXPECT_GE(syncs, 1u);
+  EXPECT_LT(syncs, static_cast<uint64_t>(kWrites + kFlushes) / 2) << "syncs were not grouped";
+  // A flush with nothing else waiting gets an fdatasync of its own.
+  Result f;
+  store->Flush(0, Record(&f));
+  Wait(f);
+  EXPECT_EQ(f.err, 0);
+  EXPECT_EQ(store->group_syncs(0), syncs + 1);
+  std::vector<uint8_t> back(4096);
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_EQ(::pread(fd, back.data(), back.size(), 4096 * i), 4096);
+    EXPECT_EQ(back, data[i]) << "block " << i;
+  }
+  ::close(fd);
+}
+
 TEST_F(FileStoreTest, MultipleSlotsEachCompleteOnTheirOwnContext) {
   boost::asio::io_context other;
   auto opened = FileStore::Open(FileStoreOptions{path_, 1 << 20, false}, {&ioc_, &other});
