@@ -174,26 +174,46 @@ def run_kind(kind, args, log):
         lab.close()
 
 
-def sessions_ceiling(gw, args, log):
-    """4 KiB random reads at QD32 in total from one session and from two (QD16 each)."""
+def thread_cpu(pid):
+    """utime + stime of each thread of pid, in seconds, by thread id."""
     out = {}
-    for sessions in (1, 2):
-        runs = []
-        for _ in range(args.repeats):
-            qd = str(32 // sessions)
-            cmd = [harness.binary("iscsi_load"), gw.url, "--json", "--seconds", str(args.seconds),
-                   "--rw", "randread", "--bs", "4096", "--qd", qd]
-            cpu0 = cpu_seconds(gw.pid)
-            procs = [subprocess.Popen(cmd + ["--initiator", f"{harness.INITIATOR}-{i}"],
-                                      stdout=subprocess.PIPE, text=True)
-                     for i in range(sessions)]
-            iops = sum(json.loads(p.communicate(timeout=args.seconds + 60)[0])["iops"]
-                       for p in procs)
-            cpu = cpu_seconds(gw.pid) - cpu0
-            runs.append((iops, cpu * 1e6 / (iops * args.seconds)))
-        out[sessions] = (statistics.median(r[0] for r in runs),
-                         statistics.median(r[1] for r in runs))
-        log(f"null {sessions} session(s): {out[sessions][0]:.0f} IOPS")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        out[tid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def sessions_ceiling(gw, args, log):
+    """One session against two on the same LUN, the same load in total: 4 KiB random reads at
+    QD32 and 128 KiB sequential reads at QD32 (QD16 each for two). Per run: IOPS, target CPU per
+    I/O, and how busy the target's busiest thread (a reactor) was, which says whether one session
+    is bounded by its reactor."""
+    out = {}
+    for label, wargs in (("4 KiB random read", ["--rw", "randread", "--bs", "4096"]),
+                         ("128 KiB sequential read", ["--rw", "read", "--bs", str(128 * KIB)])):
+        for sessions in (1, 2):
+            runs = []
+            for _ in range(args.repeats):
+                cmd = [harness.binary("iscsi_load"), gw.url, "--json", "--seconds",
+                       str(args.seconds), "--qd", str(32 // sessions)] + wargs
+                cpu0, threads0, t0 = cpu_seconds(gw.pid), thread_cpu(gw.pid), time.monotonic()
+                procs = [subprocess.Popen(cmd + ["--initiator", f"{harness.INITIATOR}-{i}"],
+                                          stdout=subprocess.PIPE, text=True)
+                         for i in range(sessions)]
+                iops = sum(json.loads(p.communicate(timeout=args.seconds + 60)[0])["iops"]
+                           for p in procs)
+                wall = time.monotonic() - t0
+                cpu, threads1 = cpu_seconds(gw.pid) - cpu0, thread_cpu(gw.pid)
+                busiest = max(threads1[t] - threads0.get(t, 0.0) for t in threads1) / wall
+                runs.append((iops, cpu * 1e6 / (iops * args.seconds), busiest))
+            out[(label, sessions)] = tuple(statistics.median(r[i] for r in runs)
+                                           for i in range(3))
+            log(f"null {label}, {sessions} session(s): {out[(label, sessions)][0]:.0f} IOPS, "
+                f"busiest thread {out[(label, sessions)][2]:.0%}")
     return out
 
 
@@ -388,10 +408,13 @@ def report(args, results, ceil, started, seconds_taken):
     for kind, (names, cells, extra) in results.items():
         md += [f"## {kind} LUN", "", table(kind, names, cells), ""]
         if extra:
-            one, two = extra[1], extra[2]
-            md += [f"One session against two on this LUN (4 KiB random read, QD32 in total): "
-                   f"{one[0]:.0f} IOPS at {one[1]:.2f} µs CPU/IO from one, {two[0]:.0f} at "
-                   f"{two[1]:.2f} from two ({two[0] / one[0]:.2f}x).", ""]
+            md += ["One session against two on this LUN, the same queue depth in total (QD32; "
+                   "QD16 each for two), and how busy the target's busiest thread was:", "",
+                   "| workload | sessions | IOPS | CPU µs/IO | busiest thread |",
+                   "| --- | ---: | ---: | ---: | ---: |"]
+            md += [f"| {label} | {n} | {fmt(v[0])} | {v[1]:.2f} | {v[2]:.0%} |"
+                   for (label, n), v in extra.items()]
+            md.append("")
         for svg in plot(kind, names, cells, outdir):
             rel = os.path.relpath(svg, os.path.dirname(os.path.abspath(args.out)))
             md += [f"![{os.path.basename(svg)}]({rel})", ""]
