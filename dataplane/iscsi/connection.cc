@@ -1561,22 +1561,7 @@ bool Connection::EmitTask(Task* t) {
 // buffer is full.
 void Connection::Flush() {
   while (!writing_ && !closed_ && tx_head_ != nullptr) {
-    bufs_.clear();
-    send_pos_ = 0;
-    sent_.clear();
-    n_hdrs_ = 0;
-    while (tx_head_ != nullptr && n_hdrs_ < kMaxBatchHeaders) {
-      TxItem* item = tx_head_;
-      const bool done = item->kind == TxItem::Kind::kControl
-                            ? EmitControl(static_cast<ControlPdu*>(item))
-                            : EmitTask(static_cast<Task*>(item));
-      if (!done) break;
-      tx_head_ = item->tx_next;
-      if (tx_head_ == nullptr) tx_tail_ = nullptr;
-      item->tx_queued = false;
-      item->tx_next = nullptr;
-      sent_.push_back(item);
-    }
+    GatherBatch();
     if (bufs_.empty()) {
       if (!FinishBatch(0)) return;
       continue;
@@ -1587,6 +1572,30 @@ void Connection::Flush() {
     writing_ = false;
     if (!FinishBatch(err)) return;
   }
+}
+
+void Connection::GatherBatch() {
+  bufs_.clear();
+  send_pos_ = 0;
+  sent_.clear();
+  n_hdrs_ = 0;
+  while (tx_head_ != nullptr && n_hdrs_ < kMaxBatchHeaders) {
+    TxItem* item = tx_head_;
+    const bool done = item->kind == TxItem::Kind::kControl
+                          ? EmitControl(static_cast<ControlPdu*>(item))
+                          : EmitTask(static_cast<Task*>(item));
+    if (!done) break;
+    tx_head_ = item->tx_next;
+    if (tx_head_ == nullptr) tx_tail_ = nullptr;
+    item->tx_queued = false;
+    item->tx_next = nullptr;
+    sent_.push_back(item);
+  }
+}
+
+std::span<const iovec> Connection::GatherBatchForTest() {
+  GatherBatch();
+  return bufs_;
 }
 
 void Connection::WaitWritable() {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Close() to the connection's reactor. A connection that reached full feature phase is never
   // evicted. Any thread.
   bool EvictIfLoggingIn();
+
+  // A seam for tests and benchmarks (tests/bench/micro_bench.cc): the receive and send paths in
+  // memory, without the socket, so that a command's protocol work can be timed alone. For a
+  // connection that was never Start()ed, on the thread that owns it (its reactor is not running).
+  //
+  // Handles one framed PDU (pdu::ParseFrame) as the reader does. False: the connection would close.
+  bool HandleFrameForTest(const pdu::Frame& f) { return HandleFrame(f); }
+  // Gathers the queued PDUs into one batch exactly as Flush does and returns the iovecs it would
+  // give sendmsg, unsent. They stay valid until the next call.
+  std::span<const iovec> GatherBatchForTest();
+  // Ends the gathered batch as if sendmsg had taken all of it: finished tasks are released.
+  bool FinishBatchForTest() { return FinishBatch(0); }
 
  private:
   enum class Admission : uint8_t { kLoggingIn, kAdmitted, kEvicted };
@@ -139,6 +152,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Dequeue(TxItem* item);
   void SendReject(const uint8_t* bhs, pdu::RejectReason reason);
   void Flush();
+  // Starts a new batch in bufs_ and moves queued items into it (sent_) while they fit.
+  void GatherBatch();
   bool EmitTask(Task* t);
   bool EmitControl(ControlPdu* c);
   // Adds one PDU header (digest appended when negotiated) to the batch.

@@ -21,6 +21,11 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   iscsigw::testing::g_allocations.fetch_add(1, std::memory_order_relaxed);
   return std::malloc(n == 0 ? 1 : n);
 }
+// GCC inlines these into callers and then takes the free() of memory from operator new for a
+// mismatch (-Wmismatched-new-delete); here operator new is malloc, so the pairing is right.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
