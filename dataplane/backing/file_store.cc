@@ -165,6 +165,7 @@ struct FileStore::Slot {
   uint32_t records = 0;
   uint32_t in_flight = 0;
   uint64_t unaligned = 0;
+  uint64_t fixed = 0;
 };
 
 namespace {
@@ -311,6 +312,10 @@ uint64_t FileStore::unaligned(unsigned slot) const {
   return slot < slots_.size() ? slots_[slot]->unaligned : 0;
 }
 
+uint64_t FileStore::fixed(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->fixed : 0;
+}
+
 uint32_t FileStore::in_flight(unsigned slot) const {
   return slot < slots_.size() ? slots_[slot]->in_flight : 0;
 }
@@ -368,12 +373,27 @@ void FileStore::Issue(Op* op) {
   if (op->slot->ring == nullptr) return IssueOnPool(op, fd, data, piece, offset);
   io_uring_sqe* sqe = op->slot->ring->Prepare(op);
   if (sqe == nullptr) return Finish(op, EAGAIN);
+  // A buffer in the reactor's registered arena goes as a fixed read or write: the kernel does not
+  // pin its pages again for this I/O.
+  const int fixed = op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite
+                        ? op->slot->ring->FixedIndex(data, piece)
+                        : -1;
+  if (fixed >= 0) ++op->slot->fixed;
+  const auto n = static_cast<unsigned>(piece);
   switch (op->kind) {
     case Op::Kind::kRead:
-      io_uring_prep_read(sqe, fd, data, static_cast<unsigned>(piece), offset);
+      if (fixed >= 0) {
+        io_uring_prep_read_fixed(sqe, fd, data, n, offset, fixed);
+      } else {
+        io_uring_prep_read(sqe, fd, data, n, offset);
+      }
       break;
     case Op::Kind::kWrite:
-      io_uring_prep_write(sqe, fd, data, static_cast<unsigned>(piece), offset);
+      if (fixed >= 0) {
+        io_uring_prep_write_fixed(sqe, fd, data, n, offset, fixed);
+      } else {
+        io_uring_prep_write(sqe, fd, data, n, offset);
+      }
       if (op->dsync) sqe->rw_flags = RWF_DSYNC;
       break;
     case Op::Kind::kSync:
