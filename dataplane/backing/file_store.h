@@ -18,6 +18,9 @@
 //     pool (2 threads) and post their completion back to the slot's io_context.
 // With `direct`, reads and writes that meet the file's direct I/O alignment use an O_DIRECT
 // descriptor and skip the page cache; the rest (and the pool's calls) use the ordinary one.
+// A direct read or write whose buffer lies in the ring's registered arena (the reactor's
+// BufferPool, see FileRing) is submitted as a fixed read/write, which spares pinning its pages;
+// any other as a plain one.
 // Where io_uring is refused (seccomp), every call runs on a pool of 16 threads instead, with a
 // warning that says so.
 // Each operation in flight lives in a per-slot record taken from a free list that grows, in
@@ -111,6 +114,9 @@ class FileStore final : public BackingStore {
   // fdatasyncs it has issued there (tests).
   bool uses_ring(unsigned slot) const;
   uint64_t group_syncs(unsigned slot) const;
+  // Direct reads and writes of `slot` submitted on a registered (fixed) buffer of the reactor's
+  // ring (tests).
+  uint64_t fixed(unsigned slot) const;
 
  private:
   struct Op;

@@ -1,12 +1,18 @@
 #include "dataplane/runtime/file_ring.h"
 
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "dataplane/base/log.h"
 
 namespace iscsigw::runtime {
 
@@ -15,10 +21,93 @@ boost::asio::execution_context::id FileRing::id;
 namespace {
 // Completions handled per wake-up before the reactor turns to its sockets again.
 constexpr unsigned kReapBatch = 4 * FileRing::kEntries;
+
+// Where an io_context's owner leaves the region it offers until the ring is set up.
+class FixedOffer final : public boost::asio::execution_context::service {
+ public:
+  static boost::asio::execution_context::id id;
+  explicit FixedOffer(boost::asio::io_context& ioc) : service(ioc) {}
+  std::span<uint8_t> region;
+
+ private:
+  void shutdown() override {}
+};
+boost::asio::execution_context::id FixedOffer::id;
+
+// One warning per process: every reactor meets the same limit.
+std::atomic<bool> fixed_warned{false};
+
+std::string MiB(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+std::string MemlockText() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return "unknown";
+  if (rl.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return std::to_string(rl.rlim_cur >> 10) + " KiB";
+}
 }  // namespace
 
 FileRing& FileRing::For(boost::asio::io_context& ioc) {
   return boost::asio::use_service<FileRing>(ioc);
+}
+
+void FileRing::OfferFixedBuffers(boost::asio::io_context& ioc, std::span<uint8_t> region) {
+  boost::asio::use_service<FixedOffer>(ioc).region = region;
+}
+
+void FileRing::UseFixedBuffers() {
+  if (!error_.empty() || fixed_count_ > 0 || !fixed_error_.empty()) return;
+  if (boost::asio::has_service<FixedOffer>(ioc_)) {
+    RegisterFixed(boost::asio::use_service<FixedOffer>(ioc_).region);
+  }
+}
+
+size_t FileRing::fixed_bytes() const {
+  size_t n = 0;
+  for (unsigned i = 0; i < fixed_count_; ++i) n += fixed_[i].len;
+  return n;
+}
+
+void FileRing::RegisterFixed(std::span<uint8_t> region) {
+  if (region.empty() || fixed_count_ > 0) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t offered = std::min(region.size(), kMaxFixedBuffer * kMaxFixedBuffers);
+  size_t len = offered - offered % page;
+  int rc = 0;
+  for (;;) {
+    iovec iov[kMaxFixedBuffers];
+    unsigned n = 0;
+    for (size_t at = 0; at < len; at += kMaxFixedBuffer) {
+      iov[n++] = iovec{region.data() + at, std::min(kMaxFixedBuffer, len - at)};
+    }
+    rc = io_uring_register_buffers(&ring_, iov, n);
+    if (rc == 0) {
+      for (unsigned i = 0; i < n; ++i) {
+        fixed_[i] = Fixed{reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len};
+      }
+      fixed_count_ = n;
+      break;
+    }
+    // ENOMEM: the pages would exceed RLIMIT_MEMLOCK (without CAP_IPC_LOCK). A front part may fit,
+    // and the pool hands out the front of its arena first.
+    const size_t half = len / 2 - (len / 2) % page;
+    if (rc != -ENOMEM || half < kMinFixedBytes) break;
+    len = half;
+  }
+  if (len == offered && rc == 0) return;
+  const std::string why =
+      rc == 0 ? "RLIMIT_MEMLOCK " + MemlockText()
+              : std::string(std::strerror(-rc)) + ", RLIMIT_MEMLOCK " + MemlockText();
+  fixed_error_ = rc == 0 ? "registered " + MiB(len) + " of " + MiB(offered) + " (" + why + ")"
+                         : "registering " + MiB(offered) + " failed (" + why + ")";
+  if (!fixed_warned.exchange(true, std::memory_order_relaxed)) {
+    log::Backing().warn(
+        "io_uring fixed buffers: {}; file reads and writes outside them pin their buffers on every "
+        "I/O. Raise the memlock limit (ulimit -l) or grant CAP_IPC_LOCK for full speed",
+        fixed_error_);
+  } else {
+    log::Backing().debug("io_uring fixed buffers: {}", fixed_error_);
+  }
 }
 
 FileRing::FileRing(boost::asio::io_context& ioc)

@@ -16,15 +16,32 @@
 //
 // The ring keeps its io_context running only while operations are in flight, like any Asio I/O.
 //
-// Threading: For() from any thread (once per store and reactor); everything else on the reactor
-// thread. An Op in flight must outlive its completion: stores are destroyed before their reactors.
+// Fixed buffers: the reactor's owner offers its BufferPool arena (OfferFixedBuffers) before the
+// reactor runs; the ring registers it when the first direct file LUN asks for it
+// (UseFixedBuffers), so only reactors that serve a direct LUN pin it. (Through the page cache the
+// kernel copies and pins nothing, so fixed buffers save nothing there.) A read or write whose
+// buffer lies inside it is submitted as IORING_OP_READ_FIXED / WRITE_FIXED with the buffer's
+// index (FixedIndex), which spares the kernel pinning the pages on every I/O; any other buffer
+// goes as a plain read or write. Registration is best effort: the kernel charges the pinned pages
+// to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK, so where the limit is too low for the
+// whole arena the ring registers the largest front part that fits (halving down to
+// kMinFixedBytes), and where nothing fits it registers nothing; the first such
+// shortfall in the process is logged as a warning, and I/O works either way.
+//
+// Threading: For(), OfferFixedBuffers() and UseFixedBuffers() from any thread (once per store and
+// reactor, before the store serves I/O, and stores are opened one at a time); everything else on
+// the reactor thread. An Op in flight must outlive its
+// completion: stores are destroyed before their reactors, and an offered region must outlive the
+// io_context.
 #pragma once
 
 #include <liburing.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace iscsigw::runtime {
@@ -39,8 +56,37 @@ class FileRing final : public boost::asio::execution_context::service {
     void (*complete)(Op* op, int32_t res) = nullptr;
   };
 
+  // io_uring takes at most 1 GiB per registered buffer: a larger region is registered in pieces,
+  // at most kMaxFixedBuffers of them (the rest of the region is used as ordinary memory).
+  static constexpr size_t kMaxFixedBuffer = size_t{1} << 30;
+  static constexpr unsigned kMaxFixedBuffers = 4;
+  // Below this, a registration the memlock limit refuses is not retried with a smaller part.
+  static constexpr size_t kMinFixedBytes = size_t{1} << 20;
+
   // The ring of ioc's reactor, set up on first use.
   static FileRing& For(boost::asio::io_context& ioc);
+
+  // Offers `region` (page aligned, anonymous memory) as the fixed buffers of ioc's ring, to be
+  // registered when a direct store asks (UseFixedBuffers). Call before the reactor serves I/O;
+  // the region must outlive the io_context.
+  static void OfferFixedBuffers(boost::asio::io_context& ioc, std::span<uint8_t> region);
+  // Registers the offered region, once; a no-op when there is none, the ring failed, or it was
+  // already tried. A direct file store calls it as it opens, before its first I/O.
+  void UseFixedBuffers();
+
+  // The index of the registered buffer that holds all of [p, p + len), or -1: submit a plain read
+  // or write then. Reactor thread; no system call.
+  int FixedIndex(const uint8_t* p, size_t len) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    for (unsigned i = 0; i < fixed_count_; ++i) {
+      const uintptr_t off = a - fixed_[i].base;  // wraps (and so fails) below the base
+      if (off < fixed_[i].len && len <= fixed_[i].len - off) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // Bytes registered as fixed buffers (0: none); why not all that was offered (empty: all was).
+  size_t fixed_bytes() const;
+  const std::string& fixed_error() const { return fixed_error_; }
 
   // Empty when the ring works; otherwise why it could not be set up (io_uring refused by the
   // kernel or a seccomp profile, for example, or ISCSIGW_DISABLE_IO_URING set to anything but 0
@@ -69,6 +115,12 @@ class FileRing final : public boost::asio::execution_context::service {
   void ScheduleSubmit();
   void Arm();
   void Reap();
+  void RegisterFixed(std::span<uint8_t> region);
+
+  struct Fixed {
+    uintptr_t base = 0;
+    size_t len = 0;
+  };
 
   boost::asio::io_context& ioc_;
   io_uring ring_{};
@@ -83,6 +135,9 @@ class FileRing final : public boost::asio::execution_context::service {
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
   std::string error_;
+  Fixed fixed_[kMaxFixedBuffers];  // written while the ring is set up, before any I/O
+  unsigned fixed_count_ = 0;
+  std::string fixed_error_;
 };
 
 }  // namespace iscsigw::runtime

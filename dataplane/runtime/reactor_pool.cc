@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "dataplane/runtime/file_ring.h"
 #include "dataplane/runtime/stats.h"
 
 namespace iscsigw::runtime {
@@ -13,7 +14,10 @@ thread_local int current_reactor = -1;
 
 ReactorPool::ReactorPool(unsigned reactors) {
   if (reactors == 0) reactors = 1;
-  for (unsigned i = 0; i < reactors; ++i) reactors_.push_back(std::make_unique<Reactor>());
+  for (unsigned i = 0; i < reactors; ++i) {
+    reactors_.push_back(std::make_unique<Reactor>());
+    FileRing::OfferFixedBuffers(reactors_[i]->io, reactors_[i]->buffers.arena());
+  }
   // Metrics shards exist before any reactor runs, so the hot path never allocates them.
   Stats::Global().Configure(reactors);
   for (unsigned i = 0; i < reactors; ++i) {

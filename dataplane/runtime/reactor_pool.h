@@ -1,5 +1,7 @@
 // ReactorPool: N reactor threads, each running its own Asio io_context (concurrency hint 1) and
-// owning a BufferPool. A connection is placed on the least-loaded reactor and stays there.
+// owning a BufferPool, whose arena it offers to that io_context's FileRing as fixed buffers (pinned
+// only if a file store sets the ring up). A connection is placed on the least-loaded reactor and
+// stays there.
 // Threading: Start/Stop from the owner thread; Pick/AddConnection from any thread (atomics, once
 // per connection, never per I/O); context(i)/buffers(i) are used on reactor i's own thread.
 #pragma once
@@ -43,9 +45,11 @@ class ReactorPool {
 
  private:
   struct Reactor {
+    // Before io: the ring (a service of io) holds the arena registered, and handlers destroyed
+    // with io may still return buffers, so the pool goes last.
+    BufferPool buffers;
     boost::asio::io_context io{1};
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard;
-    BufferPool buffers;
     std::atomic<int> connections{0};
     std::thread thread;
   };

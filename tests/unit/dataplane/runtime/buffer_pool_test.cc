@@ -43,8 +43,11 @@ TEST(BufferPool, OversizeRequestGetsNothing) {
   EXPECT_EQ(pool.allocations(), 0u);
 }
 
+// Heap buffers (no arena): allocations() counts every one.
+constexpr size_t kCache = 32u << 20;
+
 TEST(BufferPool, ReusesAPutBufferWithoutAllocating) {
-  BufferPool pool;
+  BufferPool pool(kCache, 0);
   uint32_t cap = 0;
   uint8_t* a = pool.Get(5000, &cap);
   ASSERT_NE(a, nullptr);
@@ -59,7 +62,7 @@ TEST(BufferPool, ReusesAPutBufferWithoutAllocating) {
 }
 
 TEST(BufferPool, ClassesDoNotShareBuffers) {
-  BufferPool pool;
+  BufferPool pool(kCache, 0);
   uint32_t cap4 = 0, cap8 = 0;
   uint8_t* small = pool.Get(4096, &cap4);
   pool.Put(small, cap4);
@@ -70,7 +73,7 @@ TEST(BufferPool, ClassesDoNotShareBuffers) {
 }
 
 TEST(BufferPool, SteadyStateCommandLoopAllocatesNothing) {
-  BufferPool pool;
+  BufferPool pool(kCache, 0);
   constexpr int kInFlight = 32;
   std::vector<std::pair<uint8_t*, uint32_t>> held;
   for (int round = 0; round < 100; ++round) {
@@ -91,7 +94,7 @@ TEST(BufferPool, SteadyStateCommandLoopAllocatesNothing) {
 
 TEST(BufferPool, BoundedCacheFreesThePastLimitAndAllocatesAgain) {
   // 16 KiB per class: four 4 KiB buffers cached at most.
-  BufferPool pool(16384);
+  BufferPool pool(16384, 0);
   std::vector<std::pair<uint8_t*, uint32_t>> held;
   for (int i = 0; i < 6; ++i) {
     uint32_t cap = 0;
@@ -109,11 +112,100 @@ TEST(BufferPool, BoundedCacheFreesThePastLimitAndAllocatesAgain) {
 }
 
 TEST(BufferPool, PutNullIsANoOp) {
-  BufferPool pool;
+  BufferPool pool(kCache, 0);
   pool.Put(nullptr, 4096);
   uint32_t cap = 0;
   uint8_t* p = pool.Get(1, &cap);
   EXPECT_NE(p, nullptr);
+  EXPECT_EQ(pool.allocations(), 1u);
+  pool.Put(p, cap);
+}
+
+// --- The arena ---------------------------------------------------------------------------------
+
+TEST(BufferPoolArena, BuffersComeFromTheArenaFirstWithoutHeapAllocation) {
+  BufferPool pool(kCache, 1 << 20);
+  ASSERT_EQ(pool.arena().size(), 1u << 20);
+  uint32_t cap = 0;
+  uint8_t* a = pool.Get(4096, &cap);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(pool.InArena(a));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u);
+  EXPECT_EQ(pool.allocations(), 0u);
+  EXPECT_EQ(pool.arena_carved(), 4096u);
+  std::memset(a, 0x5a, cap);
+  pool.Put(a, cap);
+  uint32_t cap2 = 0;
+  EXPECT_EQ(pool.Get(100, &cap2), a);  // reused, not carved again
+  EXPECT_EQ(pool.arena_carved(), 4096u);
+  pool.Put(a, cap2);
+}
+
+TEST(BufferPoolArena, AClassCarvesAtMostAQuarterThenUsesTheHeap) {
+  BufferPool pool(kCache, 1 << 20);  // a quarter: 64 buffers of 4 KiB
+  std::vector<std::pair<uint8_t*, uint32_t>> held;
+  for (int i = 0; i < 65; ++i) {
+    uint32_t cap = 0;
+    held.emplace_back(pool.Get(4096, &cap), cap);
+    ASSERT_NE(held.back().first, nullptr);
+  }
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(pool.InArena(held[i].first)) << i;
+  EXPECT_FALSE(pool.InArena(held[64].first));
+  EXPECT_EQ(pool.allocations(), 1u);
+  EXPECT_EQ(pool.arena_carved(), 256u << 10);
+  // The other classes still have their room.
+  uint32_t cap = 0;
+  uint8_t* big = pool.Get(256 << 10, &cap);
+  EXPECT_TRUE(pool.InArena(big));
+  pool.Put(big, cap);
+  // Every arena buffer goes back to its class, and the arena ones are handed out first.
+  for (auto& [p, c] : held) pool.Put(p, c);
+  held.clear();
+  for (int i = 0; i < 64; ++i) {
+    uint8_t* p = pool.Get(4096, &cap);
+    EXPECT_TRUE(pool.InArena(p)) << i;
+    held.emplace_back(p, cap);
+  }
+  EXPECT_EQ(pool.allocations(), 1u);
+  for (auto& [p, c] : held) pool.Put(p, c);
+}
+
+TEST(BufferPoolArena, ClassesLargerThanTheirShareComeFromTheHeap) {
+  BufferPool pool(kCache, 1 << 20);
+  uint32_t cap = 0;
+  uint8_t* p = pool.Get(512 << 10, &cap);
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(pool.InArena(p));
+  EXPECT_EQ(pool.allocations(), 1u);
+  EXPECT_EQ(pool.arena_carved(), 0u);
+  pool.Put(p, cap);
+}
+
+TEST(BufferPoolArena, ExhaustedArenaFallsBackToTheHeap) {
+  BufferPool pool(kCache, 1 << 20);
+  std::vector<std::pair<uint8_t*, uint32_t>> held;
+  auto get = [&](uint32_t len) {
+    uint32_t cap = 0;
+    held.emplace_back(pool.Get(len, &cap), cap);
+    return held.back().first;
+  };
+  // Four classes take their quarter each: the arena is all carved.
+  for (uint32_t len : {256u << 10, 128u << 10, 64u << 10, 32u << 10}) {
+    for (uint32_t n = 0; n < (256u << 10) / len; ++n) EXPECT_TRUE(pool.InArena(get(len)));
+  }
+  EXPECT_EQ(pool.arena_carved(), 1u << 20);
+  EXPECT_EQ(pool.allocations(), 0u);
+  EXPECT_FALSE(pool.InArena(get(4096)));
+  EXPECT_EQ(pool.allocations(), 1u);
+  for (auto& [p, c] : held) pool.Put(p, c);
+}
+
+TEST(BufferPoolArena, SizeZeroMeansNoArena) {
+  BufferPool pool(kCache, 0);
+  EXPECT_TRUE(pool.arena().empty());
+  uint32_t cap = 0;
+  uint8_t* p = pool.Get(4096, &cap);
+  EXPECT_FALSE(pool.InArena(p));
   EXPECT_EQ(pool.allocations(), 1u);
   pool.Put(p, cap);
 }
