@@ -17,6 +17,9 @@ Per cell: IOPS, MB/s, p50/p99 latency, target CPU per I/O (utime+stime of the ta
 over the run, from /proc) and the ratio to tgtd. Each cell runs --repeats times, the targets
 interleaved within each round, and every figure is the median of its repeats.
 Ceilings: fio (libaio, O_DIRECT) straight on the file; iperf3's single TCP stream on loopback.
+Profiles: for each goal this run misses, the cell is run once more under a system-wide `perf
+record` (cpu-clock), and PERFORMANCE.md shows where the machine's time went (by thread name) and
+the target's hottest functions: the profile that bounds the figure.
 One session against two on the null LUN shows what a second session adds (the single-session
 ceiling).
 
@@ -64,6 +67,10 @@ WORKLOADS = (
         ["--rw", "read", "--bs", str(1024 * KIB), "--qd", "8"])])
 
 METRICS = ("iops", "mbps", "p50", "p99", "cpu_us")
+
+# The cells the goals look at, profiled when their goal is missed.
+PROFILED = ("randread-qd1", "randread-qd32", "randwrite-qd32", "randwrite-fua-qd32",
+            "seqread128k-qd32")
 
 
 class Target:
@@ -148,6 +155,32 @@ def setup(kind, lab):
             lab.gw("iscsigwd direct", dict(lun, file={"path": path, "direct": True}))], True
 
 
+def perf_report(data, *args):
+    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+                          *args], capture_output=True, text=True)
+    return [line.rstrip() for line in out.stdout.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def profile(t, key, seconds):
+    """Runs one cell under a system-wide cpu-clock `perf record`; returns the share of the
+    machine's time by thread name and the target's hottest functions (text lines)."""
+    wargs = next(w for k, _, w in WORKLOADS if k == key)
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "perf.data")
+        rec = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "999", "-o", data, "--",
+                                "sleep", str(seconds)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        try:
+            iscsi_load(t.url, wargs, seconds)
+        finally:
+            rec.wait(timeout=seconds + 60)
+        by_thread = perf_report(data, "--sort", "comm", "--percent-limit", "2")
+        hottest = perf_report(data, "--pid", str(t.pid), "--percentage", "relative", "--sort",
+                              "dso,sym", "--percent-limit", "1.5")
+    return by_thread, hottest[:15]
+
+
 def median_cells(samples):
     return {m: statistics.median(s[m] for s in samples) for m in METRICS}
 
@@ -166,10 +199,19 @@ def run_kind(kind, args, log):
                     samples.setdefault((key, t.name), []).append(r)
                     log(f"{kind} round {rnd + 1} {key} {t.name}: {r['iops']:.0f} IOPS "
                         f"p50 {r['p50']:.0f} us, {r['cpu_us']:.2f} us CPU/IO")
+        cells = {k: median_cells(v) for k, v in samples.items()}
         extra = {}
         if kind == "null":
             extra = sessions_ceiling(targets[1], args, log)
-        return [t.name for t in targets], {k: median_cells(v) for k, v in samples.items()}, extra
+        profiles = {}
+        if args.profile:
+            for t in targets[1:]:
+                for key in PROFILED:
+                    if drop:
+                        drop_caches()
+                    profiles[(key, t.name)] = profile(t, key, args.seconds)
+            log(f"{kind}: {len(profiles)} cells profiled")
+        return [t.name for t in targets], cells, extra, profiles
     finally:
         lab.close()
 
@@ -244,25 +286,26 @@ def ceilings(args, log):
         out[key] = {m: statistics.median(r[m] for r in runs) for m in ("iops", "mbps", "p50",
                                                                           "p99")}
         log(f"fio {key}: {out[key]['iops']:.0f} IOPS")
-    port = free_port()
     gbps = []
     for _ in range(args.repeats):
+        port = free_port()
         server = subprocess.Popen(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            r = None
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                r = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
-                                    str(args.seconds), "-J"], capture_output=True, text=True)
-                if r.returncode == 0:
-                    break
-                time.sleep(0.1)  # the server is not listening yet
-            if r is None or r.returncode != 0:
-                raise RuntimeError(f"iperf3 failed: {r.stdout if r else ''}")
+            # Any connection counts as the one-off server's client: wait for the listening
+            # socket without connecting to it.
+            harness.wait_for(lambda: subprocess.run(
+                ["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                text=True).stdout.strip(), what="iperf3's server")
+            r = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
+                                str(args.seconds), "-J"], capture_output=True, text=True,
+                               timeout=args.seconds + 60)
+            if r.returncode != 0:
+                raise RuntimeError(f"iperf3 failed: {r.stdout}{r.stderr}")
             gbps.append(json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9)
         finally:
-            server.wait(timeout=30)
+            server.kill()
+            server.wait()
     out["iperf3_mbps"] = statistics.median(gbps) * 1e3 / 8
     log(f"iperf3 single stream: {out['iperf3_mbps']:.0f} MB/s")
     return out
@@ -313,7 +356,8 @@ def table(kind, names, cells):
 
 
 def goals(results, ceil):
-    """(goal, measured, met) for each of the suite's goals that this run covered."""
+    """(goal, measured, met, cells) for each of the suite's goals that this run covered; cells:
+    the (kind, key, target) the goal looked at."""
     out = []
 
     def cell(kind, key, name):
@@ -324,31 +368,34 @@ def goals(results, ceil):
             c, t = cell("file", "randread-qd32", name), cell("file", "randread-qd32", "tgtd")
             ratio, dev = c["iops"] / t["iops"], c["iops"] / ceil["randread-qd32"]["iops"]
             out.append((f"file ({name}), 4 KiB random read QD32: ≥ 2.0x tgtd and ≥ 70% of fio",
-                        f"{ratio:.2f}x, {dev:.0%}", ratio >= 2.0 and dev >= 0.70))
+                        f"{ratio:.2f}x, {dev:.0%}", ratio >= 2.0 and dev >= 0.70,
+                        ("file", "randread-qd32", name)))
             for key, what in (("randwrite-qd32", "write"), ("randwrite-fua-qd32", "write FUA")):
                 c, t = cell("file", key, name), cell("file", key, "tgtd")
                 ratio = c["iops"] / t["iops"]
                 out.append((f"file ({name}), 4 KiB random {what} QD32: ≥ 2.0x tgtd",
-                            f"{ratio:.2f}x", ratio >= 2.0))
+                            f"{ratio:.2f}x", ratio >= 2.0, ("file", key, name)))
     for kind in ("null", "ram"):
         if kind in results:
             c, t = cell(kind, "randread-qd32", "iscsigwd"), cell(kind, "randread-qd32", "tgtd")
             ratio, cpu = c["iops"] / t["iops"], c["cpu_us"] / t["cpu_us"]
             out.append((f"{kind}, 4 KiB random read QD32: ≥ 2.4x tgtd, CPU/IO ≤ 0.2x tgtd",
-                        f"{ratio:.2f}x, {cpu:.2f}x", ratio >= 2.4 and cpu <= 0.2))
+                        f"{ratio:.2f}x, {cpu:.2f}x", ratio >= 2.4 and cpu <= 0.2,
+                        (kind, "randread-qd32", "iscsigwd")))
     if "null" in results:
         c = cell("null", "seqread128k-qd32", "iscsigwd")
         share = c["mbps"] / ceil["iperf3_mbps"]
         out.append(("null, 128 KiB sequential read QD32: ≥ 85% of iperf3's single stream",
                     f"{c['mbps']:.0f} of {ceil['iperf3_mbps']:.0f} MB/s, {share:.0%}",
-                    share >= 0.85))
+                    share >= 0.85, ("null", "seqread128k-qd32", "iscsigwd")))
     for kind in results:
         names = [n for n in results[kind][0] if n != "tgtd"]
         for name in names:
             c, t = cell(kind, "randread-qd1", name), cell(kind, "randread-qd1", "tgtd")
             ratio = c["p50"] / t["p50"]
             out.append((f"{kind} ({name}), 4 KiB random read QD1 p50: ≤ 0.7x tgtd",
-                        f"{c['p50']:.0f} vs {t['p50']:.0f} µs, {ratio:.2f}x", ratio <= 0.7))
+                        f"{c['p50']:.0f} vs {t['p50']:.0f} µs, {ratio:.2f}x", ratio <= 0.7,
+                        (kind, "randread-qd1", name)))
     return out
 
 
@@ -403,9 +450,21 @@ def report(args, results, ceil, started, seconds_taken):
     g = goals(results, ceil) if ceil else []
     if g:
         md += ["## Goals", "", "| goal | measured | met |", "| --- | --- | --- |"]
-        md += [f"| {goal} | {measured} | {'yes' if met else 'no'} |" for goal, measured, met in g]
+        md += [f"| {goal} | {measured} | {'yes' if met else 'no'} |"
+               for goal, measured, met, _ in g]
         md.append("")
-    for kind, (names, cells, extra) in results.items():
+        missed = [(goal, cell) for goal, _, met, cell in g if not met]
+        if missed and any(r[3] for r in results.values()):
+            md += ["## Profiles of the goals missed", "",
+                   "Each cell run once more under `perf record -a -g -e cpu-clock`: the machine's "
+                   "time by thread (`swapper` is idle; `reactor-N` are the target's reactors, "
+                   "`iou-wrk` io_uring's workers), then the target's hottest functions (share of the "
+                   "target's samples).", ""]
+            for goal, (kind, key, name) in missed:
+                prof = results[kind][3].get((key, name))
+                if prof:
+                    md += [f"### {goal}", "", "```", *prof[0], "", *prof[1], "```", ""]
+    for kind, (names, cells, extra, _) in results.items():
         md += [f"## {kind} LUN", "", table(kind, names, cells), ""]
         if extra:
             md += ["One session against two on this LUN, the same queue depth in total (QD32; "
@@ -431,6 +490,8 @@ def main():
     ap.add_argument("--only", default="null,ram,file",
                     help="comma-separated LUN kinds (null, ram, file)")
     ap.add_argument("--no-ceilings", action="store_true")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="skip the perf profiles of the goal cells")
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     for k in kinds:
@@ -448,7 +509,7 @@ def main():
     results = {k: run_kind(k, args, log) for k in kinds}
     g = report(args, results, ceil, started, time.monotonic() - t0)
     print(f"wrote {args.out}")
-    for goal, measured, met in g:
+    for goal, measured, met, _ in g:
         print(f"{'met ' if met else 'MISS'} {goal}: {measured}")
     return 0
 
