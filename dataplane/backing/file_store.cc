@@ -169,7 +169,6 @@ struct FileStore::Slot {
   uint64_t unaligned = 0;
   uint64_t fixed = 0;
   uint64_t group_syncs = 0;
-  uint64_t fua_direct = 0;
   // Group commit: the records waiting for an fdatasync that begins after they arrived (FUA writes
   // through the page cache whose data has landed, and flushes), and those the fdatasync in
   // flight covers. One fdatasync at a time per slot: it covers everything that waited for it.
@@ -235,30 +234,24 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
                                 " bytes, smaller than size_bytes " + std::to_string(size)));
   }
 
-  // The O_DIRECT descriptor: every aligned read and write of a `direct` store uses it; any other
-  // writable store keeps one, where the file system has direct I/O, for its aligned FUA writes.
   int direct_raw = -1;
   uint32_t mem_align = 0, offset_align = 0;
-  if (options.direct || !options.read_only) {
+  if (options.direct) {
     // Reopened through /proc, so that it names the same inode even if the path was renamed.
     const int mode_direct = (options.read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC;
     const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
     direct_raw = ::open(self.c_str(), mode_direct);
     if (direct_raw < 0 && errno == ENOENT) direct_raw = ::open(path.c_str(), mode_direct);
-    if (direct_raw < 0 && options.direct) {
+    if (direct_raw < 0) {
       return fail(errno == EINVAL
                       ? InvalidArgument("file store " + path +
                                         ": direct: the file system has no direct I/O (O_DIRECT)")
                       : OpenError(path, "open O_DIRECT", errno));
     }
-    if (direct_raw >= 0 &&
-        !DirectAlignment(direct_raw, S_ISBLK(st.st_mode), &mem_align, &offset_align)) {
+    if (!DirectAlignment(direct_raw, S_ISBLK(st.st_mode), &mem_align, &offset_align)) {
       ::close(direct_raw);
-      direct_raw = -1;
-      if (options.direct) {
-        return fail(InvalidArgument("file store " + path +
-                                    ": direct: the file system has no direct I/O for this file"));
-      }
+      return fail(InvalidArgument("file store " + path +
+                                  ": direct: the file system has no direct I/O for this file"));
     }
   }
   Fd direct(direct_raw);
@@ -282,12 +275,11 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
   store->direct_fd_ = direct.release();
-  store->direct_all_ = options.direct;
   store->mem_align_ = mem_align;
   store->offset_align_ = offset_align;
   for (size_t i = 0; i < slots.size(); ++i) {
     store->slots_.push_back(std::make_unique<Slot>(*slots[i], rings[i], static_cast<unsigned>(i)));
-    if (store->direct_all_ && rings[i] != nullptr) rings[i]->UseFixedBuffers();
+    if (store->direct_fd_ >= 0 && rings[i] != nullptr) rings[i]->UseFixedBuffers();
   }
   return store;
 }
@@ -339,10 +331,6 @@ uint64_t FileStore::group_syncs(unsigned slot) const {
   return slot < slots_.size() ? slots_[slot]->group_syncs : 0;
 }
 
-uint64_t FileStore::fua_direct(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->fua_direct : 0;
-}
-
 uint64_t FileStore::fixed(unsigned slot) const {
   return slot < slots_.size() ? slots_[slot]->fixed : 0;
 }
@@ -384,24 +372,18 @@ void FileStore::Issue(Op* op) {
   const size_t piece = std::min<uint64_t>(op->len - op->done_bytes, kMaxPiece);
   uint8_t* const data = op->data + op->done_bytes;
   const uint64_t offset = op->offset + op->done_bytes;
-  // Direct where the piece meets the alignment (a `direct` store's reads and writes, any store's
-  // FUA writes); otherwise through the page cache.
+  // Direct where the piece meets the alignment; otherwise through the page cache.
   int fd = fd_;
-  const bool rw = op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite;
-  const bool fua_write = op->kind == Op::Kind::kWrite && op->fua;
-  if (direct_fd_ >= 0 && rw && (direct_all_ || fua_write)) {
+  if (direct_fd_ >= 0 && (op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite)) {
     if (reinterpret_cast<uintptr_t>(data) % mem_align_ == 0 && piece % offset_align_ == 0 &&
         offset % offset_align_ == 0) {
       fd = direct_fd_;
-      if (!direct_all_) ++op->slot->fua_direct;
-    } else if (direct_all_) {
+    } else {
       ++op->slot->unaligned;
     }
   }
-  // FUA: a direct write carries RWF_DSYNC, which the device completes as a FUA write; Linux keeps
-  // the page cache coherent with it (the range is written back before and dropped after), so a
-  // store without `direct` sends its aligned FUA writes this way too. An unaligned FUA write goes
-  // through the page cache plain and joins the slot's group fdatasync once it has landed
+  // FUA: a direct write carries RWF_DSYNC, which the device completes as a FUA write. Through
+  // the page cache the write goes plain and joins the slot's group fdatasync once it has landed
   // (QueueSync): io_uring runs buffered writes to one file one at a time, so RWF_DSYNC there
   // would make every FUA write wait for the sync of the one before (5K against 20K IOPS at QD32).
   op->dsync = op->kind == Op::Kind::kWrite && op->fua && fd == direct_fd_;

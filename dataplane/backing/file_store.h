@@ -6,9 +6,8 @@
 // device at once as the initiators keep in flight, and the entries of one reactor turn reach the
 // kernel in one system call. Nothing blocks a reactor:
 //   - Read/Write resubmit the rest of a short transfer until the whole range is done.
-//   - FUA: a write aligned for direct I/O goes through the O_DIRECT descriptor with RWF_DSYNC (the
-//     device gets a FUA write), with or without `direct` (Linux keeps the page cache coherent);
-//     any other completes only after an fdatasync that began once its data had landed. (io_uring
+//   - FUA: a direct write carries RWF_DSYNC (the device gets a FUA write); a write through the
+//     page cache completes only after an fdatasync that began once its data had landed. (io_uring
 //     runs the buffered writes to one file one at a time, so there RWF_DSYNC would serialise the
 //     syncs too.)
 //   - Flush and those FUA writes share group commits: each slot keeps one fdatasync
@@ -78,9 +77,8 @@ class FileStore final : public BackingStore {
   bool persistent() const override { return true; }
   bool read_only() const { return read_only_; }
   const std::string& path() const { return path_; }
-  bool direct() const { return direct_all_; }
-  // Direct I/O alignment of buffers and of offsets and lengths (bytes; 0 where the store has no
-  // O_DIRECT descriptor: read-only without `direct`, or no direct I/O on the file system).
+  bool direct() const { return direct_fd_ >= 0; }
+  // Direct I/O alignment of buffers and of offsets and lengths (bytes; 0 without direct).
   uint32_t direct_mem_align() const { return mem_align_; }
   uint32_t direct_offset_align() const { return offset_align_; }
 
@@ -116,9 +114,6 @@ class FileStore final : public BackingStore {
   // fdatasyncs it has issued there (tests).
   bool uses_ring(unsigned slot) const;
   uint64_t group_syncs(unsigned slot) const;
-  // FUA writes of `slot` that went through the O_DIRECT descriptor of a store without `direct`
-  // (tests).
-  uint64_t fua_direct(unsigned slot) const;
   // Direct reads and writes of `slot` submitted on a registered (fixed) buffer of the reactor's
   // ring (tests).
   uint64_t fixed(unsigned slot) const;
@@ -142,9 +137,8 @@ class FileStore final : public BackingStore {
   const std::string path_;
   std::atomic<uint64_t> size_bytes_;
   const bool read_only_;
-  const int fd_;             // owned; through the page cache
-  int direct_fd_ = -1;       // owned; O_DIRECT (-1 where the file system has none)
-  bool direct_all_ = false;  // `direct`: every aligned read and write uses direct_fd_
+  const int fd_;        // owned; through the page cache
+  int direct_fd_ = -1;  // owned; O_DIRECT (-1 without direct)
   uint32_t mem_align_ = 0;
   uint32_t offset_align_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread

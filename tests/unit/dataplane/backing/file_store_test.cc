@@ -184,60 +184,6 @@ TEST_F(FileStoreTest, FuaWritesAndFlushesShareGroupSyncs) {
   ::close(fd);
 }
 
-// Without `direct`, an aligned FUA write still goes to the device as a FUA write (O_DIRECT with
-// RWF_DSYNC), coherent with the page cache around it; an unaligned one takes the group fdatasync.
-TEST_F(FileStoreTest, AlignedFuaWritesOfAPageCacheStoreGoDirect) {
-  char tmpl[] = "/var/tmp/iscsigw-fua-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const fs::path dir = tmpl;
-  auto opened =
-      FileStore::Open(FileStoreOptions{(dir / "lun.img").string(), 1 << 20, false}, {&ioc_});
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto store = std::move(opened).value();
-  EXPECT_FALSE(store->direct());
-  if (!store->uses_ring(0) || store->direct_offset_align() == 0) {
-    store.reset();
-    fs::remove_all(dir);
-    GTEST_SKIP() << "no io_uring or no direct I/O here";
-  }
-  // A cached page in the range first: the direct write must replace what reads see.
-  const auto old = Pattern(4096, 1);
-  Result w0;
-  store->Write(0, 0, old, /*fua=*/false, Record(&w0));
-  Wait(w0);
-  std::vector<uint8_t> back(4096);
-  Result r0;
-  store->Read(0, 0, back, Record(&r0));
-  Wait(r0);
-  ASSERT_EQ(back, old);
-
-  auto* aligned = static_cast<uint8_t*>(std::aligned_alloc(4096, 8192));
-  const auto pattern = Pattern(8192, 7);
-  std::memcpy(aligned, pattern.data(), pattern.size());
-  Result w;
-  store->Write(0, 0, std::span<const uint8_t>(aligned, 8192), /*fua=*/true, Record(&w));
-  Wait(w);
-  EXPECT_EQ(w.err, 0);
-  EXPECT_EQ(store->fua_direct(0), 1u);
-  EXPECT_EQ(store->group_syncs(0), 0u);
-  Result r;
-  store->Read(0, 0, back, Record(&r));
-  Wait(r);
-  EXPECT_EQ(r.err, 0);
-  EXPECT_EQ(0, std::memcmp(back.data(), pattern.data(), 4096)) << "stale page cache";
-
-  // Unaligned (an odd offset into the buffer, an odd length): the page cache and a group sync.
-  Result u;
-  store->Write(0, 16384, std::span<const uint8_t>(aligned + 1, 4000), /*fua=*/true, Record(&u));
-  Wait(u);
-  EXPECT_EQ(u.err, 0);
-  EXPECT_EQ(store->fua_direct(0), 1u);
-  EXPECT_EQ(store->group_syncs(0), 1u);
-  std::free(aligned);
-  store.reset();
-  fs::remove_all(dir);
-}
-
 TEST_F(FileStoreTest, MultipleSlotsEachCompleteOnTheirOwnContext) {
   boost::asio::io_context other;
   auto opened = FileStore::Open(FileStoreOptions{path_, 1 << 20, false}, {&ioc_, &other});
