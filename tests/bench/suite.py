@@ -175,11 +175,13 @@ def profile(t, key, seconds):
         data = os.path.join(d, "perf.data")
         rec = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "999", "-o", data, "--",
                                 "sleep", str(seconds)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.PIPE, text=True)
         try:
             iscsi_load(t.url, wargs, seconds)
         finally:
-            rec.wait(timeout=seconds + 60)
+            err = rec.communicate(timeout=seconds + 60)[1]
+        if rec.returncode != 0:  # e.g. perf_event_paranoid in a container
+            return [f"perf record failed: {err.strip()[-300:]}"], []
         by_thread = perf_report(data, "--sort", "comm", "--percent-limit", "2")
         hottest = perf_report(data, "--pid", str(t.pid), "--percentage", "relative", "--sort",
                               "dso,sym", "--percent-limit", "1.5")
@@ -509,16 +511,21 @@ def main():
         sys.exit(f"{harness.binary('iscsi_load')} is missing: run scripts/bench.sh")
 
     started, t0 = datetime.datetime.utcnow(), time.monotonic()
-    # Held open for the whole run: the kernel honours the request while the descriptor is open.
-    latency_pin = None
-    if not args.allow_idle_states:
-        latency_pin = open("/dev/cpu_dma_latency", "wb", buffering=0)
-        latency_pin.write(struct.pack("i", 0))
-    args.idle_note = ("idle cores poll (/dev/cpu_dma_latency held at 0)" if latency_pin
-                      else "idle cores may halt")
 
     def log(msg):
         print(f"[{time.monotonic() - t0:6.0f}s] {msg}", flush=True)
+
+    # Held open for the whole run: the kernel honours the request while the descriptor is open.
+    latency_pin = None
+    if not args.allow_idle_states:
+        try:
+            latency_pin = open("/dev/cpu_dma_latency", "wb", buffering=0)
+            latency_pin.write(struct.pack("i", 0))
+        except OSError as e:  # a container without the device, or not root
+            log(f"/dev/cpu_dma_latency: {e}; idle cores may halt")
+            latency_pin = None
+    args.idle_note = ("idle cores poll (/dev/cpu_dma_latency held at 0)" if latency_pin
+                      else "idle cores may halt")
 
     ceil = {} if args.no_ceilings else ceilings(args, log)
     results = {k: run_kind(k, args, log) for k in kinds}

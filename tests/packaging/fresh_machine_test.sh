@@ -5,14 +5,25 @@
 # what the development machines carry but the install script does not bring. Not part of CI: it
 # takes 20 to 30 minutes (the minbase root is built once and copied for each run).
 #
-#   tests/packaging/fresh_machine_test.sh [--keep]      as root; --keep leaves the chroot behind
+#   tests/packaging/fresh_machine_test.sh [--keep] [--command CMD]
+#
+# As root. --keep leaves the chroot behind; --command runs CMD (from the tree's root) instead of
+# scripts/test.sh, e.g. "scripts/bench.sh --seconds 1 --repeats 1" for the benchmark suite.
 #
 # Output: the test command's output, and the last line of ctest's summary; exit status is the test
 # command's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 keep=0
-[ "${1:-}" = "--keep" ] && keep=1
+command=scripts/test.sh
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) keep=1 ;;
+    --command) command=${2:?--command needs a command}; shift ;;
+    *) die "unknown argument $1" ;;
+  esac
+  shift
+done
 [ "$(id -u)" -eq 0 ] || die "run as root (debootstrap and chroot)"
 command -v debootstrap >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends debootstrap
 
@@ -68,13 +79,13 @@ mount -t tmpfs -o size=4g tmpfs "$root/dev/shm"; mounted+=("$root/dev/shm")
 
 mkdir -p "$root/root/iscsigw"
 git -C "$repo_root" archive HEAD | tar -x -C "$root/root/iscsigw"
-log "scripts/test.sh in the chroot (commit $(git -C "$repo_root" rev-parse --short HEAD))"
+log "$command in the chroot (commit $(git -C "$repo_root" rev-parse --short HEAD))"
 start=$SECONDS
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   "${site_env[@]}" \
-  /bin/bash -c 'cd /root/iscsigw && scripts/test.sh' 2>&1 | tee "$pkg_work/fresh-run.log"
+  /bin/bash -c "cd /root/iscsigw && $command" 2>&1 | tee "$pkg_work/fresh-run.log"
 rc=${PIPESTATUS[0]}
 set -e
-log "scripts/test.sh exited $rc after $((SECONDS - start)) s (log: $pkg_work/fresh-run.log)"
+log "$command exited $rc after $((SECONDS - start)) s (log: $pkg_work/fresh-run.log)"
 exit "$rc"
