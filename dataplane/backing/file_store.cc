@@ -471,7 +471,6 @@ void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {
       op->mode = kZero;  // no holes on this file system: zeroes instead
       return self->Issue(op);
     }
-    if (op->carrier) return self->SyncDone(*op->slot, -res);
     return self->Finish(op, -res);
   }
   if (op->kind == Op::Kind::kRead || op->kind == Op::Kind::kWrite) {
@@ -479,24 +478,18 @@ void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {
     if (res == 0) return self->Finish(op, EIO);
     op->done_bytes += static_cast<uint64_t>(res);
     if (op->done_bytes < op->len) return self->Issue(op);
-    if (op->sync_after && op->slot->ring != nullptr) {
+    if (op->sync_after) {
       // Its own range written back first, side by side with the others; then the group
       // fdatasync has only the device's cache (and any metadata) left to flush.
       op->kind = Op::Kind::kWriteback;
       op->sync_after = false;
       return self->Issue(op);
     }
-    if (op->sync_after) {
-      op->kind = Op::Kind::kSync;
-      op->sync_after = false;
-      return self->QueueSync(op);
-    }
   }
   if (op->kind == Op::Kind::kWriteback) {
     op->kind = Op::Kind::kSync;
     return self->QueueSync(op);
   }
-  if (op->carrier) return self->SyncDone(*op->slot, 0);
   self->Finish(op, 0);
 }
 
@@ -516,10 +509,8 @@ void FileStore::StartSync(Slot& s) {
   s.sync_waiting_tail = &s.sync_waiting;
   s.sync_running = true;
   ++s.group_syncs;
-  carrier->carrier = true;
-  io_uring_sqe* sqe = s.ring->Prepare(carrier);
-  if (sqe == nullptr) return SyncDone(s, EAGAIN);
-  io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC);
+  carrier->carrier = true;  // its Finish ends the whole group (SyncDone)
+  Issue(carrier);
 }
 
 void FileStore::SyncDone(Slot& s, int err) {
@@ -536,6 +527,10 @@ void FileStore::SyncDone(Slot& s, int err) {
 }
 
 void FileStore::Finish(Op* op, int err) {
+  if (op->carrier) {
+    op->carrier = false;
+    return SyncDone(*op->slot, err);
+  }
   Slot& slot = *op->slot;
   if (op->gated) gate_.ExitShared(slot.index);
   const IoCompletion done = op->done;

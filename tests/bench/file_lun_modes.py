@@ -8,7 +8,6 @@ Usage: file_lun_modes.py [--seconds 10] [--depth 32] [--size-gib 4]
 Needs root (tgtd, drop_caches), `scripts/install-deps.sh --bench` and a build with iscsi_load.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -16,24 +15,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import harness  # noqa: E402
-from e2e_vs_tgtd import cpu_seconds, free_port, run_perf, start_tgtd  # noqa: E402
+from e2e_vs_tgtd import free_port, run_perf, start_tgtd  # noqa: E402
 from file_lun_read import data_file, drop_caches  # noqa: E402
+from suite import iscsi_load  # noqa: E402
 
 
 def load(url, pid, seconds, depth, fua):
     """4 KiB random writes with iscsi_load; returns (IOPS, p50 us, p99 us, target CPU us/IO)."""
     subprocess.run(["sync"], check=True)
-    cmd = [harness.binary("iscsi_load"), url, "--rw", "randwrite", "--bs", "4096",
-           "--qd", str(depth), "--seconds", str(seconds), "--json"] + (["--fua"] if fua else [])
-    cpu0 = cpu_seconds(pid)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    cpu1 = cpu_seconds(pid)
-    if out.returncode != 0:
-        raise RuntimeError(f"iscsi_load failed:\n{out.stdout}\n{out.stderr}")
-    r = json.loads(out.stdout)
-    ios = r["iops"] * r["seconds"]
-    return (round(r["iops"]), r["lat_us"]["p50"], r["lat_us"]["p99"],
-            (cpu1 - cpu0) * 1e6 / ios if ios else float("nan"))
+    r = iscsi_load(url, ["--rw", "randwrite", "--bs", "4096", "--qd", str(depth)]
+                   + (["--fua"] if fua else []), seconds, pid)
+    return round(r["iops"]), r["p50"], r["p99"], r["cpu_us"]
 
 
 def measure(name, url, pid, args, rows):
