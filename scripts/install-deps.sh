@@ -24,6 +24,8 @@ test_pkgs=(
   clang-14 libclang-rt-14-dev
   # tests/integration/test_allocations.py: heap allocations per I/O.
   heaptrack
+  # tests/integration/test_lun_files.py: snapshots that share blocks, on a loop-mounted XFS.
+  xfsprogs util-linux mount
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and

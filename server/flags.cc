@@ -27,6 +27,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_METRICS_COUNTING");
   app.add_option("--reactors", f->reactors, "Reactor threads (0: one per core)")
       ->envname("ISCSIGW_REACTORS");
+  app.add_option("--lun-dir", f->lun_dir,
+                 "Directory for LUN files created by a relative path (CSI volumes) and for "
+                 "snapshots; created when missing (empty: none)")
+      ->envname("ISCSIGW_LUN_DIR");
   app.add_option("--bootstrap", f->bootstrap,
                  "JSON state file whose targets and LUNs are created when missing")
       ->envname("ISCSIGW_BOOTSTRAP");

@@ -2,11 +2,11 @@
 //
 //   iscsigwctl [--server HOST:PORT] [-o table|json] NOUN VERB ARGS...
 //
-// Nouns: target, lun, acl, auth, session, gateway. Human tables by default, protobuf JSON with
-// -o json. Secrets are read from a file or stdin ("-"), never from the command line. Exit status:
-// 0 on success; the gRPC status code on an API error (3 INVALID_ARGUMENT, 5 NOT_FOUND,
-// 6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a
-// usage error; 66 when a secret file cannot be read. Errors are one line on stderr.
+// Nouns: target, lun, snapshot, acl, auth, session, gateway. Human tables by default, protobuf JSON
+// with -o json. Secrets are read from a file or stdin ("-"), never from the command line. Exit
+// status: 0 on success; the gRPC status code on an API error (3 INVALID_ARGUMENT, 5 NOT_FOUND, 6
+// ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a usage
+// error; 66 when a secret file cannot be read. Errors are one line on stderr.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -107,6 +107,17 @@ bool ReadFile(const std::string& path, std::string* out, std::string* err) {
   // A secret file usually ends with one newline that is not part of the secret.
   if (!out->empty() && out->back() == '\n') out->pop_back();
   if (!out->empty() && out->back() == '\r') out->pop_back();
+  return true;
+}
+
+// "TARGET:ID": an IQN has colons of its own, so the LUN id follows the last one.
+bool ParseLunRef(const std::string& s, v1::LunRef* out) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) return false;
+  const std::string id = s.substr(colon + 1);
+  if (id.size() > 3 || id.find_first_not_of("0123456789") != std::string::npos) return false;
+  out->set_target(s.substr(0, colon));
+  out->set_id(static_cast<uint32_t>(std::stoul(id)));
   return true;
 }
 
@@ -273,7 +284,7 @@ int Run(int argc, char** argv) {
   // ---- target
   auto* target = app.add_subcommand("target", "targets")->require_subcommand(1);
   std::string t_name, t_alias, request_id;
-  bool t_any = false, t_force = false;
+  bool t_any = false, t_force = false, keep_backing = false;
   {
     auto* c = target->add_subcommand("create", "create a target (IQN or short name)");
     c->add_option("name", t_name)->required();
@@ -343,19 +354,24 @@ int Run(int argc, char** argv) {
     auto* del = target->add_subcommand("delete", "delete a target");
     del->add_option("name", t_name)->required();
     del->add_flag("--force", t_force, "log out and drop its sessions first");
+    del->add_flag("--keep-backing", keep_backing,
+                  "keep the backing files the gateway created for its LUNs");
     del->callback([&] {
       action = [&](Client& cl) {
         v1::DeleteTargetRequest req;
         req.set_name(t_name);
         req.set_force(t_force);
+        req.set_keep_backing(keep_backing);
         v1::DeleteTargetResponse resp;
         auto s = cl.Call(&v1::GatewayService::Stub::DeleteTarget, req, &resp);
         if (!s.ok()) return FailRpc(s);
         if (g.output == "json") {
           PrintJson(resp);
         } else {
-          std::printf("target %s deleted (%u session(s) terminated)\n", t_name.c_str(),
-                      resp.sessions_terminated());
+          std::printf(
+              "target %s deleted (%u session(s) terminated, %u backing file(s) "
+              "removed)\n",
+              t_name.c_str(), resp.sessions_terminated(), resp.backing_files_removed());
         }
         return 0;
       };
@@ -364,7 +380,7 @@ int Run(int argc, char** argv) {
 
   // ---- lun
   auto* lun = app.add_subcommand("lun", "LUNs of a target")->require_subcommand(1);
-  std::string l_target, l_backing = "ram", l_path, l_size;
+  std::string l_target, l_backing = "ram", l_path, l_size, l_from_snapshot, l_from_lun;
   uint32_t l_id = 0, l_block = 512;
   bool l_create = false, l_thick = false, l_ro = false, l_direct = false;
   {
@@ -374,18 +390,28 @@ int Run(int argc, char** argv) {
     c->add_option("--backing", l_backing, "ram|null|file")
         ->check(CLI::IsMember({"ram", "null", "file"}));
     c->add_option("--size", l_size, "size in bytes, or with K/M/G/T (binary)");
-    c->add_option("--path", l_path, "file or block device (file backing)");
+    c->add_option("--path", l_path,
+                  "file or block device (file backing); a relative path is in the LUN directory");
     c->add_flag("--create", l_create, "create the file if missing");
     c->add_flag("--thick", l_thick, "allocate the whole file when creating it");
     c->add_flag("--direct", l_direct, "O_DIRECT: aligned I/O bypasses the page cache");
     c->add_option("--block-size", l_block, "512 or 4096");
     c->add_flag("--read-only", l_ro);
     c->add_option("--request-id", request_id, "makes a retried create idempotent");
+    auto* from_snap = c->add_option("--from-snapshot", l_from_snapshot,
+                                    "start as a copy of this snapshot (file backing, --create)");
+    c->add_option("--from-lun", l_from_lun,
+                  "start as a copy of the file LUN TARGET:ID (file backing, --create)")
+        ->excludes(from_snap);
     c->callback([&] {
       action = [&](Client& cl) {
         v1::CreateLunRequest req;
         req.set_target(l_target);
         req.set_request_id(request_id);
+        if (!l_from_snapshot.empty()) req.set_snapshot(l_from_snapshot);
+        if (!l_from_lun.empty() && !ParseLunRef(l_from_lun, req.mutable_lun_source())) {
+          return Fail(kExitUsage, "--from-lun " + l_from_lun + " is not TARGET:ID");
+        }
         v1::Lun* l = req.mutable_lun();
         l->set_id(l_id);
         uint64_t size = 0;
@@ -476,22 +502,101 @@ int Run(int argc, char** argv) {
         return 0;
       };
     });
-    auto* del = lun->add_subcommand("delete", "remove a LUN");
+    auto* del = lun->add_subcommand(
+        "delete", "remove a LUN, and the backing file the gateway created for it");
     del->add_option("target", l_target)->required();
     del->add_option("id", l_id)->required();
+    del->add_flag("--keep-backing", keep_backing, "keep the backing file");
     del->callback([&] {
       action = [&](Client& cl) {
         v1::DeleteLunRequest req;
         req.set_target(l_target);
         req.set_id(l_id);
+        req.set_keep_backing(keep_backing);
         v1::DeleteLunResponse resp;
         auto s = cl.Call(&v1::GatewayService::Stub::DeleteLun, req, &resp);
         if (!s.ok()) return FailRpc(s);
         if (g.output == "json") {
           PrintJson(resp);
         } else {
-          std::printf("lun %u of %s deleted\n", l_id, l_target.c_str());
+          std::printf("lun %u of %s deleted%s\n", l_id, l_target.c_str(),
+                      resp.backing_removed() ? "; backing file removed" : "");
         }
+        return 0;
+      };
+    });
+  }
+
+  // ---- snapshot
+  auto* snapshot =
+      app.add_subcommand("snapshot", "point-in-time copies of file LUNs")->require_subcommand(1);
+  std::string s_name, s_lun;
+  {
+    auto* c = snapshot->add_subcommand("create", "copy a file LUN's data into a snapshot");
+    c->add_option("name", s_name, "1..128 of A-Z a-z 0-9 . _ -")->required();
+    c->add_option("lun", s_lun, "the LUN, TARGET:ID")->required();
+    c->callback([&] {
+      action = [&](Client& cl) {
+        v1::CreateSnapshotRequest req;
+        req.set_name(s_name);
+        if (!ParseLunRef(s_lun, req.mutable_lun())) {
+          return Fail(kExitUsage, "lun " + s_lun + " is not TARGET:ID");
+        }
+        v1::Snapshot resp;
+        auto s = cl.Call(&v1::GatewayService::Stub::CreateSnapshot, req, &resp);
+        if (!s.ok()) return FailRpc(s);
+        if (g.output == "json") {
+          PrintJson(resp);
+        } else {
+          std::printf("snapshot %s of lun %u of %s: %s, %s\n", resp.name().c_str(),
+                      resp.source_lun(), resp.source_target().c_str(),
+                      HumanSize(resp.size_bytes()).c_str(),
+                      resp.shares_blocks() ? "shares blocks" : "full copy");
+        }
+        return 0;
+      };
+    });
+    auto* list = snapshot->add_subcommand("list", "list snapshots (all, or of one LUN)");
+    list->add_option("--lun", s_lun, "only snapshots of TARGET:ID");
+    list->callback([&] {
+      action = [&](Client& cl) {
+        v1::ListSnapshotsRequest req;
+        if (!s_lun.empty() && !ParseLunRef(s_lun, req.mutable_lun())) {
+          return Fail(kExitUsage, "--lun " + s_lun + " is not TARGET:ID");
+        }
+        v1::ListSnapshotsResponse all;
+        do {
+          v1::ListSnapshotsResponse page;
+          auto s = cl.Call(&v1::GatewayService::Stub::ListSnapshots, req, &page);
+          if (!s.ok()) return FailRpc(s);
+          for (const auto& sn : page.snapshots()) *all.add_snapshots() = sn;
+          req.set_page_token(page.next_page_token());
+        } while (!req.page_token().empty());
+        if (g.output == "json") {
+          PrintJson(all);
+          return 0;
+        }
+        Table t({"NAME", "TARGET", "LUN", "SIZE", "BLOCK", "SHARED", "PATH"});
+        for (const auto& sn : all.snapshots()) {
+          t.Add({sn.name(), sn.source_target(), std::to_string(sn.source_lun()),
+                 HumanSize(sn.size_bytes()), std::to_string(sn.block_size()),
+                 sn.shares_blocks() ? "yes" : "no", sn.path()});
+        }
+        t.Print();
+        return 0;
+      };
+    });
+    auto* del = snapshot->add_subcommand("delete", "delete a snapshot and its file");
+    del->add_option("name", s_name)->required();
+    del->callback([&] {
+      action = [&](Client& cl) {
+        v1::DeleteSnapshotRequest req;
+        req.set_name(s_name);
+        v1::DeleteSnapshotResponse resp;
+        auto s = cl.Call(&v1::GatewayService::Stub::DeleteSnapshot, req, &resp);
+        if (!s.ok()) return FailRpc(s);
+        g.output == "json" ? PrintJson(resp)
+                           : (void)std::printf("snapshot %s deleted\n", s_name.c_str());
         return 0;
       };
     });
@@ -740,9 +845,27 @@ int Run(int argc, char** argv) {
           std::printf("connections: %u\n", resp.connections());
           std::printf("state dir:   %s (%s)\n", resp.state_dir().c_str(),
                       resp.state_dir_healthy() ? "ok" : resp.state_dir_error().c_str());
+          std::printf("lun dir:     %s\n",
+                      resp.lun_dir().empty() ? "(none)" : resp.lun_dir().c_str());
           return 0;
         };
       });
+  gw->add_subcommand("capacity", "size and free space of the LUN directory")->callback([&] {
+    action = [&](Client& cl) {
+      v1::Capacity resp;
+      auto s = cl.Call(&v1::GatewayService::Stub::GetCapacity, v1::GetCapacityRequest(), &resp);
+      if (!s.ok()) return FailRpc(s);
+      if (g.output == "json") {
+        PrintJson(resp);
+        return 0;
+      }
+      std::printf("lun dir:       %s\n", resp.lun_dir().c_str());
+      std::printf("total:         %s\n", HumanSize(resp.total_bytes()).c_str());
+      std::printf("available:     %s\n", HumanSize(resp.available_bytes()).c_str());
+      std::printf("shares blocks: %s\n", resp.shares_blocks() ? "yes (reflink)" : "no");
+      return 0;
+    };
+  });
 
   std::string g_level, g_logger;
   auto* loglevel = gw->add_subcommand(

@@ -3,6 +3,7 @@
 // data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -11,12 +12,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "controlplane/metrics/exposer.h"
 #include "controlplane/service/server.h"
+#include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
@@ -103,6 +106,21 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  if (!flags.lun_dir.empty()) {
+    if (Status s = state::PrepareLunDir(flags.lun_dir); !s.ok()) {
+      std::fprintf(stderr, "iscsigwd: lun dir: %s\n", s.message().c_str());
+      return 1;
+    }
+    // Paths under it are persisted: they must not depend on the directory iscsigwd started in.
+    char resolved[PATH_MAX];
+    if (::realpath(flags.lun_dir.c_str(), resolved) == nullptr) {
+      std::fprintf(stderr, "iscsigwd: lun dir %s: %s\n", flags.lun_dir.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+    flags.lun_dir = resolved;
+  }
+
   // The configuration is read and checked before anything listens. A state file that cannot be
   // read stops the start, and is left exactly as it is for the operator to inspect.
   auto loaded = state::LoadStateDir(flags.state_dir);
@@ -173,6 +191,7 @@ int Run(int argc, char** argv) {
 
   service::ServiceOptions sopts;
   sopts.version = ISCSIGW_VERSION;
+  sopts.lun_dir = flags.lun_dir;
   auto grpc_server = service::ControlServer::Start(
       flags.grpc_listen, {flags.tls_cert, flags.tls_key, flags.tls_client_ca},
       std::make_unique<service::GatewayServiceImpl>(&store, &dataplane, sopts));

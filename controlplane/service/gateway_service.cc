@@ -9,7 +9,9 @@
 #include <set>
 #include <thread>
 
+#include "controlplane/service/lookup.h"
 #include "controlplane/service/status_map.h"
+#include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/text_check.h"
 #include "dataplane/base/log.h"
@@ -28,34 +30,6 @@ constexpr int kMaxPageSize = 1000;
 // A page of ListTargets ends early past this many bytes (at least one target is always sent), so
 // that a page of large targets still fits a client's default 4 MiB receive limit.
 constexpr size_t kMaxPageBytes = 3 << 20;
-
-v1::Target* FindTarget(v1::State* st, const std::string& name) {
-  const std::string q = state::QualifyTargetName(name);
-  for (auto& t : *st->mutable_targets()) {
-    if (t.name() == q) return &t;
-  }
-  return nullptr;
-}
-
-const v1::Target* FindTarget(const v1::State& st, const std::string& name) {
-  return FindTarget(const_cast<v1::State*>(&st), name);
-}
-
-Status TargetNotFound(const std::string& name) {
-  if (name.empty()) return InvalidArgument("target name is empty");
-  return NotFound("target " + state::QualifyTargetName(name) + " not found");
-}
-
-v1::Lun* FindLun(v1::Target* t, uint32_t id) {
-  for (auto& l : *t->mutable_luns()) {
-    if (l.id() == id) return &l;
-  }
-  return nullptr;
-}
-
-std::string LunName(uint32_t id, const std::string& target) {
-  return "lun " + std::to_string(id) + " of " + state::QualifyTargetName(target);
-}
 
 uint64_t RandomU64() {
   uint64_t v = 0;
@@ -99,7 +73,10 @@ v1::Target Redacted(const v1::Target& target) {
 
 GatewayServiceImpl::GatewayServiceImpl(state::StateStore* store, api::Dataplane* dataplane,
                                        ServiceOptions options)
-    : store_(store), dataplane_(dataplane), options_(std::move(options)) {
+    : store_(store),
+      dataplane_(dataplane),
+      options_(std::move(options)),
+      lun_dir_shares_blocks_(!options_.lun_dir.empty() && state::SharesBlocks(options_.lun_dir)) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -386,20 +363,25 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
     for (uint16_t tsih : sessions_of()) dataplane_->DropSession(tsih);
     resp->set_sessions_terminated(static_cast<uint32_t>(live.size()));
   }
+  std::vector<v1::Lun> gone;
   Status s = store_->Update([&](v1::State* st) {
     auto* targets = st->mutable_targets();
     for (int i = 0; i < targets->size(); ++i) {
       if (targets->Get(i).name() == name) {
+        gone.assign(targets->Get(i).luns().begin(), targets->Get(i).luns().end());
         targets->DeleteSubrange(i, 1);
         return Status::Ok();
       }
     }
     return TargetNotFound(name);
   });
-  if (s.ok()) {
-    log::Ctl().info("{}: target {} deleted ({} session(s) terminated)", call_, name,
-                    resp->sessions_terminated());
-  }
+  if (!s.ok()) return s;
+  log::Ctl().info("{}: target {} deleted ({} session(s) terminated)", call_, name,
+                  resp->sessions_terminated());
+  if (req.keep_backing()) return Status::Ok();
+  uint32_t removed = 0;
+  s = RemoveCreatedFiles(gone, &removed);
+  resp->set_backing_files_removed(removed);
   return s;
 }
 
@@ -478,6 +460,8 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     }
     if (Status room = state::RoomForLun(*t, store_->limits()); !room.ok()) return room;
   }
+  std::string made;  // a copy made from req's source, removed again if the LUN is not created
+  if (Status p = PrepareFileLun(req, who, &lun, &made); !p.ok()) return p;
   Status s = store_->Update([&](v1::State* st) {
     v1::Target* t = FindTarget(st, req.target());
     if (t == nullptr) return TargetNotFound(req.target());
@@ -485,7 +469,10 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     *t->add_luns() = lun;
     return Status::Ok();
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (!made.empty()) (void)state::RemoveLunFile(made);
+    return s;
+  }
   (void)LunView(req.target(), lun, resp);
   Remember(req.request_id(), fingerprint, *resp);
   log::Ctl().info("{}: {} created: {} store, {} bytes, block size {}{}", call_, who,
@@ -568,22 +555,32 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::ResizeLun(Ctx* ctx,
 
 GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
                                                            const v1::DeleteLunRequest* req,
-                                                           v1::DeleteLunResponse*) {
-  return Serialized(ctx, "DeleteLun", *req, [this, req] {
+                                                           v1::DeleteLunResponse* resp) {
+  return Serialized(ctx, "DeleteLun", *req, [this, req, resp] {
     const std::string who = LunName(req->id(), req->target());
+    std::vector<v1::Lun> gone;
     Status s = store_->Update([&](v1::State* st) {
       v1::Target* t = FindTarget(st, req->target());
       if (t == nullptr) return TargetNotFound(req->target());
       auto* luns = t->mutable_luns();
       for (int i = 0; i < luns->size(); ++i) {
         if (luns->Get(i).id() == req->id()) {
+          gone.push_back(luns->Get(i));
           luns->DeleteSubrange(i, 1);
           return Status::Ok();
         }
       }
       return NotFound(who + " not found");
     });
-    if (s.ok()) log::Ctl().info("{}: {} deleted", call_, who);
+    if (!s.ok()) return s;
+    log::Ctl().info("{}: {} deleted", call_, who);
+    // The LUN is out of the state first: a crash in between leaves an orphan file, never a LUN
+    // whose file is gone. The data plane may still hold the file open for commands in flight;
+    // they finish on the unlinked inode.
+    if (req->keep_backing()) return Status::Ok();
+    uint32_t removed = 0;
+    s = RemoveCreatedFiles(gone, &removed);
+    resp->set_backing_removed(removed > 0);
     return s;
   });
 }
@@ -804,6 +801,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetGatewayInfo(
     resp->set_state_dir_healthy(health.ok());
     if (!health.ok()) resp->set_state_dir_error(health.message());
     resp->set_targets(static_cast<uint32_t>(store_->Snapshot()->targets_size()));
+    resp->set_lun_dir(options_.lun_dir);
     if (dataplane_ != nullptr) {
       for (const auto& p : dataplane_->portals()) resp->add_portals(p);
       for (const auto& a : dataplane_->advertised()) resp->add_advertised(a);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
@@ -40,6 +41,9 @@ struct ServiceOptions {
   // answered RESOURCE_EXHAUSTED at once.
   size_t max_queued_changes = kDefaultMaxQueuedChanges;
   size_t max_queued_bytes = kDefaultMaxQueuedBytes;
+  // --lun-dir: LUN files named by a relative path, and snapshots, live here (created by the
+  // caller); empty: neither is available.
+  std::string lun_dir;
 };
 
 class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackService {
@@ -64,6 +68,12 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   Reactor* ListLuns(Ctx*, const v1::ListLunsRequest*, v1::ListLunsResponse*) override;
   Reactor* ResizeLun(Ctx*, const v1::ResizeLunRequest*, v1::Lun*) override;
   Reactor* DeleteLun(Ctx*, const v1::DeleteLunRequest*, v1::DeleteLunResponse*) override;
+  Reactor* CreateSnapshot(Ctx*, const v1::CreateSnapshotRequest*, v1::Snapshot*) override;
+  Reactor* ListSnapshots(Ctx*, const v1::ListSnapshotsRequest*,
+                         v1::ListSnapshotsResponse*) override;
+  Reactor* DeleteSnapshot(Ctx*, const v1::DeleteSnapshotRequest*,
+                          v1::DeleteSnapshotResponse*) override;
+  Reactor* GetCapacity(Ctx*, const v1::GetCapacityRequest*, v1::Capacity*) override;
   Reactor* AddAclEntry(Ctx*, const v1::AddAclEntryRequest*, v1::AclEntry*) override;
   Reactor* ListAclEntries(Ctx*, const v1::ListAclEntriesRequest*,
                           v1::ListAclEntriesResponse*) override;
@@ -104,9 +114,22 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   Status DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun* resp);
   Status LunView(const std::string& target, const v1::Lun& lun, v1::Lun* out) const;
 
+  // File LUNs and snapshots (gateway_service_files.cc); worker thread.
+  // Resolves a relative file path against the LUN directory, clears the client's `created`, and
+  // sets it when the gateway will make the file: as a copy of req's source (made here; `made` is
+  // then its path) or from nothing (create set and no file there yet).
+  Status PrepareFileLun(const v1::CreateLunRequest& req, const std::string& who, v1::Lun* lun,
+                        std::string* made);
+  // Removes the backing files of `gone` (LUNs already out of the state) that the gateway created
+  // and that no LUN of the state uses any more. `removed` counts them; the first failure is
+  // returned after every file was tried.
+  Status RemoveCreatedFiles(const std::vector<v1::Lun>& gone, uint32_t* removed);
+  Status DoCreateSnapshot(const v1::CreateSnapshotRequest& req, v1::Snapshot* resp);
+
   state::StateStore* const store_;
   api::Dataplane* const dataplane_;
   const ServiceOptions options_;
+  const bool lun_dir_shares_blocks_;  // FICLONE works in options_.lun_dir
 
   std::mutex mu_;
   std::condition_variable cv_;

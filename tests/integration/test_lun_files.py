@@ -1,0 +1,315 @@
+"""Files behind file LUNs, end to end: the LUN directory (--lun-dir), backing files removed with
+the LUN that created them, snapshots and clones that keep the data as it was, and the directory's
+capacity. Driven through iscsigwctl against the real iscsigwd; data through the iSCSI client."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import grpc
+
+from harness import IQN_PREFIX, INITIATOR, REPO, Daemon
+from iscsi_client import Initiator
+
+_GEN = tempfile.mkdtemp(prefix="iscsigw-pb2-")
+subprocess.run(["protoc", "-I", os.path.join(REPO, "proto"), "--python_out", _GEN,
+                "iscsigw/v1/state.proto", "iscsigw/v1/gateway.proto"], check=True)
+sys.path.insert(0, _GEN)
+from iscsigw.v1 import gateway_pb2 as pb  # noqa: E402
+from iscsigw.v1 import state_pb2 as st  # noqa: E402
+
+MiB = 1 << 20
+OLD = bytes((i * 7 + 3) & 0xFF for i in range(4096))
+NEW = bytes((i * 11 + 5) & 0xFF for i in range(4096))
+
+# iscsigwctl exit codes are gRPC status codes.
+INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS = 3, 5, 6
+FAILED_PRECONDITION, OUT_OF_RANGE = 9, 11
+
+
+class Fixture(unittest.TestCase):
+    def start(self, lun_dir=True, **kw):
+        extra = list(kw.pop("extra_args", ()))
+        if lun_dir:
+            self.lun_dir = lun_dir if isinstance(lun_dir, str) else tempfile.mkdtemp(
+                prefix="iscsigw-luns-")
+            if not isinstance(lun_dir, str):
+                self.addCleanup(shutil.rmtree, self.lun_dir, True)
+            extra += ["--lun-dir", self.lun_dir]
+        d = Daemon(extra_args=extra, **kw).start()
+        self.addCleanup(d.cleanup)
+        return d
+
+    def fail_code(self, d, code, *args):
+        p = d.ctl(*args, check=False)
+        self.assertEqual(p.returncode, code, p.stderr)
+        return p.stderr
+
+    def file_lun(self, d, target, path, size="16M", *more):
+        d.ctl("target", "create", target)
+        d.ctl("acl", "add", target, INITIATOR)
+        d.ctl("lun", "create", target, "0", "--backing", "file", "--path", path, "--create",
+              "--size", size, *more)
+
+    def write(self, d, target, lba, data):
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + target)
+        c.test_unit_ready(0)
+        self.assertEqual(c.write(0, lba, data)[0], 0)
+        c.logout()
+        c.close()
+
+    def read(self, d, target, lba, blocks=8):
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + target)
+        c.test_unit_ready(0)
+        status, data, _ = c.read(0, lba, blocks)
+        self.assertEqual(status, 0)
+        c.logout()
+        c.close()
+        return data
+
+
+class LunDirTest(Fixture):
+    def test_relative_path_lands_in_the_lun_dir_and_is_removed_with_its_lun(self):
+        d = self.start()
+        self.assertEqual(d.ctl_json("gateway", "info")["lun_dir"], self.lun_dir)
+        self.file_lun(d, "rel", "rel.img")
+        lun = d.ctl_json("lun", "get", "rel", "0")
+        path = os.path.join(self.lun_dir, "rel.img")
+        self.assertEqual(lun["file"]["path"], path)
+        self.assertTrue(lun["file"]["created"])
+        self.assertEqual(os.path.getsize(path), 16 * MiB)
+        self.assertIn("backing file removed", d.ctl("lun", "delete", "rel", "0").stdout)
+        self.assertFalse(os.path.exists(path))
+
+    def test_relative_paths_that_escape_or_without_a_lun_dir_are_refused(self):
+        d = self.start()
+        d.ctl("target", "create", "esc")
+        for bad in ["../x.img", "a/../../x.img", "./x.img", "a//b.img"]:
+            err = self.fail_code(d, INVALID_ARGUMENT, "lun", "create", "esc", "0", "--backing",
+                                 "file", "--path", bad, "--create", "--size", "1M")
+            self.assertIn("relative path", err)
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.lun_dir), "x.img")))
+        plain = self.start(lun_dir=False)
+        plain.ctl("target", "create", "esc")
+        err = self.fail_code(plain, INVALID_ARGUMENT, "lun", "create", "esc", "0", "--backing",
+                             "file", "--path", "x.img", "--create", "--size", "1M")
+        self.assertIn("--lun-dir", err)
+        self.fail_code(plain, FAILED_PRECONDITION, "gateway", "capacity")
+        self.fail_code(plain, FAILED_PRECONDITION, "snapshot", "create", "s", "esc:0")
+
+    def test_capacity_is_the_lun_dir_file_system(self):
+        d = self.start()
+        cap = d.ctl_json("gateway", "capacity")
+        vfs = os.statvfs(self.lun_dir)
+        self.assertEqual(int(cap["total_bytes"]), vfs.f_blocks * vfs.f_frsize)
+        # Other writers share the file system: free space is compared within 64 MiB.
+        self.assertLess(abs(int(cap["available_bytes"]) - vfs.f_bavail * vfs.f_frsize), 64 * MiB)
+        self.assertEqual(cap["lun_dir"], self.lun_dir)
+
+
+class BackingRemovalTest(Fixture):
+    def test_keep_backing_keeps_the_file(self):
+        d = self.start()
+        self.file_lun(d, "keep", "keep.img")
+        out = d.ctl("lun", "delete", "keep", "0", "--keep-backing").stdout
+        self.assertNotIn("removed", out)
+        self.assertTrue(os.path.exists(os.path.join(self.lun_dir, "keep.img")))
+
+    def test_a_file_the_lun_was_given_is_never_removed(self):
+        d = self.start()
+        given = os.path.join(self.lun_dir, "given.img")
+        with open(given, "wb") as f:
+            f.truncate(8 * MiB)
+        # create is set, but the file was there: the gateway did not make it.
+        self.file_lun(d, "given", given, "8M")
+        self.assertFalse(d.ctl_json("lun", "get", "given", "0")["file"]["created"])
+        d.ctl("lun", "delete", "given", "0")
+        self.assertTrue(os.path.exists(given))
+
+    def test_created_is_output_only(self):
+        d = self.start()
+        victim = os.path.join(self.lun_dir, "victim.img")
+        with open(victim, "wb") as f:
+            f.truncate(MiB)
+        d.ctl("target", "create", "forge")
+        # A client cannot claim the gateway made a file: the request's created is dropped.
+        req = pb.CreateLunRequest(target="forge")
+        req.lun.id = 0
+        req.lun.file.path = victim
+        req.lun.file.created = True
+        req.lun.size_bytes = MiB
+        with grpc.insecure_channel(d.grpc) as ch:
+            create = ch.unary_unary("/iscsigw.v1.GatewayService/CreateLun",
+                                    request_serializer=pb.CreateLunRequest.SerializeToString,
+                                    response_deserializer=st.Lun.FromString)
+            self.assertFalse(create(req, timeout=10).file.created)
+        d.ctl("lun", "delete", "forge", "0")
+        self.assertTrue(os.path.exists(victim))
+
+    def test_delete_target_removes_the_files_of_its_luns(self):
+        d = self.start()
+        self.file_lun(d, "tgt", "t0.img")
+        d.ctl("lun", "create", "tgt", "1", "--backing", "file", "--path", "t1.img", "--create",
+              "--size", "4M")
+        d.ctl("lun", "create", "tgt", "2", "--backing", "ram", "--size", "4M")
+        self.assertIn("2 backing file(s) removed", d.ctl("target", "delete", "tgt").stdout)
+        self.assertEqual(sorted(os.listdir(self.lun_dir)), ["snapshots"])
+        self.file_lun(d, "tgt2", "t2.img")
+        d.ctl("target", "delete", "tgt2", "--keep-backing")
+        self.assertTrue(os.path.exists(os.path.join(self.lun_dir, "t2.img")))
+
+    def test_removal_survives_a_restart(self):
+        # created is persisted: a LUN made before a restart still takes its file with it.
+        d = self.start()
+        self.file_lun(d, "persist", "p.img")
+        self.assertEqual(d.stop(), 0)
+        d2 = self.start(lun_dir=self.lun_dir, state_dir=d.state_dir)
+        d2.ctl("lun", "delete", "persist", "0")
+        self.assertFalse(os.path.exists(os.path.join(self.lun_dir, "p.img")))
+
+
+class SnapshotTest(Fixture):
+    def test_snapshot_and_clones_hold_the_data_as_it_was(self):
+        d = self.start()
+        self.file_lun(d, "src", "src.img")
+        self.write(d, "src", 100, OLD)
+        snap = d.ctl_json("snapshot", "create", "s1", "src:0")
+        self.assertEqual(snap["source_target"], IQN_PREFIX + "src")
+        self.assertEqual(int(snap["size_bytes"]), 16 * MiB)
+        self.assertTrue(os.path.exists(snap["path"]))
+        self.assertEqual(os.path.dirname(snap["path"]), os.path.join(self.lun_dir, "snapshots"))
+        self.write(d, "src", 100, NEW)
+
+        # A clone of the snapshot has the old data, at a larger size; one of the LUN the new.
+        d.ctl("target", "create", "fromsnap")
+        d.ctl("acl", "add", "fromsnap", INITIATOR)
+        d.ctl("lun", "create", "fromsnap", "0", "--backing", "file", "--path", "c1.img",
+              "--create", "--size", "32M", "--from-snapshot", "s1")
+        self.assertEqual(int(d.ctl_json("lun", "get", "fromsnap", "0")["size_bytes"]), 32 * MiB)
+        self.assertEqual(self.read(d, "fromsnap", 100), OLD)
+        d.ctl("target", "create", "fromlun")
+        d.ctl("acl", "add", "fromlun", INITIATOR)
+        d.ctl("lun", "create", "fromlun", "0", "--backing", "file", "--path", "c2.img",
+              "--create", "--from-lun", "src:0")
+        self.assertEqual(int(d.ctl_json("lun", "get", "fromlun", "0")["size_bytes"]), 16 * MiB)
+        self.assertEqual(self.read(d, "fromlun", 100), NEW)
+        self.assertEqual(self.read(d, "src", 100), NEW)
+        # The clone is a copy: writing it leaves the source alone.
+        self.write(d, "fromlun", 100, OLD)
+        self.assertEqual(self.read(d, "src", 100), NEW)
+
+        # The snapshot outlives its LUN and a restart.
+        d.ctl("target", "delete", "src")
+        self.assertEqual(d.stop(), 0)
+        d2 = self.start(lun_dir=self.lun_dir, state_dir=d.state_dir)
+        listed = d2.ctl_json("snapshot", "list")["snapshots"]
+        self.assertEqual([s["name"] for s in listed], ["s1"])
+        d2.ctl("snapshot", "delete", "s1")
+        self.assertFalse(os.path.exists(snap["path"]))
+        self.fail_code(d2, NOT_FOUND, "snapshot", "delete", "s1")
+
+    def test_create_is_idempotent_by_name_and_errors_say_why(self):
+        d = self.start()
+        self.file_lun(d, "a", "a.img")
+        self.file_lun(d, "b", "b.img")
+        first = d.ctl_json("snapshot", "create", "same", "a:0")
+        self.assertEqual(d.ctl_json("snapshot", "create", "same", "a:0"), first)
+        err = self.fail_code(d, ALREADY_EXISTS, "snapshot", "create", "same", "b:0")
+        self.assertIn("exists, of lun 0 of " + IQN_PREFIX + "a", err)
+        self.fail_code(d, NOT_FOUND, "snapshot", "create", "x", "a:7")
+        self.fail_code(d, NOT_FOUND, "snapshot", "create", "x", "nosuch:0")
+        for bad in [".hidden", "a/b", "x" * 129]:
+            self.fail_code(d, INVALID_ARGUMENT, "snapshot", "create", bad, "a:0")
+        d.ctl("lun", "create", "a", "1", "--backing", "ram", "--size", "1M")
+        self.fail_code(d, FAILED_PRECONDITION, "snapshot", "create", "r", "a:1")
+        d.ctl_json("snapshot", "create", "other", "b:0")
+        only_b = d.ctl_json("snapshot", "list", "--lun", "b:0")["snapshots"]
+        self.assertEqual([s["name"] for s in only_b], ["other"])
+
+        d.ctl("target", "create", "c")
+        clone = ["lun", "create", "c", "0", "--backing", "file", "--path", "c.img", "--create"]
+        err = self.fail_code(d, OUT_OF_RANGE, *clone, "--size", "8M", "--from-snapshot", "same")
+        self.assertIn("smaller than the source", err)
+        self.assertFalse(os.path.exists(os.path.join(self.lun_dir, "c.img")))
+        self.fail_code(d, INVALID_ARGUMENT, *clone, "--block-size", "4096", "--from-snapshot",
+                       "same")
+        self.fail_code(d, NOT_FOUND, *clone, "--from-snapshot", "nosuch")
+        self.fail_code(d, INVALID_ARGUMENT, "lun", "create", "c", "0", "--backing", "file",
+                       "--path", "c.img", "--from-snapshot", "same")  # no --create
+        # An existing file is never overwritten by a clone.
+        with open(os.path.join(self.lun_dir, "c.img"), "wb") as f:
+            f.write(b"keep me")
+        self.fail_code(d, ALREADY_EXISTS, *clone, "--from-snapshot", "same")
+        with open(os.path.join(self.lun_dir, "c.img"), "rb") as f:
+            self.assertEqual(f.read(), b"keep me")
+
+    def test_a_sparse_lun_gives_a_sparse_snapshot(self):
+        d = self.start()
+        self.file_lun(d, "sparse", "sparse.img", "256M")
+        self.write(d, "sparse", 1000, OLD)
+        snap = d.ctl_json("snapshot", "create", "sp", "sparse:0")
+        st = os.stat(snap["path"])
+        self.assertEqual(st.st_size, 256 * MiB)
+        self.assertLess(st.st_blocks * 512, 4 * MiB)
+        with open(snap["path"], "rb") as f:
+            f.seek(1000 * 512)
+            self.assertEqual(f.read(4096), OLD)
+
+
+def tearDownModule():
+    shutil.rmtree(_GEN, ignore_errors=True)
+
+
+def loop_xfs(test):
+    """A reflink-capable XFS on a loop device, mounted for the test; None when none can be made."""
+    if shutil.which("mkfs.xfs") is None:
+        return None
+    if subprocess.run(["losetup", "-f"], capture_output=True).returncode != 0:
+        return None
+    work = tempfile.mkdtemp(prefix="iscsigw-xfs-")
+    test.addCleanup(shutil.rmtree, work, True)
+    img, mnt = os.path.join(work, "fs.img"), os.path.join(work, "mnt")
+    os.mkdir(mnt)
+    with open(img, "wb") as f:
+        f.truncate(512 * MiB)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", img], check=True)
+    if subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True).returncode != 0:
+        return None
+    test.addCleanup(subprocess.run, ["umount", mnt], check=False)
+    return mnt
+
+
+class ReflinkTest(Fixture):
+    def test_snapshots_and_clones_share_blocks_where_the_file_system_can(self):
+        mnt = loop_xfs(self)
+        if mnt is None:
+            self.skipTest("no loop device or mkfs.xfs (install-deps installs xfsprogs)")
+        d = self.start(lun_dir=os.path.join(mnt, "luns"))
+        self.assertTrue(d.ctl_json("gateway", "capacity")["shares_blocks"])
+        self.file_lun(d, "rl", "rl.img", "64M", "--thick")
+        self.write(d, "rl", 8, OLD)
+        free = os.statvfs(mnt).f_bavail
+        snap = d.ctl_json("snapshot", "create", "rs", "rl:0")
+        self.assertTrue(snap["shares_blocks"])
+        # A 64 MiB thick file copied by sharing blocks costs next to nothing.
+        self.assertLess((free - os.statvfs(mnt).f_bavail) * os.statvfs(mnt).f_frsize, 4 * MiB)
+        self.write(d, "rl", 8, NEW)
+        d.ctl("target", "create", "rc")
+        d.ctl("acl", "add", "rc", INITIATOR)
+        d.ctl("lun", "create", "rc", "0", "--backing", "file", "--path", "rc.img", "--create",
+              "--from-snapshot", "rs")
+        self.assertEqual(self.read(d, "rc", 8), OLD)
+        self.assertEqual(self.read(d, "rl", 8), NEW)
+        # The daemon closes its files before the file system is unmounted.
+        d.ctl("target", "delete", "rc")
+        d.ctl("target", "delete", "rl")
+        d.ctl("snapshot", "delete", "rs")
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
