@@ -31,6 +31,11 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "Directory for LUN files created by a relative path (CSI volumes) and for "
                  "snapshots; created when missing (empty: none)")
       ->envname("ISCSIGW_LUN_DIR");
+  app.add_option("--health-interval-ms", f->health_interval_ms,
+                 "How often the state directory is probed; gRPC health is NOT_SERVING while it "
+                 "cannot be written")
+      ->envname("ISCSIGW_HEALTH_INTERVAL_MS")
+      ->check(CLI::Range(100u, 3600000u));
   app.add_option("--bootstrap", f->bootstrap,
                  "JSON state file whose targets and LUNs are created when missing")
       ->envname("ISCSIGW_BOOTSTRAP");

@@ -18,7 +18,8 @@ struct Flags {
   bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)
   unsigned reactors = 0;
   std::string bootstrap;
-  std::string lun_dir;  // LUN files by relative path and snapshots; empty: none
+  std::string lun_dir;
+  unsigned health_interval_ms = 5000;  // LUN files by relative path and snapshots; empty: none
   std::string log_level = "info";
   std::string log_format = "text";
   std::string tls_cert;

@@ -192,6 +192,7 @@ int Run(int argc, char** argv) {
   service::ServiceOptions sopts;
   sopts.version = ISCSIGW_VERSION;
   sopts.lun_dir = flags.lun_dir;
+  sopts.health_interval = std::chrono::milliseconds(flags.health_interval_ms);
   auto grpc_server = service::ControlServer::Start(
       flags.grpc_listen, {flags.tls_cert, flags.tls_key, flags.tls_client_ca},
       std::make_unique<service::GatewayServiceImpl>(&store, &dataplane, sopts));

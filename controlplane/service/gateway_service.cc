@@ -16,7 +16,6 @@
 #include "controlplane/state/text_check.h"
 #include "dataplane/base/log.h"
 #include "dataplane/base/log_format.h"
-#include "dataplane/iscsi/chap.h"
 
 namespace iscsigw::service {
 
@@ -678,7 +677,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::SetChap(Ctx* ctx, const v1::Set
     chap.clear_secret_set();
     chap.clear_mutual_secret_set();
     if (chap.user().empty()) return InvalidArgument(who + "chap.user is empty");
-    if (Status v = iscsi::ValidateChapCredentials(state::ToChap(chap), who); !v.ok()) return v;
+    if (Status v = api::ValidateChapCredentials(state::ToChap(chap), who); !v.ok()) return v;
     Status s = store_->Update([&](v1::State* st) {
       if (req->target().empty()) {
         *st->mutable_discovery_chap() = chap;

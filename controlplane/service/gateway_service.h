@@ -41,6 +41,9 @@ struct ServiceOptions {
   // answered RESOURCE_EXHAUSTED at once.
   size_t max_queued_changes = kDefaultMaxQueuedChanges;
   size_t max_queued_bytes = kDefaultMaxQueuedBytes;
+  // How often the state directory is probed; grpc.health.v1 answers NOT_SERVING while it cannot
+  // be written.
+  std::chrono::milliseconds health_interval{5000};
   // --lun-dir: LUN files named by a relative path, and snapshots, live here (created by the
   // caller); empty: neither is available.
   std::string lun_dir;
@@ -54,6 +57,10 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   // Runs the changes already queued, then answers UNAVAILABLE to new ones. Idempotent. Call before
   // the gRPC server shuts down, so that no queued call is left unfinished.
   void Stop();
+
+  // Probes the state directory (StateStore::ProbeDir); Ok when it can be written. Blocking.
+  Status CheckStateDir() { return store_->ProbeDir(); }
+  std::chrono::milliseconds health_interval() const { return options_.health_interval; }
 
   using Ctx = grpc::CallbackServerContext;
   using Reactor = grpc::ServerUnaryReactor;

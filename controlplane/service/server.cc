@@ -113,7 +113,27 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   }
   const auto colon = listen.rfind(':');
   cs->address_ = listen.substr(0, colon) + ":" + std::to_string(port);
+  cs->server_->GetHealthCheckService()->SetServingStatus(
+      iscsigw::v1::GatewayService::service_full_name(), true);
+  ControlServer* raw = cs.get();
+  raw->health_thread_ = std::thread([raw] { raw->HealthLoop(); });
   return cs;
+}
+
+void ControlServer::HealthLoop() {
+  auto* health = server_->GetHealthCheckService();
+  bool serving = true;
+  std::unique_lock lock(health_mu_);
+  while (!health_stop_) {
+    lock.unlock();
+    const bool ok = service_->CheckStateDir().ok();
+    if (ok != serving) {
+      serving = ok;
+      health->SetServingStatus(ok);
+    }
+    lock.lock();
+    health_cv_.wait_for(lock, service_->health_interval(), [this] { return health_stop_; });
+  }
 }
 
 ControlServer::~ControlServer() { Shutdown(); }
@@ -124,6 +144,12 @@ std::shared_ptr<grpc::Channel> ControlServer::InProcessChannel() {
 
 void ControlServer::Shutdown() {
   if (!server_) return;
+  {
+    std::lock_guard lock(health_mu_);
+    health_stop_ = true;
+  }
+  health_cv_.notify_all();
+  if (health_thread_.joinable()) health_thread_.join();
   service_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_.reset();

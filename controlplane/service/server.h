@@ -1,13 +1,21 @@
 // The control plane's gRPC server: GatewayService, grpc.health.v1.Health and server reflection on
 // one listening address, plaintext (loopback by default) or TLS / mutual TLS from PEM files.
 // Built and owned by iscsigwd; Shutdown() before the data plane stops.
+//
+// Health: a thread of this object probes the state directory every health_interval; while it
+// cannot be written, Health/Check answers NOT_SERVING for the server ("") and for
+// iscsigw.v1.GatewayService, so that a kubelet probe or a load balancer sees a gateway that can
+// no longer keep a change.
 #pragma once
 
 #include <grpcpp/channel.h>
 #include <grpcpp/server.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "controlplane/service/gateway_service.h"
 #include "dataplane/base/status.h"
@@ -46,9 +54,15 @@ class ControlServer {
 
  private:
   ControlServer() = default;
+  void HealthLoop();
+
   std::unique_ptr<GatewayServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  std::mutex health_mu_;
+  std::condition_variable health_cv_;
+  bool health_stop_ = false;  // guarded by health_mu_
+  std::thread health_thread_;
 };
 
 }  // namespace iscsigw::service

@@ -71,7 +71,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
       }
     }
     ts.chap = ToChap(t.chap());
-    if (Status s = iscsi::ValidateChapCredentials(ts.chap, "target " + ts.name + ": "); !s.ok()) {
+    if (Status s = api::ValidateChapCredentials(ts.chap, "target " + ts.name + ": "); !s.ok()) {
       return s;
     }
     for (int j = 0; j < t.luns_size(); ++j) {
@@ -127,7 +127,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
     cfg.targets.push_back(std::move(ts));
   }
   cfg.discovery_chap = ToChap(state.discovery_chap());
-  if (Status s = iscsi::ValidateChapCredentials(cfg.discovery_chap, "discovery: "); !s.ok()) {
+  if (Status s = api::ValidateChapCredentials(cfg.discovery_chap, "discovery: "); !s.ok()) {
     return s;
   }
   return cfg;
@@ -167,8 +167,8 @@ Status ToFaultSpec(const iscsigw::v1::FaultInjection& f, const std::string& who,
   return Status::Ok();
 }
 
-iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& c) {
-  return iscsi::ChapCredentials{c.user(), c.secret(), c.mutual_user(), c.mutual_secret()};
+api::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& c) {
+  return api::ChapCredentials{c.user(), c.secret(), c.mutual_user(), c.mutual_secret()};
 }
 
 void Normalize(iscsigw::v1::State* state) {

@@ -27,7 +27,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state);
 // 512: the form the control plane keeps and persists.
 void Normalize(iscsigw::v1::State* state);
 
-iscsi::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
+api::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
 // A LUN's test-only fault injection; `who` prefixes errors ("lun 0 of iqn...: fault.").
 Status ToFaultSpec(const iscsigw::v1::FaultInjection& fault, const std::string& who,
                    backing::FaultSpec* out);

@@ -145,9 +145,32 @@ std::shared_ptr<const iscsigw::v1::State> StateStore::Snapshot() const {
 
 iscsigw::v1::State StateStore::Get() const { return *Snapshot(); }
 
+Status StateStore::ProbeDir() {
+  // The probe goes through the same atomic write as the state (temp file, fsync, rename, fsync of
+  // the directory), to a name of its own.
+  const std::string probe = dir_ + "/.health-probe";
+  Status s = WriteFileAtomically(probe, "ok\n", 0600);
+  if (s.ok() && ::unlink(probe.c_str()) != 0 && errno != ENOENT) {
+    s = IoError("unlink " + probe + ": " + std::strerror(errno));
+  }
+  std::lock_guard lock(mu_);
+  if (s.ok() != probe_.ok()) {
+    if (s.ok()) {
+      log::Ctl().info("state directory {} is writable again", dir_);
+    } else {
+      log::Ctl().error("state directory {} cannot be written: {}", dir_, s.message());
+    }
+  }
+  probe_ = s;
+  // A failed write changed nothing (memory, disk and data plane agree): once the directory can be
+  // written again, the store is whole again.
+  if (s.ok()) health_ = s;
+  return s;
+}
+
 Status StateStore::health() const {
   std::lock_guard lock(mu_);
-  return health_;
+  return health_.ok() ? probe_ : health_;
 }
 
 }  // namespace iscsigw::state

@@ -56,8 +56,13 @@ class StateStore {
   std::shared_ptr<const iscsigw::v1::State> Snapshot() const;
   iscsigw::v1::State Get() const;
 
-  // Ok when the last write succeeded (or none was needed); otherwise why it failed.
+  // Ok when the last write of the state succeeded (or none was needed) and the last probe of the
+  // directory did; otherwise why not.
   Status health() const;
+  // Writes, fsyncs and removes a probe file in the directory, so that a directory that can no
+  // longer be written (read-only, full, gone) shows in health() before a change fails on it.
+  // Blocking: call it from a control-plane thread.
+  Status ProbeDir();
 
  private:
   Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous);
@@ -67,7 +72,8 @@ class StateStore {
   const Limits limits_;
   mutable std::mutex mu_;
   std::shared_ptr<const iscsigw::v1::State> state_;  // guarded by mu_; never null
-  Status health_;                                    // guarded by mu_
+  Status health_;                                    // guarded by mu_: the last write
+  Status probe_;                                     // guarded by mu_: the last ProbeDir
 };
 
 }  // namespace iscsigw::state

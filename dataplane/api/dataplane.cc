@@ -185,6 +185,10 @@ void RaiseOnTarget(const std::vector<std::shared_ptr<scsi::Lun>>& luns, scsi::Un
 
 }  // namespace
 
+Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who) {
+  return iscsi::ValidateChapCredentials(creds, who);
+}
+
 Status ValidateIscsiName(const std::string& name) {
   // RFC 7143 4.2.7.1 / 6.1: at most 223 bytes, no upper case (stringprep folds case), and one of
   // the iqn., eui. or naa. formats.

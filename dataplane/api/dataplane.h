@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dataplane/backing/fault_store.h"
@@ -39,6 +40,9 @@ struct LunSpec {
   backing::FaultSpec fault;
 };
 
+// CHAP credentials of a target or of discovery: user, secret, mutual user and mutual secret.
+using ChapCredentials = iscsi::ChapCredentials;
+
 struct AclEntrySpec {
   std::string initiator;             // IQN / EUI / NAA name
   std::vector<std::string> sources;  // CIDRs the initiator may connect from; empty: any
@@ -49,13 +53,13 @@ struct TargetSpec {
   std::string alias;
   bool allow_any_initiator = false;
   std::vector<AclEntrySpec> acl;
-  iscsi::ChapCredentials chap;  // user empty: no CHAP
+  ChapCredentials chap;  // user empty: no CHAP
   std::vector<LunSpec> luns;
 };
 
 struct Config {
   std::vector<TargetSpec> targets;
-  iscsi::ChapCredentials discovery_chap;  // user empty: discovery without CHAP
+  ChapCredentials discovery_chap;  // user empty: discovery without CHAP
 };
 
 struct Options {
@@ -130,5 +134,8 @@ Status ValidateLun(const std::string& target, const LunSpec& lun);
 Status ValidateIscsiName(const std::string& name);
 // Checks one ACL entry of `target`: the initiator name and each source CIDR.
 Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry);
+// CHAP credentials as logins will check them: secret lengths, a mutual secret that differs from
+// the initiator's (RFC 7143 9.2.1), names without control characters. `who` prefixes the message.
+Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who);
 
 }  // namespace iscsigw::api
