@@ -7,6 +7,28 @@
 namespace iscsigw::csi {
 namespace {
 
+std::string CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const auto i = static_cast<size_t>(code);
+  return i < std::size(kNames) ? kNames[i] : std::to_string(i);
+}
+
 class GatewayCheck final : public ReadinessCheck {
  public:
   GatewayCheck(std::shared_ptr<grpc::Channel> channel, std::string name)
@@ -33,9 +55,9 @@ class GatewayCheck final : public ReadinessCheck {
           if (s.ok()) {
             done(Status::Ok());
           } else {
-            done(Status(StatusCode::kUnavailable,
-                        name + ": GetGatewayInfo: " + std::to_string(s.error_code()) + " " +
-                            s.error_message()));
+            done(Status(
+                StatusCode::kUnavailable,
+                name + ": GetGatewayInfo: " + CodeName(s.error_code()) + " " + s.error_message()));
           }
         });
   }
