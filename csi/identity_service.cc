@@ -8,6 +8,9 @@ namespace iscsigw::csi {
 
 using ::csi::v1::PluginCapability;
 
+// Time kept back from a caller's deadline for the answer to travel back on a loaded node.
+constexpr std::chrono::milliseconds kAnswerMargin{200};
+
 IdentityService::IdentityService(IdentityOptions options,
                                  std::vector<std::unique_ptr<ReadinessCheck>> checks)
     : options_(std::move(options)), checks_(std::move(checks)) {}
@@ -52,8 +55,8 @@ grpc::ServerUnaryReactor* IdentityService::Probe(grpc::CallbackServerContext* ct
   const auto now = std::chrono::system_clock::now();
   auto deadline = now + options_.probe_timeout;
   const auto caller = ctx->deadline();
-  if (caller - std::chrono::milliseconds(50) < deadline) {
-    deadline = std::max(now, caller - std::chrono::milliseconds(50));
+  if (caller - kAnswerMargin < deadline) {
+    deadline = std::max(now, caller - kAnswerMargin);
   }
   // Shared by the checks' callbacks; the last one to answer finishes the call.
   struct Pending {
