@@ -1,0 +1,52 @@
+#include "server/csi_flags.h"
+
+#include <CLI/CLI.hpp>
+
+namespace iscsigw::server {
+
+int ParseCsiFlags(int argc, char** argv, CsiFlags* f) {
+  CLI::App app{"iscsigw-csi: CSI plugin (driver iscsi.iscsigw.io) for iscsigw gateways"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--endpoint", f->endpoint,
+                 "CSI endpoint: unix:///PATH (kubelet, sidecars) or tcp://HOST:PORT (port 0 picks "
+                 "a free port)")
+      ->envname("ISCSIGW_CSI_ENDPOINT");
+  app.add_option("--gateway", f->gateway, "The gateway's gRPC API, HOST:PORT (controller)")
+      ->envname("ISCSIGW_CSI_GATEWAY");
+  app.add_option("--mode", f->mode, "controller|node|all: which CSI services to serve")
+      ->envname("ISCSIGW_CSI_MODE")
+      ->check(CLI::IsMember({"controller", "node", "all"}));
+  app.add_option("--tls-ca", f->tls_ca, "CA bundle that signed the gateway's certificate (PEM)")
+      ->envname("ISCSIGW_CSI_TLS_CA");
+  app.add_option("--tls-cert", f->tls_cert, "Client certificate for the gateway (mutual TLS)")
+      ->envname("ISCSIGW_CSI_TLS_CERT");
+  app.add_option("--tls-key", f->tls_key, "Private key of --tls-cert (PEM)")
+      ->envname("ISCSIGW_CSI_TLS_KEY");
+  app.add_option("--tls-server-name", f->tls_server_name,
+                 "Name to verify in the gateway's certificate instead of the --gateway host")
+      ->envname("ISCSIGW_CSI_TLS_SERVER_NAME");
+  app.add_option("--node-id", f->node_id,
+                 "Node id NodeGetInfo reports (default: InitiatorName from the host's "
+                 "/etc/iscsi/initiatorname.iscsi)")
+      ->envname("ISCSIGW_CSI_NODE_ID");
+  app.add_option("--host-exec", f->host_exec,
+                 "direct|nsenter: run host tools here, or in pid 1's namespaces through nsenter")
+      ->envname("ISCSIGW_CSI_HOST_EXEC")
+      ->check(CLI::IsMember({"direct", "nsenter"}));
+  app.add_option("--state-dir", f->state_dir, "The node plugin's own records")
+      ->envname("ISCSIGW_CSI_STATE_DIR");
+  app.add_option("--log-level", f->log_level, "trace|debug|info|warn|error|critical|off")
+      ->envname("ISCSIGW_CSI_LOG_LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--log-format", f->log_format, "text|json")
+      ->envname("ISCSIGW_CSI_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+}  // namespace iscsigw::server

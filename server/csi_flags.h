@@ -1,0 +1,27 @@
+// iscsigw-csi's command line (DESIGN.md contracts): every flag also settable through an
+// ISCSIGW_CSI_* environment variable, for the pods that run it. Parsing only; main wires.
+#pragma once
+
+#include <string>
+
+namespace iscsigw::server {
+
+struct CsiFlags {
+  std::string endpoint = "unix:///csi/csi.sock";
+  std::string gateway = "127.0.0.1:50051";
+  std::string mode = "all";  // controller | node | all
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  std::string node_id;  // empty: the host's InitiatorName
+  std::string host_exec = "direct";
+  std::string state_dir = "/var/lib/iscsigw-csi";
+  std::string log_level = "info";
+  std::string log_format = "text";
+};
+
+// Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).
+int ParseCsiFlags(int argc, char** argv, CsiFlags* flags);
+
+}  // namespace iscsigw::server
