@@ -101,6 +101,28 @@ check "gateway.advertise values pass through, \$(NODE_IP) left for Kubernetes" s
 check "full values render the ServiceMonitor and TLS probes" sh -c \
   "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
 check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
+
+# The gRPC clients: iscsigwctl in the gateway pod dials 127.0.0.1 with the pod's ISCSIGW_*
+# variables (with TLS: the CA and the name the certificate carries), the CSI controller the gRPC
+# Service with the same CA and name.
+grpc_clients() { "$here/check_grpc_clients.py" "$@"; }
+check "gRPC clients: default values" grpc_clients "$out/helm-default.yaml" --no-tls --no-csi
+check "gRPC clients: ci/full-values.yaml (mutual TLS)" grpc_clients "$out/helm-full.yaml" --tls
+check "gRPC clients: kustomize default" grpc_clients "$out/kustomize-overlays-default.yaml" --no-tls
+check "gRPC clients: kustomize grpc-tls" grpc_clients "$out/kustomize-overlays-grpc-tls.yaml" --tls
+env_is() {  # env_is FILE NAME VALUE: the rendered environment variable NAME is VALUE
+  grep -A1 -x " *- name: $2" "$1" | grep -qx " *value: \"\\?$3\"\\?"
+}
+check "kustomize grpc-tls: iscsigwctl verifies the gRPC Service's name" \
+  env_is "$out/kustomize-overlays-grpc-tls.yaml" ISCSIGW_TLS_SERVER_NAME iscsigw-grpc.iscsigw.svc
+printf 'tls:\n  enabled: true\n  secretName: gw-tls\n' > "$out/tls.yaml"
+"$out/helmrender" -chart $chart -strict -f "$out/tls.yaml" -name r1 -namespace ns1 > "$out/helm-tls.yaml"
+check "chart: without tls.serverName iscsigwctl verifies the gRPC Service's name" \
+  env_is "$out/helm-tls.yaml" ISCSIGW_TLS_SERVER_NAME r1-iscsigw-grpc.ns1.svc
+sed '/name: ISCSIGW_TLS_SERVER_NAME/,+1d' "$out/helm-full.yaml" > "$out/no-server-name.yaml"
+refuses "gRPC clients: TLS without ISCSIGW_TLS_SERVER_NAME is refused" \
+  grpc_clients "$out/no-server-name.yaml"
+
 # values.schema.json refuses misspelt keys, bad enums and TLS without a Secret.
 printf 'gateway:\n  logLevl: debug\n' > "$out/bad-key.yaml"
 printf 'service:\n  iscsi:\n    type: External\n' > "$out/bad-enum.yaml"

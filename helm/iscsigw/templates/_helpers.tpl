@@ -84,3 +84,14 @@ address); empty: SendTargets answers with the pod IP. */}}
 {{- printf "%s:%v" $svc.loadBalancerIP $svc.port -}}
 {{- end -}}
 {{- end }}
+
+{{/* The gRPC Service's in-cluster DNS name. */}}
+{{- define "iscsigw.grpcServiceHost" -}}
+{{- printf "%s-grpc.%s.svc" (include "iscsigw.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The name clients verify the gateway's certificate against: tls.serverName, or the gRPC
+Service's DNS name. */}}
+{{- define "iscsigw.tlsServerName" -}}
+{{- .Values.tls.serverName | default (include "iscsigw.grpcServiceHost" .) }}
+{{- end }}
