@@ -1,9 +1,10 @@
-# iscsigw container image: iscsigwd (the gateway) and iscsigwctl (its gRPC client).
+# iscsigw container image: iscsigwd (the gateway), iscsigwctl (its gRPC client) and iscsigw-csi
+# (the CSI driver iscsi.iscsigw.io, which the Helm chart runs with csi.enabled).
 #
 #   podman build --format docker -t iscsigw:dev .      (docker build -t iscsigw:dev . works too)
 #
 # Stage 1 builds with the same install script as the README; stage 2 is bookworm-slim with only the
-# shared libraries the two binaries link (found with ldd + dpkg -S, so a new library dependency is
+# shared libraries the binaries link (found with ldd + dpkg -S, so a new library dependency is
 # picked up without editing this file). --format docker keeps HEALTHCHECK, which the OCI image
 # format has no field for. tests/packaging/container_test.sh builds and drives this image.
 ARG BASE_IMAGE=debian:bookworm-slim
@@ -17,9 +18,9 @@ COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN scripts/install-deps.sh --build-only && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE} \
- && cmake --build /build --target iscsigwd iscsigwctl \
+ && cmake --build /build --target iscsigwd iscsigwctl iscsigw-csi \
  && install -d /out/bin \
- && install -m 0755 -s /build/bin/iscsigwd /build/bin/iscsigwctl /out/bin/ \
+ && install -m 0755 -s /build/bin/iscsigwd /build/bin/iscsigwctl /build/bin/iscsigw-csi /out/bin/ \
  && for lib in $(ldd /out/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do \
       dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null \
         || dpkg -S "$(readlink -f "$lib" | sed 's|^/usr||')" \
@@ -48,7 +49,9 @@ RUN apt-get update \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/iscsigw --no-create-home \
       --shell /usr/sbin/nologin iscsigw \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/iscsigw
-COPY --from=build /out/bin/iscsigwd /out/bin/iscsigwctl /usr/local/bin/
+# iscsigw-csi --mode node runs iscsiadm, mount, mkfs and blkid on the node's host through nsenter
+# (util-linux, part of every Debian image), so the image itself needs none of them.
+COPY --from=build /out/bin/iscsigwd /out/bin/iscsigwctl /out/bin/iscsigw-csi /usr/local/bin/
 COPY deploy/examples/demo.json /usr/share/iscsigw/demo.json
 
 # Every flag of iscsigwd has an ISCSIGW_* variable; these are the container defaults. gRPC listens

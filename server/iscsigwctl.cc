@@ -2,11 +2,17 @@
 //
 //   iscsigwctl [--server HOST:PORT] [-o table|json] NOUN VERB ARGS...
 //
+// The server and TLS settings also come from ISCSIGW_SERVER, ISCSIGW_TLS_CA,
+// ISCSIGW_TLS_SERVER_NAME, ISCSIGW_TLS_CLIENT_CERT and ISCSIGW_TLS_CLIENT_KEY, so that the image's
+// environment can point the iscsigwctl run inside the gateway pod at the local port with the
+// pod's CA and the name its certificate carries (the certificate names the Service, not
+// 127.0.0.1).
+//
 // Nouns: target, lun, snapshot, acl, auth, session, gateway. Human tables by default, protobuf JSON
 // with -o json. Secrets are read from a file or stdin ("-"), never from the command line. Exit
-// status: 0 on success; the gRPC status code on an API error (3 INVALID_ARGUMENT, 5 NOT_FOUND, 6
-// ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a usage
-// error; 66 when a secret file cannot be read. Errors are one line on stderr.
+// status: 0 on success; the gRPC status code on an API error (3 INVALID_ARGUMENT, 5 NOT_FOUND,
+// 6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...); 64 for a
+// usage error; 66 when a secret file cannot be read. Errors are one line on stderr.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -34,6 +40,8 @@ struct Global {
   std::string server = "127.0.0.1:50051";
   std::string output = "table";
   std::string tls_ca, tls_cert, tls_key;
+  // The name the server certificate is checked against instead of the host of `server`.
+  std::string tls_server_name;
   unsigned timeout_s = 30;
 };
 
@@ -87,8 +95,15 @@ int Fail(int code, const std::string& msg) {
 }
 
 int FailRpc(const grpc::Status& s) {
-  return Fail(static_cast<int>(s.error_code()),
-              std::string(CodeName(s.error_code())) + ": " + s.error_message());
+  std::string msg = std::string(CodeName(s.error_code())) + ": " + s.error_message();
+  // gRPC's words when the certificate does not name the host dialed, typically 127.0.0.1 inside
+  // the gateway pod against a certificate that names the Service.
+  if (s.error_message().find("not in peer certificate") != std::string::npos) {
+    msg +=
+        " (give a name the certificate carries with --tls-server-name or "
+        "ISCSIGW_TLS_SERVER_NAME)";
+  }
+  return Fail(static_cast<int>(s.error_code()), msg);
 }
 
 bool ReadFile(const std::string& path, std::string* out, std::string* err) {
@@ -266,12 +281,16 @@ int Run(int argc, char** argv) {
   app.footer(
       "Exit status: 0 ok; gRPC status code on API errors (3 INVALID_ARGUMENT, 5 NOT_FOUND, "
       "6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 14 UNAVAILABLE); 64 usage; "
-      "66 unreadable input.");
+      "66 unreadable input.\nEnvironment (a flag wins over its variable): ISCSIGW_SERVER, "
+      "ISCSIGW_TLS_CA, ISCSIGW_TLS_SERVER_NAME, ISCSIGW_TLS_CLIENT_CERT, ISCSIGW_TLS_CLIENT_KEY.");
   app.require_subcommand(1);
   app.add_option("--server", g.server, "gRPC address HOST:PORT")->envname("ISCSIGW_SERVER");
   app.add_option("-o,--output", g.output, "table|json")->check(CLI::IsMember({"table", "json"}));
   app.add_option("--tls-ca", g.tls_ca, "CA bundle to verify the server (enables TLS)")
       ->envname("ISCSIGW_TLS_CA");
+  app.add_option("--tls-server-name", g.tls_server_name,
+                 "name to verify the server certificate against (default: the host of --server)")
+      ->envname("ISCSIGW_TLS_SERVER_NAME");
   app.add_option("--tls-cert", g.tls_cert, "client certificate for mutual TLS")
       ->envname("ISCSIGW_TLS_CLIENT_CERT");
   app.add_option("--tls-key", g.tls_key, "client key for mutual TLS")
@@ -910,7 +929,11 @@ int Run(int argc, char** argv) {
   if (!action) return Fail(kExitUsage, "nothing to do (see --help)");
 
   std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
   if (g.tls_ca.empty() && g.tls_cert.empty()) {
+    if (!g.tls_server_name.empty()) {
+      return Fail(kExitUsage, "--tls-server-name needs TLS (--tls-ca or --tls-cert)");
+    }
     creds = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions opts;
@@ -923,8 +946,9 @@ int Run(int argc, char** argv) {
       return Fail(kExitNoInput, err);
     }
     creds = grpc::SslCredentials(opts);
+    if (!g.tls_server_name.empty()) args.SetSslTargetNameOverride(g.tls_server_name);
   }
-  Client client(g, grpc::CreateChannel(g.server, creds));
+  Client client(g, grpc::CreateCustomChannel(g.server, creds, args));
   return action(client);
 }
 

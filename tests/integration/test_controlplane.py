@@ -294,6 +294,8 @@ class DurabilityTest(Fixture):
 
 
 class TlsTest(Fixture):
+    SERVICE = "iscsigw-grpc.storage.svc"
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="iscsigw-tls-")
@@ -305,12 +307,17 @@ class TlsTest(Fixture):
         for ca in ("ca", "rogue"):
             sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN=iscsigw test {ca}")
-        for name, cn, ca in (("server", "localhost", "ca"), ("client", "iscsigwctl", "ca"),
-                             ("rogue-client", "iscsigwctl", "rogue")):
+        loopback = "DNS:localhost,IP:127.0.0.1"
+        # "service" is what a cluster's certificate looks like: it names the gRPC Service only,
+        # so a client dialing 127.0.0.1 inside the pod must be told which name to verify.
+        for name, cn, ca, san in (("server", "localhost", "ca", loopback),
+                                  ("client", "iscsigwctl", "ca", loopback),
+                                  ("rogue-client", "iscsigwctl", "rogue", loopback),
+                                  ("service", cls.SERVICE, "ca", "DNS:" + cls.SERVICE)):
             sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
                "-out", f"{name}.csr", "-subj", f"/CN={cn}")
             with open(os.path.join(cls.dir, "ext.cnf"), "w") as f:
-                f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+                f.write(f"subjectAltName={san}\n")
             sh("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
                f"{ca}.key", "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
                "-extfile", "ext.cnf")
@@ -321,6 +328,12 @@ class TlsTest(Fixture):
     def ctl(self, d, *args):
         return run([binary("iscsigwctl"), "--server", d.grpc, "--timeout", "5", *args],
                    check=False)
+
+    def ctl_env(self, env, *args):
+        """iscsigwctl with no connection flags: everything from the ISCSIGW_* variables."""
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("ISCSIGW_")}
+        return subprocess.run([binary("iscsigwctl"), "--timeout", "5", *args],
+                              env={**clean, **env}, capture_output=True, text=True, timeout=60)
 
     def test_tls_and_mutual_tls(self):
         d = self.start(extra_args=["--tls-cert", self.f("server.pem"), "--tls-key",
@@ -354,6 +367,37 @@ class TlsTest(Fixture):
         listed = self.ctl(m, *client, "-o", "json", "target", "list")
         self.assertEqual([t["name"] for t in json.loads(listed.stdout)["targets"]],
                          [IQN_PREFIX + "mtls"])
+
+    def test_in_pod_cli_verifies_the_service_name_from_the_environment(self):
+        # The gateway pod's iscsigwctl: 127.0.0.1, the CA and the Service's name from the pod's
+        # environment (the chart and deploy/overlays/grpc-tls set them), and a certificate
+        # with no IP SAN.
+        d = self.start(extra_args=["--tls-cert", self.f("service.pem"), "--tls-key",
+                                   self.f("service.key")])
+        env = {"ISCSIGW_SERVER": d.grpc, "ISCSIGW_TLS_CA": self.f("ca.pem"),
+               "ISCSIGW_TLS_SERVER_NAME": self.SERVICE}
+        self.assertTrue(d.grpc.startswith("127.0.0.1:"), d.grpc)
+        ok = self.ctl_env(env, "-o", "json", "gateway", "info")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("version", json.loads(ok.stdout))
+        # A flag wins over its variable.
+        wrong = self.ctl_env(env, "--tls-server-name", "other.example", "gateway", "info")
+        self.assertEqual(wrong.returncode, 14, wrong.stderr)
+
+        # Without the name the certificate is checked against 127.0.0.1, which it does not
+        # carry: UNAVAILABLE, one line that says so and names the way out.
+        del env["ISCSIGW_TLS_SERVER_NAME"]
+        p = self.ctl_env(env, "gateway", "info")
+        self.assertEqual(p.returncode, 14, p.stderr)
+        self.assertTrue(p.stderr.startswith("iscsigwctl: UNAVAILABLE: "), p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("--tls-server-name", p.stderr)
+
+        # The name without TLS is a usage error, not a silent plaintext connection.
+        p = self.ctl_env({"ISCSIGW_SERVER": d.grpc, "ISCSIGW_TLS_SERVER_NAME": self.SERVICE},
+                         "gateway", "info")
+        self.assertEqual(p.returncode, 64, p.stderr)
+        self.assertIn("--tls-server-name needs TLS", p.stderr)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,17 @@ chart=helm/iscsigw
 check "helmrender default values" sh -c \
   "'$out/helmrender' -chart $chart -strict -namespace iscsigw -notes '$out/notes-default.txt' > '$out/helm-default.yaml'"
 check "helmrender ci/full-values.yaml" sh -c \
-  "'$out/helmrender' -chart $chart -strict -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
+  "'$out/helmrender' -chart $chart -strict -api-versions snapshot.storage.k8s.io/v1 -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
 rendered+=("$out/helm-default.yaml" "$out/helm-full.yaml")
+# The other ci/ files (the CSI driver with and without TLS), each as its own release; rendered as
+# for a cluster that serves the snapshot CRDs, as `helm install` on one would.
+for values in $chart/ci/*-values.yaml; do
+  [ "$values" != $chart/ci/full-values.yaml ] || continue
+  name=helm-$(basename "$values" -values.yaml)
+  check "helmrender ci/$(basename "$values")" sh -c \
+    "'$out/helmrender' -chart $chart -strict -api-versions snapshot.storage.k8s.io/v1 -f '$values' -name $name -namespace csi -notes '$out/notes-$name.txt' > '$out/$name.yaml'"
+  rendered+=("$out/$name.yaml")
+done
 check "NOTES.txt renders" test -s "$out/notes-default.txt"
 # iscsiadm runs on the node's host, which cannot resolve Service names: NOTES never offers one as
 # the portal, and says what SendTargets will answer.
@@ -101,6 +110,59 @@ check "gateway.advertise values pass through, \$(NODE_IP) left for Kubernetes" s
 check "full values render the ServiceMonitor and TLS probes" sh -c \
   "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
 check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
+
+# The gRPC clients: iscsigwctl in the gateway pod dials 127.0.0.1 with the pod's ISCSIGW_*
+# variables (with TLS: the CA and the name the certificate carries), the CSI controller the gRPC
+# Service with the same CA and name.
+grpc_clients() { "$here/check_grpc_clients.py" "$@"; }
+check "gRPC clients: default values" grpc_clients "$out/helm-default.yaml" --no-tls --no-csi
+check "gRPC clients: ci/full-values.yaml (mutual TLS, CSI)" grpc_clients "$out/helm-full.yaml" --tls --csi
+check "gRPC clients: ci/csi-values.yaml" grpc_clients "$out/helm-csi.yaml" --no-tls --csi
+check "gRPC clients: ci/csi-tls-values.yaml" grpc_clients "$out/helm-csi-tls.yaml" --tls --csi
+check "gRPC clients: kustomize default" grpc_clients "$out/kustomize-overlays-default.yaml" --no-tls
+check "gRPC clients: kustomize grpc-tls" grpc_clients "$out/kustomize-overlays-grpc-tls.yaml" --tls
+env_is() {  # env_is FILE NAME VALUE: the rendered environment variable NAME is VALUE
+  grep -A1 -x " *- name: $2" "$1" | grep -qx " *value: \"\\?$3\"\\?"
+}
+check "kustomize grpc-tls: iscsigwctl verifies the gRPC Service's name" \
+  env_is "$out/kustomize-overlays-grpc-tls.yaml" ISCSIGW_TLS_SERVER_NAME iscsigw-grpc.iscsigw.svc
+check "chart: tls.serverName is the name iscsigwctl verifies" \
+  env_is "$out/helm-csi-tls.yaml" ISCSIGW_TLS_SERVER_NAME gateway.storage.example.com
+printf 'tls:\n  enabled: true\n  secretName: gw-tls\n' > "$out/tls.yaml"
+"$out/helmrender" -chart $chart -strict -f "$out/tls.yaml" -name r1 -namespace ns1 > "$out/helm-tls.yaml"
+check "chart: without tls.serverName iscsigwctl verifies the gRPC Service's name" \
+  env_is "$out/helm-tls.yaml" ISCSIGW_TLS_SERVER_NAME r1-iscsigw-grpc.ns1.svc
+sed '/name: ISCSIGW_TLS_SERVER_NAME/,+1d' "$out/helm-full.yaml" > "$out/no-server-name.yaml"
+refuses "gRPC clients: TLS without ISCSIGW_TLS_SERVER_NAME is refused" \
+  grpc_clients "$out/no-server-name.yaml"
+sed '/- --tls-ca=/d' "$out/helm-csi-tls.yaml" > "$out/csi-no-ca.yaml"
+refuses "gRPC clients: a CSI controller without --tls-ca against TLS is refused" \
+  grpc_clients "$out/csi-no-ca.yaml"
+
+# CSI: nothing without csi.enabled; with it, the driver, both workloads and the classes.
+check "default values render no CSI object" sh -c \
+  "! grep -Eqx 'kind: (CSIDriver|StorageClass|VolumeSnapshotClass|DaemonSet|Deployment|ClusterRole)' '$out/helm-default.yaml'"
+for kind in CSIDriver Deployment DaemonSet ClusterRole ClusterRoleBinding Role StorageClass VolumeSnapshotClass; do
+  check "ci/csi-values.yaml renders a $kind" grep -qx "kind: $kind" "$out/helm-csi.yaml"
+done
+check "the node plugin logs in through the host's namespaces" sh -c \
+  "grep -q -- '--host-exec=nsenter' '$out/helm-csi.yaml' && grep -q 'hostPID: true' '$out/helm-csi.yaml' \
+   && grep -q 'mountPropagation: Bidirectional' '$out/helm-csi.yaml'"
+check "the registrar registers /var/lib/kubelet/plugins/iscsi.iscsigw.io/csi.sock" \
+  grep -q -- '- --kubelet-registration-path=/var/lib/kubelet/plugins/iscsi.iscsigw.io/csi.sock' "$out/helm-csi.yaml"
+chap_params() {  # chap_params FILE: the CHAP Secret for provisioning, staging and expansion
+  local p
+  for p in provisioner node-stage controller-expand; do
+    grep -q "csi.storage.k8s.io/$p-secret-name: \"iscsigw-chap\"" "$1" || return 1
+  done
+}
+check "the StorageClass names the CHAP Secret for provisioning, staging and expansion" \
+  chap_params "$out/helm-csi.yaml"
+check "csi.chapSecret.name \"\" renders no secret parameter and no Secret Role" sh -c \
+  "! grep -Eq 'secret-name|csi-chap-secret' '$out/helm-csi-tls.yaml'"
+check "NOTES.txt names the StorageClass" grep -q 'StorageClass iscsigw ' "$out/notes-helm-csi.txt"
+refuses "csi.snapshotClass.create without the snapshot API is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/csi-values.yaml
 # values.schema.json refuses misspelt keys, bad enums and TLS without a Secret.
 printf 'gateway:\n  logLevl: debug\n' > "$out/bad-key.yaml"
 printf 'service:\n  iscsi:\n    type: External\n' > "$out/bad-enum.yaml"
@@ -108,7 +170,13 @@ printf 'tls:\n  enabled: true\n' > "$out/bad-tls.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 300\n          ram: {}\n' > "$out/bad-lun.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      chap:\n        user: u\n        secret: s\n' > "$out/bad-chap.yaml"
 printf 'gateway:\n  advertise: [\"10.0.0.5\"]\n' > "$out/bad-advertise.yaml"
-for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise; do
+printf 'csi:\n  storageClass:\n    provisioning: sparse\n' > "$out/bad-csi-provisioning.yaml"
+printf 'csi:\n  storageClass:\n    blockSize: 1024\n' > "$out/bad-csi-blocksize.yaml"
+printf 'csi:\n  images:\n    provisioner:\n      tag: ""\n' > "$out/bad-csi-image.yaml"
+printf 'csi:\n  node:\n    kubeletDir: var/lib/kubelet\n' > "$out/bad-csi-kubeletdir.yaml"
+printf 'csi:\n  controler: {}\n' > "$out/bad-csi-key.yaml"
+for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-csi-provisioning \
+    bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key; do
   refuses "values.schema.json refuses $bad" "$out/helmrender" -chart $chart -f "$out/$bad.yaml"
 done
 if command -v helm >/dev/null 2>&1; then
@@ -129,6 +197,15 @@ check "yamllint rendered" yamllint -s -c $here/yamllint.yaml "${rendered[@]}"
 check "schema validation" validate "${rendered[@]}"
 sed 's/readinessProbe:/readinesProbe:/' "$out/kustomize-base.yaml" > "$out/typo.yaml"
 refuses "schema validation refuses an unknown field" validate "$out/typo.yaml"
+# VolumeSnapshotClass is a CRD kind: validate/crds/ holds its schema; it must be checked, not skipped.
+check "schema validation checks the VolumeSnapshotClass" sh -c \
+  "grep -qx 'kind: VolumeSnapshotClass' '$out/helm-csi.yaml' && node '$here/validate/validate.mjs' '$out/helm-csi.yaml'"
+sed 's/^deletionPolicy: Delete$/deletionPolicy: Remove/' "$out/helm-csi.yaml" > "$out/bad-vsc.yaml"
+refuses "schema validation refuses a VolumeSnapshotClass's bad deletionPolicy" validate "$out/bad-vsc.yaml"
+sed 's/^driver: iscsi.iscsigw.io$/drivr: iscsi.iscsigw.io/' "$out/helm-csi.yaml" > "$out/bad-vsc-key.yaml"
+refuses "schema validation refuses a VolumeSnapshotClass's unknown field" validate "$out/bad-vsc-key.yaml"
+sed 's/^kind: VolumeSnapshotClass$/kind: VolumeSnapshotPolicy/' "$out/helm-csi.yaml" > "$out/no-schema.yaml"
+refuses "schema validation refuses a kind it has no schema for" validate "$out/no-schema.yaml"
 
 if [ "$failures" -ne 0 ]; then
   log "manifest checks: $failures failed (output in $out)"

@@ -36,6 +36,10 @@ devs=$(pm run --rm --network none "${pkg_ulimits[@]}" --entrypoint sh "$image" -
   "dpkg-query -W -f='\${Package}\n' | grep -E -- '-dev$' || true
    for t in cc c++ gcc g++ cmake ninja protoc; do command -v \$t || true; done")
 [ -z "$devs" ] || die "build packages in the runtime image: $devs"
+# The chart's CSI pods run iscsigw-csi from this image; its node mode needs nsenter.
+pm run --rm --network none "${pkg_ulimits[@]}" --entrypoint sh "$image" -c \
+  "test -x /usr/local/bin/iscsigw-csi && command -v nsenter" >/dev/null \
+  || die "the image lacks /usr/local/bin/iscsigw-csi or nsenter"
 log "image metadata ok: $(pm image inspect "$image" --format '{{.Size}}') bytes"
 
 # --- run: loopback ports, read-only root, state on a named volume

@@ -27,6 +27,8 @@ def main():
         "ISCSIGW_PORTAL": "127.0.0.1:%s" % iscsi,
         "ISCSIGW_GRPC_LISTEN": "127.0.0.1:%s" % grpc,
         "ISCSIGW_METRICS_LISTEN": "127.0.0.1:%s" % metrics,
+        # Where `iscsigwctl` in the pod dials without --server.
+        "ISCSIGW_SERVER": "127.0.0.1:%s" % grpc,
     }
     ports = {"iscsi": int(iscsi), "grpc": int(grpc), "metrics": int(metrics)}
     for c in spec["containers"]:

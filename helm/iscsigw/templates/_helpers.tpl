@@ -84,3 +84,47 @@ address); empty: SendTargets answers with the pod IP. */}}
 {{- printf "%s:%v" $svc.loadBalancerIP $svc.port -}}
 {{- end -}}
 {{- end }}
+
+{{/* The CSI driver's pods: selector labels and labels, from (dict "root" . "component" NAME). */}}
+{{- define "iscsigw.csiSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "iscsigw.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "iscsigw.csiLabels" -}}
+helm.sh/chart: {{ include "iscsigw.chart" .root }}
+{{ include "iscsigw.csiSelectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Values.image.tag | default .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: iscsigw
+{{- end }}
+
+{{/* The CSI driver's name (DESIGN.md contracts): fixed, so one release per cluster enables it. */}}
+{{- define "iscsigw.csiDriverName" -}}
+iscsi.iscsigw.io
+{{- end }}
+
+{{/* The gRPC Service's in-cluster DNS name. */}}
+{{- define "iscsigw.grpcServiceHost" -}}
+{{- printf "%s-grpc.%s.svc" (include "iscsigw.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The name clients verify the gateway's certificate against: tls.serverName, or the gRPC
+Service's DNS name. */}}
+{{- define "iscsigw.tlsServerName" -}}
+{{- .Values.tls.serverName | default (include "iscsigw.grpcServiceHost" .) }}
+{{- end }}
+
+{{- define "iscsigw.sidecarImage" -}}
+{{- printf "%s:%s" .repository .tag }}
+{{- end }}
+
+{{/* The securityContext of every CSI container that needs no privilege. */}}
+{{- define "iscsigw.csiRestricted" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+{{- end }}
