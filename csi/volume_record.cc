@@ -1,0 +1,143 @@
+#include "csi/volume_record.h"
+
+#include <fcntl.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace iscsigw::csi {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+Status FileError(const std::string& what, const std::string& path) {
+  return Internal(what + " " + path + ": " + std::strerror(errno));
+}
+
+Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FileError("write", path);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return FileError("open", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? Status::Ok() : FileError("fsync", dir);
+}
+
+const std::string& StringField(const Struct& s, const std::string& key) {
+  static const std::string kEmpty;
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? kEmpty : it->second.string_value();
+}
+
+}  // namespace
+
+std::string RecordStore::PathOf(const std::string& volume_id) const {
+  std::string name;
+  for (unsigned char c : volume_id) {
+    if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+      name += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      name += hex;
+    }
+  }
+  // "." and ".." are names of their own; a leading '.' is escaped so no id makes one.
+  if (!name.empty() && name[0] == '.') name.replace(0, 1, "%2E");
+  return dir_ + "/" + name + ".json";
+}
+
+Status RecordStore::Save(const VolumeRecord& r) const {
+  Struct s;
+  auto& f = *s.mutable_fields();
+  f["volumeId"].set_string_value(r.volume_id);
+  f["targetIqn"].set_string_value(r.target_iqn);
+  f["lun"].set_number_value(r.lun);
+  auto* portals = f["portals"].mutable_list_value();
+  for (const auto& p : r.portals) portals->add_values()->set_string_value(p);
+  f["stagingPath"].set_string_value(r.staging_path);
+  f["block"].set_bool_value(r.block);
+  f["fsType"].set_string_value(r.fs_type);
+  f["device"].set_string_value(r.device);
+  f["multipathMap"].set_string_value(r.multipath_map);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  if (!google::protobuf::util::MessageToJsonString(s, &json, opts).ok()) {
+    return Internal("volume " + r.volume_id + ": cannot encode its record");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return Internal("create " + dir_ + ": " + ec.message());
+  const std::string path = PathOf(r.volume_id);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return FileError("create", tmp);
+  Status s_write = WriteAll(fd, json, tmp);
+  if (s_write.ok() && ::fsync(fd) != 0) s_write = FileError("fsync", tmp);
+  ::close(fd);
+  if (!s_write.ok()) return s_write;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return FileError("rename to", path);
+  return SyncDir(dir_);
+}
+
+Result<std::optional<VolumeRecord>> RecordStore::Load(const std::string& volume_id) const {
+  const std::string path = PathOf(volume_id);
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return std::optional<VolumeRecord>();
+    return FileError("open", path);
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Struct s;
+  if (!google::protobuf::util::JsonStringToMessage(buf.str(), &s).ok()) {
+    return Internal(path + ": not a volume record (invalid JSON)");
+  }
+  VolumeRecord r;
+  r.volume_id = StringField(s, "volumeId");
+  r.target_iqn = StringField(s, "targetIqn");
+  if (auto it = s.fields().find("lun"); it != s.fields().end()) {
+    r.lun = static_cast<int>(it->second.number_value());
+  }
+  if (auto it = s.fields().find("portals"); it != s.fields().end()) {
+    for (const Value& v : it->second.list_value().values()) r.portals.push_back(v.string_value());
+  }
+  r.staging_path = StringField(s, "stagingPath");
+  if (auto it = s.fields().find("block"); it != s.fields().end()) r.block = it->second.bool_value();
+  r.fs_type = StringField(s, "fsType");
+  r.device = StringField(s, "device");
+  r.multipath_map = StringField(s, "multipathMap");
+  if (r.volume_id != volume_id || r.target_iqn.empty()) {
+    return Internal(path + ": not the record of volume " + volume_id);
+  }
+  return std::optional<VolumeRecord>(std::move(r));
+}
+
+Status RecordStore::Remove(const std::string& volume_id) const {
+  const std::string path = PathOf(volume_id);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return FileError("remove", path);
+  return Status::Ok();
+}
+
+}  // namespace iscsigw::csi

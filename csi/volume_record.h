@@ -1,0 +1,50 @@
+// VolumeRecord: what NodeStageVolume did on this node for one volume (the target and portals it
+// logged in to, the device it found, where it mounted it), kept as one JSON file per volume under
+// the node plugin's state directory. NodeUnstageVolume, NodePublishVolume (raw block),
+// NodeExpandVolume and a plugin that restarted read it back; NodeUnstageVolume removes it.
+//
+// Files are written whole (temporary file, fsync, rename, fsync of the directory), so a crash
+// leaves the old record or the new one, never a torn one. They hold no secrets: CHAP credentials
+// live only in open-iscsi's node records. A RecordStore is stateless beyond its directory; calls
+// on different volumes may run in parallel, calls on one volume are serialised by the caller.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dataplane/base/status.h"
+
+namespace iscsigw::csi {
+
+struct VolumeRecord {
+  std::string volume_id;
+  std::string target_iqn;
+  int lun = 0;
+  std::vector<std::string> portals;  // HOST:PORT, as the volume context gave them
+  std::string staging_path;
+  bool block = false;         // raw block access: nothing is mounted at staging_path
+  std::string fs_type;        // mount access: ext4 or xfs
+  std::string device;         // what is mounted or bound: /dev/sdX, or /dev/mapper/NAME
+  std::string multipath_map;  // the dm-multipath map's name when there are several portals
+};
+
+class RecordStore {
+ public:
+  // `dir` is created (with parents) by the first Save.
+  explicit RecordStore(std::string dir) : dir_(std::move(dir)) {}
+
+  Status Save(const VolumeRecord& record) const;
+  // nullopt when the volume has no record; an error when one exists and cannot be read.
+  Result<std::optional<VolumeRecord>> Load(const std::string& volume_id) const;
+  // Missing is fine.
+  Status Remove(const std::string& volume_id) const;
+
+  // The file of a volume: its id with every byte outside [A-Za-z0-9._-] written %XX.
+  std::string PathOf(const std::string& volume_id) const;
+
+ private:
+  const std::string dir_;
+};
+
+}  // namespace iscsigw::csi
