@@ -1,9 +1,801 @@
 #include "csi/node_service.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "csi/grpc_status.h"
+#include "dataplane/base/log.h"
+
 namespace iscsigw::csi {
+
+using ::csi::v1::NodeServiceCapability;
+using ::csi::v1::VolumeCapability;
+using ::csi::v1::VolumeUsage;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// open-iscsi's exit codes (include/iscsi_err.h) that mean "already so".
+constexpr int kIscsiErrSessExists = 15;   // login: the session is already logged in
+constexpr int kIscsiErrNoObjsFound = 21;  // logout, delete, session list: nothing there
+
+constexpr char kCtxTargetIqn[] = "targetIqn";
+constexpr char kCtxLun[] = "lun";
+constexpr char kCtxPortals[] = "portals";
+constexpr char kChapUser[] = "node.session.auth.username";
+constexpr char kChapPassword[] = "node.session.auth.password";
+constexpr char kChapUserIn[] = "node.session.auth.username_in";
+constexpr char kChapPasswordIn[] = "node.session.auth.password_in";
+
+constexpr std::chrono::milliseconds kLoginTimeout{150'000};
+constexpr std::chrono::milliseconds kLongTimeout{600'000};  // mkfs, resize2fs on a big volume
+
+std::string Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  return std::string(s);
+}
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    const auto at = s.find(sep);
+    std::string part = Trim(s.substr(0, at));
+    if (!part.empty()) out.push_back(std::move(part));
+    if (at == std::string_view::npos) break;
+    s.remove_prefix(at + 1);
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (const auto& p : parts) {
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
+}
+
+std::string Dirname(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool ReadOnly(const VolumeCapability& cap) {
+  const auto mode = cap.access_mode().mode();
+  return mode == VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY ||
+         mode == VolumeCapability::AccessMode::MULTI_NODE_READER_ONLY;
+}
+
+const std::string* Lookup(const google::protobuf::Map<std::string, std::string>& first,
+                          const google::protobuf::Map<std::string, std::string>& second,
+                          const std::string& key) {
+  if (auto it = first.find(key); it != first.end()) return &it->second;
+  if (auto it = second.find(key); it != second.end()) return &it->second;
+  return nullptr;
+}
+
+Status CheckCapability(const VolumeCapability& cap, bool has_cap) {
+  if (!has_cap) return InvalidArgument("volume_capability is required");
+  if (cap.has_mount()) {
+    const std::string& fs = cap.mount().fs_type();
+    if (!fs.empty() && fs != "ext4" && fs != "xfs") {
+      return InvalidArgument("volume_capability.mount.fs_type " + fs +
+                             " is not supported (ext4 or xfs)");
+    }
+    if (cap.access_mode().mode() == VolumeCapability::AccessMode::MULTI_NODE_MULTI_WRITER) {
+      return InvalidArgument(
+          "volume_capability: MULTI_NODE_MULTI_WRITER needs block access; ext4 and xfs cannot "
+          "be mounted by several nodes at once");
+    }
+    return Status::Ok();
+  }
+  if (cap.has_block()) return Status::Ok();
+  return InvalidArgument("volume_capability: neither block nor mount access");
+}
+
+grpc::Status Refuse(const Status& s) { return ToGrpcStatus(s); }
+
+}  // namespace
+
+std::string RedactedCommandLine(const std::vector<std::string>& argv) {
+  std::string out;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (!out.empty()) out += ' ';
+    // ... -n KEY -v VALUE, KEY naming a password: VALUE never leaves this process.
+    const bool secret = i >= 3 && argv[i - 1] == "-v" && argv[i - 3] == "-n" &&
+                        argv[i - 2].find("password") != std::string::npos;
+    out += secret ? "<redacted>" : argv[i];
+  }
+  return out;
+}
+
+// The host commands the RPCs are made of. Every one goes through HostExec, is logged at debug
+// with its secrets redacted, and fails with a message naming the (redacted) command and what it
+// printed on stderr.
+class NodeService::Host {
+ public:
+  Host(HostExec& exec, const NodeOptions& options) : exec_(exec), options_(options) {}
+
+  Result<ExecResult> Run(const std::vector<std::string>& argv,
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds(30'000)) {
+    ExecOptions o;
+    o.timeout = timeout;
+    const auto start = Clock::now();
+    auto r = exec_.Run(argv, o);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    if (!r.ok()) {
+      log::Ctl().debug("host: {}: {}", RedactedCommandLine(argv), r.status().message());
+      return Internal(RedactedCommandLine(argv) + ": " + r.status().message());
+    }
+    log::Ctl().debug("host: {} ({}, {} ms)", RedactedCommandLine(argv), r->Describe(), ms);
+    return r;
+  }
+
+  // Runs argv; an exit code outside `ok_codes` is an INTERNAL error naming the command.
+  Result<ExecResult> Check(const std::vector<std::string>& argv, std::set<int> ok_codes = {0},
+                           std::chrono::milliseconds timeout = std::chrono::milliseconds(30'000)) {
+    auto r = Run(argv, timeout);
+    if (!r.ok()) return r.status();
+    if (r->timed_out || !ok_codes.contains(r->exit_code)) {
+      return Internal(RedactedCommandLine(argv) + ": " + r->Describe());
+    }
+    return r;
+  }
+
+  // The portals (HOST:PORT) with a session logged in to `iqn`.
+  Result<std::set<std::string>> SessionPortals(const std::string& iqn) {
+    auto r = Check({"iscsiadm", "-m", "session"}, {0, kIscsiErrNoObjsFound});
+    if (!r.ok()) return r.status();
+    std::set<std::string> portals;
+    // "tcp: [1] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:pvc-1 (non-flash)"
+    std::istringstream lines(r->exit_code == 0 ? r->stdout_data : "");
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream words(line);
+      std::string transport, sid, portal, target;
+      if (!(words >> transport >> sid >> portal >> target) || target != iqn) continue;
+      portals.insert(portal.substr(0, portal.find(',')));
+    }
+    return portals;
+  }
+
+  Status Login(const std::string& iqn, const std::string& portal,
+               const google::protobuf::Map<std::string, std::string>& secrets) {
+    const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
+    auto with = [&](std::initializer_list<std::string> more) {
+      std::vector<std::string> argv = node;
+      argv.insert(argv.end(), more);
+      return argv;
+    };
+    auto update = [&](const std::string& key, const std::string& value) {
+      return Check(with({"-o", "update", "-n", key, "-v", value})).status();
+    };
+    if (auto r = Check(with({"-o", "new"})); !r.ok()) return r.status();
+    if (Status s = update("node.startup", "manual"); !s.ok()) return s;
+    auto user = secrets.find(kChapUser);
+    if (user != secrets.end()) {
+      if (Status s = update("node.session.auth.authmethod", "CHAP"); !s.ok()) return s;
+      if (Status s = update(kChapUser, user->second); !s.ok()) return s;
+      if (Status s = update(kChapPassword, secrets.at(kChapPassword)); !s.ok()) return s;
+      if (auto in = secrets.find(kChapUserIn); in != secrets.end()) {
+        if (Status s = update(kChapUserIn, in->second); !s.ok()) return s;
+        if (Status s = update(kChapPasswordIn, secrets.at(kChapPasswordIn)); !s.ok()) return s;
+      }
+    }
+    return Check(with({"--login"}), {0, kIscsiErrSessExists}, kLoginTimeout).status();
+  }
+
+  Status Logout(const std::string& iqn, const std::string& portal) {
+    const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
+    auto logout = node;
+    logout.push_back("--logout");
+    if (auto r = Check(logout, {0, kIscsiErrNoObjsFound}, kLoginTimeout); !r.ok()) {
+      return r.status();
+    }
+    auto del = node;
+    del.insert(del.end(), {"-o", "delete"});
+    return Check(del, {0, kIscsiErrNoObjsFound}).status();
+  }
+
+  // What `path` resolves to once it exists (readlink -e), polled until the deadline.
+  Result<std::string> WaitFor(const std::string& path, Clock::time_point deadline) {
+    for (;;) {
+      auto r = Run({"readlink", "-e", path});
+      if (!r.ok()) return r.status();
+      if (r->ok() && !Trim(r->stdout_data).empty()) return Trim(r->stdout_data);
+      if (Clock::now() >= deadline) {
+        return Internal(path + " did not appear within " +
+                        std::to_string(options_.attach_timeout.count() / 1000) + " s of the login");
+      }
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  // The dm-multipath map multipathd made over `paths` (/dev/sdX): its name, polled for.
+  Result<std::string> WaitForMap(const std::vector<std::string>& paths,
+                                 Clock::time_point deadline) {
+    const std::string sd = paths.front().substr(paths.front().rfind('/') + 1);
+    for (;;) {
+      auto r = Run({"ls", "/sys/block/" + sd + "/holders"});
+      if (!r.ok()) return r.status();
+      for (const auto& holder : Split(r->ok() ? r->stdout_data : "", '\n')) {
+        if (!holder.starts_with("dm-")) continue;
+        auto name = Run({"cat", "/sys/block/" + holder + "/dm/name"});
+        if (!name.ok()) return name.status();
+        if (name->ok() && !Trim(name->stdout_data).empty()) return Trim(name->stdout_data);
+      }
+      if (Clock::now() >= deadline) {
+        return Internal("no multipath map over " + Join(paths, ", ") + " within " +
+                        std::to_string(options_.attach_timeout.count() / 1000) +
+                        " s (is multipathd running on the node?)");
+      }
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  // The source mounted at `path` (first word of findmnt's SOURCE), or nullopt when nothing is.
+  Result<std::optional<std::string>> MountedAt(const std::string& path) {
+    auto r = Check({"findmnt", "-n", "-o", "SOURCE", "--mountpoint", path}, {0, 1});
+    if (!r.ok()) return r.status();
+    if (r->exit_code != 0) return std::optional<std::string>();
+    return std::optional<std::string>(Trim(r->stdout_data.substr(0, r->stdout_data.find('\n'))));
+  }
+
+  // blkid -p: the file system on `device` ("" when it has none). A partition table or a
+  // signature blkid cannot settle counts as "something": never formatted over.
+  Result<std::string> FileSystemOn(const std::string& device) {
+    auto r = Check({"blkid", "-p", "-o", "export", device}, {0, 2});
+    if (!r.ok()) return r.status();
+    if (r->exit_code == 2) return std::string();
+    std::string type, pttype;
+    for (const auto& line : Split(r->stdout_data, '\n')) {
+      if (line.starts_with("TYPE=")) type = line.substr(5);
+      if (line.starts_with("PTTYPE=")) pttype = line.substr(7);
+    }
+    if (!type.empty()) return type;
+    if (!pttype.empty()) {
+      return FailedPrecondition(device + " holds a " + pttype +
+                                " partition table and no file system; not formatting it");
+    }
+    return FailedPrecondition(device +
+                              ": blkid -p found a signature it cannot name; not "
+                              "formatting it");
+  }
+
+  Result<int64_t> SizeOf(const std::string& device) {
+    auto r = Check({"blockdev", "--getsize64", device});
+    if (!r.ok()) return r.status();
+    try {
+      return static_cast<int64_t>(std::stoll(Trim(r->stdout_data)));
+    } catch (const std::exception&) {
+      return Internal("blockdev --getsize64 " + device + ": unexpected output");
+    }
+  }
+
+ private:
+  HostExec& exec_;
+  const NodeOptions& options_;
+};
 
 NodeService::NodeService(NodeOptions options)
     : options_(std::move(options)),
-      exec_(options_.host_exec ? options_.host_exec : MakeHostExec(options_.host_exec_mode)) {}
+      exec_(options_.host_exec ? options_.host_exec : MakeHostExec(options_.host_exec_mode)),
+      records_(options_.state_dir + "/volumes"),
+      host_(std::make_unique<Host>(*exec_, options_)),
+      queue_(options_.workers, options_.max_queued, options_.max_queued_per_volume) {}
+
+NodeService::~NodeService() = default;
+
+void NodeService::Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                        const std::string& key, std::function<grpc::Status()> work) {
+  const auto deadline = ctx->deadline();
+  auto job = [reactor, deadline, key, work = std::move(work)](bool cancelled) {
+    if (cancelled) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the node plugin is stopping"));
+      return;
+    }
+    if (std::chrono::system_clock::now() >= deadline) {
+      // The caller has given up; its retry finds the volume as the last finished call left it.
+      reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "the call's deadline passed while it waited its turn"));
+      return;
+    }
+    grpc::Status status;
+    try {
+      status = work();
+    } catch (const std::exception& e) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, std::string("node: ") + e.what());
+    }
+    reactor->Finish(status);
+  };
+  switch (queue_.Submit(key, std::move(job))) {
+    case KeyedWorkQueue::Admit::kQueued:
+      return;
+    case KeyedWorkQueue::Admit::kQueueFull:
+      reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   "the node plugin has too many calls waiting; retry later"));
+      return;
+    case KeyedWorkQueue::Admit::kKeyBusy:
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::ABORTED, "an operation is pending for volume " + key));
+      return;
+  }
+}
+
+// ---- NodeStageVolume / NodeUnstageVolume ----
+
+grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerContext* ctx,
+                                                       const ::csi::v1::NodeStageVolumeRequest* req,
+                                                       ::csi::v1::NodeStageVolumeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  auto refuse = [&](std::string msg) {
+    reactor->Finish(Refuse(InvalidArgument(std::move(msg))));
+    return reactor;
+  };
+  if (req->volume_id().empty()) return refuse("volume_id is required");
+  if (req->staging_target_path().empty()) return refuse("staging_target_path is required");
+  if (Status s = CheckCapability(req->volume_capability(), req->has_volume_capability()); !s.ok()) {
+    return refuse(s.message());
+  }
+  const std::string where = "volume " + req->volume_id() + ": ";
+  Target target;
+  const auto* iqn = Lookup(req->volume_context(), req->publish_context(), kCtxTargetIqn);
+  if (iqn == nullptr || iqn->empty()) return refuse(where + "volume_context.targetIqn is required");
+  target.iqn = *iqn;
+  const auto* portals = Lookup(req->volume_context(), req->publish_context(), kCtxPortals);
+  if (portals != nullptr) target.portals = Split(*portals, ',');
+  if (target.portals.empty()) return refuse(where + "volume_context.portals is required");
+  for (const auto& p : target.portals) {
+    const auto colon = p.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() ||
+        p.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      return refuse(where + "volume_context.portals: " + p + " is not HOST:PORT");
+    }
+  }
+  if (const auto* lun = Lookup(req->volume_context(), req->publish_context(), kCtxLun)) {
+    if (lun->empty() || lun->size() > 5 ||
+        lun->find_first_not_of("0123456789") != std::string::npos) {
+      return refuse(where + "volume_context.lun " + *lun + " is not a LUN number");
+    }
+    target.lun = std::stoi(*lun);
+  }
+  const auto& sec = req->secrets();
+  for (const auto& [user, pass] :
+       {std::pair{kChapUser, kChapPassword}, std::pair{kChapUserIn, kChapPasswordIn}}) {
+    if (sec.contains(user) != sec.contains(pass)) {
+      return refuse(where + "secrets: " + user + " and " + pass + " go together");
+    }
+  }
+  if (sec.contains(kChapUserIn) && !sec.contains(kChapUser)) {
+    return refuse(where + "secrets: mutual CHAP (" + kChapUserIn + ") needs " + kChapUser);
+  }
+  Queue(ctx, reactor, req->volume_id(), [this, req, target] {
+    const auto start = Clock::now();
+    Status s = Stage(*req, target);
+    if (!s.ok()) {
+      log::Ctl().warn("NodeStageVolume {}: {}", req->volume_id(), s.message());
+      return ToGrpcStatus(s);
+    }
+    log::Ctl().info(
+        "NodeStageVolume {}: staged at {} in {} ms", req->volume_id(), req->staging_target_path(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Target& target) {
+  const VolumeCapability& cap = req.volume_capability();
+  VolumeRecord rec;
+  rec.volume_id = req.volume_id();
+  rec.target_iqn = target.iqn;
+  rec.lun = target.lun;
+  rec.portals = target.portals;
+  rec.staging_path = req.staging_target_path();
+  rec.block = cap.has_block();
+  rec.fs_type = rec.block ? "" : (cap.mount().fs_type().empty() ? "ext4" : cap.mount().fs_type());
+  auto old = records_.Load(rec.volume_id);
+  if (!old.ok()) return old.status();
+  if (old.value() && !old.value()->device.empty()) {
+    rec.device = old.value()->device;
+    rec.multipath_map = old.value()->multipath_map;
+  }
+  // Before the first login: a stage that fails half way can still be unstaged.
+  if (Status s = records_.Save(rec); !s.ok()) return s;
+
+  auto logged_in = host_->SessionPortals(target.iqn);
+  if (!logged_in.ok()) return logged_in.status();
+  for (const auto& portal : target.portals) {
+    if (logged_in->contains(portal)) continue;
+    if (Status s = host_->Login(target.iqn, portal, req.secrets()); !s.ok()) return s;
+  }
+  const auto deadline = Clock::now() + options_.attach_timeout;
+  std::vector<std::string> paths;
+  for (const auto& portal : target.portals) {
+    auto dev = host_->WaitFor("/dev/disk/by-path/ip-" + portal + "-iscsi-" + target.iqn + "-lun-" +
+                                  std::to_string(target.lun),
+                              deadline);
+    if (!dev.ok()) return dev.status();
+    paths.push_back(dev.value());
+  }
+  if (paths.size() > 1) {
+    auto map = host_->WaitForMap(paths, deadline);
+    if (!map.ok()) return map.status();
+    const std::string dev = "/dev/mapper/" + map.value();
+    if (auto r = host_->WaitFor(dev, deadline); !r.ok()) return r.status();
+    rec.device = dev;
+    rec.multipath_map = map.value();
+  } else {
+    rec.device = paths.front();
+    rec.multipath_map.clear();
+  }
+  if (Status s = records_.Save(rec); !s.ok()) return s;
+  if (rec.block) return Status::Ok();
+
+  const std::string& staging = rec.staging_path;
+  auto mounted = host_->MountedAt(staging);
+  if (!mounted.ok()) return mounted.status();
+  if (mounted.value()) {
+    if (*mounted.value() == rec.device) return Status::Ok();
+    return AlreadyExists("staging_target_path " + staging + " has " + *mounted.value() +
+                         " mounted, not this volume's " + rec.device);
+  }
+  auto fs = host_->FileSystemOn(rec.device);
+  if (!fs.ok()) return fs.status();
+  if (fs->empty()) {
+    log::Ctl().info("volume {}: {} is blank: mkfs.{}", rec.volume_id, rec.device, rec.fs_type);
+    std::vector<std::string> mkfs = {"mkfs." + rec.fs_type};
+    if (rec.fs_type == "ext4") mkfs.insert(mkfs.end(), {"-F", "-q"});
+    if (rec.fs_type == "xfs") mkfs.push_back("-q");
+    mkfs.push_back(rec.device);
+    if (auto r = host_->Check(mkfs, {0}, kLongTimeout); !r.ok()) return r.status();
+  } else if (fs.value() != rec.fs_type) {
+    return FailedPrecondition(rec.device + " holds " + fs.value() + ", not the " + rec.fs_type +
+                              " the volume capability asks for");
+  }
+  if (auto r = host_->Check({"mkdir", "-p", staging}); !r.ok()) return r.status();
+  std::vector<std::string> opts(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
+  if (ReadOnly(cap)) opts.push_back("ro");
+  std::vector<std::string> mount = {"mount", "-t", rec.fs_type};
+  if (!opts.empty()) mount.insert(mount.end(), {"-o", Join(opts, ",")});
+  mount.insert(mount.end(), {rec.device, staging});
+  return host_->Check(mount).status();
+}
+
+grpc::ServerUnaryReactor* NodeService::NodeUnstageVolume(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnstageVolumeRequest* req,
+    ::csi::v1::NodeUnstageVolumeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  if (req->volume_id().empty() || req->staging_target_path().empty()) {
+    reactor->Finish(Refuse(InvalidArgument(
+        req->volume_id().empty() ? "volume_id is required" : "staging_target_path is required")));
+    return reactor;
+  }
+  Queue(ctx, reactor, req->volume_id(), [this, req] {
+    Status s = Unstage(*req);
+    if (!s.ok()) {
+      log::Ctl().warn("NodeUnstageVolume {}: {}", req->volume_id(), s.message());
+      return ToGrpcStatus(s);
+    }
+    log::Ctl().info("NodeUnstageVolume {}: done", req->volume_id());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
+  auto mounted = host_->MountedAt(req.staging_target_path());
+  if (!mounted.ok()) return mounted.status();
+  if (mounted.value()) {
+    if (auto r = host_->Check({"umount", req.staging_target_path()}); !r.ok()) return r.status();
+  }
+  auto rec = records_.Load(req.volume_id());
+  if (!rec.ok()) return rec.status();
+  if (!rec.value()) {
+    // Nothing staged here, or already unstaged: no target to log out of.
+    return Status::Ok();
+  }
+  const VolumeRecord& r = *rec.value();
+  if (!r.multipath_map.empty()) {
+    auto exists = host_->Run({"readlink", "-e", "/dev/mapper/" + r.multipath_map});
+    if (!exists.ok()) return exists.status();
+    if (exists->ok()) {
+      if (auto f = host_->Check({"multipath", "-f", r.multipath_map}); !f.ok()) return f.status();
+    }
+  }
+  for (const auto& portal : r.portals) {
+    if (Status s = host_->Logout(r.target_iqn, portal); !s.ok()) return s;
+  }
+  return records_.Remove(req.volume_id());
+}
+
+// ---- NodePublishVolume / NodeUnpublishVolume ----
+
+grpc::ServerUnaryReactor* NodeService::NodePublishVolume(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodePublishVolumeRequest* req,
+    ::csi::v1::NodePublishVolumeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  Status bad;
+  if (req->volume_id().empty()) {
+    bad = InvalidArgument("volume_id is required");
+  } else if (req->staging_target_path().empty()) {
+    bad = InvalidArgument("staging_target_path is required (the plugin stages volumes)");
+  } else if (req->target_path().empty()) {
+    bad = InvalidArgument("target_path is required");
+  } else {
+    bad = CheckCapability(req->volume_capability(), req->has_volume_capability());
+  }
+  if (!bad.ok()) {
+    reactor->Finish(Refuse(bad));
+    return reactor;
+  }
+  Queue(ctx, reactor, req->volume_id(), [this, req] {
+    Status s = Publish(*req);
+    if (!s.ok()) {
+      log::Ctl().warn("NodePublishVolume {}: {}", req->volume_id(), s.message());
+      return ToGrpcStatus(s);
+    }
+    log::Ctl().info("NodePublishVolume {}: at {}{}", req->volume_id(), req->target_path(),
+                    req->readonly() ? " (ro)" : "");
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
+  const std::string& target = req.target_path();
+  auto mounted = host_->MountedAt(target);
+  if (!mounted.ok()) return mounted.status();
+  if (mounted.value()) return Status::Ok();
+  const bool ro = req.readonly() || ReadOnly(req.volume_capability());
+  std::vector<std::string> mount = {"mount", "--bind"};
+  if (ro) mount.insert(mount.end(), {"-o", "ro"});
+  if (req.volume_capability().has_block()) {
+    auto rec = records_.Load(req.volume_id());
+    if (!rec.ok()) return rec.status();
+    if (!rec.value() || rec.value()->device.empty()) {
+      return FailedPrecondition("volume " + req.volume_id() +
+                                " is not staged on this node (NodeStageVolume first)");
+    }
+    if (auto r = host_->Check({"mkdir", "-p", Dirname(target)}); !r.ok()) return r.status();
+    if (auto r = host_->Check({"touch", target}); !r.ok()) return r.status();
+    mount.insert(mount.end(), {rec.value()->device, target});
+    return host_->Check(mount).status();
+  }
+  auto staged = host_->MountedAt(req.staging_target_path());
+  if (!staged.ok()) return staged.status();
+  if (!staged.value()) {
+    return FailedPrecondition("volume " + req.volume_id() + ": nothing is mounted at " +
+                              req.staging_target_path() + " (NodeStageVolume first)");
+  }
+  if (auto r = host_->Check({"mkdir", "-p", target}); !r.ok()) return r.status();
+  mount.insert(mount.end(), {req.staging_target_path(), target});
+  return host_->Check(mount).status();
+}
+
+grpc::ServerUnaryReactor* NodeService::NodeUnpublishVolume(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnpublishVolumeRequest* req,
+    ::csi::v1::NodeUnpublishVolumeResponse*) {
+  auto* reactor = ctx->DefaultReactor();
+  if (req->volume_id().empty() || req->target_path().empty()) {
+    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
+                                                                    : "target_path is required")));
+    return reactor;
+  }
+  Queue(ctx, reactor, req->volume_id(), [this, req] {
+    Status s = Unpublish(*req);
+    if (!s.ok()) {
+      log::Ctl().warn("NodeUnpublishVolume {}: {}", req->volume_id(), s.message());
+      return ToGrpcStatus(s);
+    }
+    log::Ctl().info("NodeUnpublishVolume {}: {} removed", req->volume_id(), req->target_path());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Status NodeService::Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req) {
+  auto mounted = host_->MountedAt(req.target_path());
+  if (!mounted.ok()) return mounted.status();
+  if (mounted.value()) {
+    if (auto r = host_->Check({"umount", req.target_path()}); !r.ok()) return r.status();
+  }
+  // An empty directory (mount) or the file a block device was bound onto; anything with content
+  // is not ours to delete, and rm -d refuses it.
+  return host_->Check({"rm", "-df", req.target_path()}).status();
+}
+
+// ---- NodeExpandVolume / NodeGetVolumeStats ----
+
+grpc::ServerUnaryReactor* NodeService::NodeExpandVolume(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodeExpandVolumeRequest* req,
+    ::csi::v1::NodeExpandVolumeResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (req->volume_id().empty() || req->volume_path().empty()) {
+    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
+                                                                    : "volume_path is required")));
+    return reactor;
+  }
+  Queue(ctx, reactor, req->volume_id(), [this, req, resp] {
+    auto size = Expand(*req);
+    if (!size.ok()) {
+      log::Ctl().warn("NodeExpandVolume {}: {}", req->volume_id(), size.status().message());
+      return ToGrpcStatus(size.status());
+    }
+    resp->set_capacity_bytes(size.value());
+    log::Ctl().info("NodeExpandVolume {}: {} bytes", req->volume_id(), size.value());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Result<int64_t> NodeService::Expand(const ::csi::v1::NodeExpandVolumeRequest& req) {
+  auto loaded = records_.Load(req.volume_id());
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded.value() || loaded.value()->device.empty()) {
+    return NotFound("volume " + req.volume_id() + " is not staged on this node");
+  }
+  const VolumeRecord& rec = *loaded.value();
+  for (const auto& portal : rec.portals) {
+    if (auto r = host_->Check({"iscsiadm", "-m", "node", "-T", rec.target_iqn, "-p", portal, "-R"});
+        !r.ok()) {
+      return r.status();
+    }
+  }
+  if (!rec.multipath_map.empty()) {
+    if (auto r = host_->Check({"multipathd", "resize", "map", rec.multipath_map}); !r.ok()) {
+      return r.status();
+    }
+  }
+  // The rescan is done when iscsiadm returns; the size is polled for only in case a path's
+  // capacity change reaches the map a moment later.
+  const int64_t want = req.capacity_range().required_bytes();
+  const auto deadline = Clock::now() + options_.attach_timeout;
+  int64_t size = 0;
+  for (;;) {
+    auto got = host_->SizeOf(rec.device);
+    if (!got.ok()) return got.status();
+    size = got.value();
+    if (size >= want) break;
+    if (Clock::now() >= deadline) {
+      return Internal("volume " + req.volume_id() + ": " + rec.device + " is " +
+                      std::to_string(size) + " bytes after the rescan, not the " +
+                      std::to_string(want) + " asked for");
+    }
+    std::this_thread::sleep_for(options_.poll_interval);
+  }
+  const bool block = req.has_volume_capability() ? req.volume_capability().has_block() : rec.block;
+  if (block) return size;
+  if (rec.fs_type == "xfs") {
+    // xfs grows through its mount point; the published path is one.
+    if (auto r = host_->Check({"xfs_growfs", req.volume_path()}, {0}, kLongTimeout); !r.ok()) {
+      return r.status();
+    }
+  } else {
+    if (auto r = host_->Check({"resize2fs", rec.device}, {0}, kLongTimeout); !r.ok()) {
+      return r.status();
+    }
+  }
+  return size;
+}
+
+grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodeGetVolumeStatsRequest* req,
+    ::csi::v1::NodeGetVolumeStatsResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (req->volume_id().empty() || req->volume_path().empty()) {
+    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
+                                                                    : "volume_path is required")));
+    return reactor;
+  }
+  // statvfs and an ioctl, but on a volume whose session may be stuck: on a worker as well.
+  Queue(ctx, reactor, req->volume_id(), [req, resp]() -> grpc::Status {
+    const std::string& path = req->volume_path();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      if (err == ENOENT || err == ENOTDIR) {
+        return ToGrpcStatus(NotFound("volume_path " + path + " does not exist"));
+      }
+      return ToGrpcStatus(Internal("stat " + path + ": " + std::strerror(err)));
+    }
+    if (S_ISBLK(st.st_mode)) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return ToGrpcStatus(Internal("open " + path + ": " + std::strerror(errno)));
+      uint64_t bytes = 0;
+      const int rc = ::ioctl(fd, BLKGETSIZE64, &bytes);
+      const int err = errno;
+      ::close(fd);
+      if (rc != 0)
+        return ToGrpcStatus(Internal("BLKGETSIZE64 " + path + ": " + std::strerror(err)));
+      auto* u = resp->add_usage();
+      u->set_unit(VolumeUsage::BYTES);
+      u->set_total(static_cast<int64_t>(bytes));
+      return grpc::Status::OK;
+    }
+    struct statvfs vfs {};
+    if (::statvfs(path.c_str(), &vfs) != 0) {
+      return ToGrpcStatus(Internal("statvfs " + path + ": " + std::strerror(errno)));
+    }
+    auto* bytes = resp->add_usage();
+    bytes->set_unit(VolumeUsage::BYTES);
+    bytes->set_total(static_cast<int64_t>(vfs.f_blocks * vfs.f_frsize));
+    bytes->set_available(static_cast<int64_t>(vfs.f_bavail * vfs.f_frsize));
+    bytes->set_used(static_cast<int64_t>((vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize));
+    auto* inodes = resp->add_usage();
+    inodes->set_unit(VolumeUsage::INODES);
+    inodes->set_total(static_cast<int64_t>(vfs.f_files));
+    inodes->set_available(static_cast<int64_t>(vfs.f_favail));
+    inodes->set_used(static_cast<int64_t>(vfs.f_files - vfs.f_ffree));
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+// ---- NodeGetCapabilities / NodeGetInfo ----
+
+grpc::ServerUnaryReactor* NodeService::NodeGetCapabilities(
+    grpc::CallbackServerContext* ctx, const ::csi::v1::NodeGetCapabilitiesRequest*,
+    ::csi::v1::NodeGetCapabilitiesResponse* resp) {
+  for (auto type :
+       {NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME, NodeServiceCapability::RPC::EXPAND_VOLUME,
+        NodeServiceCapability::RPC::GET_VOLUME_STATS}) {
+    resp->add_capabilities()->mutable_rpc()->set_type(type);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* NodeService::NodeGetInfo(grpc::CallbackServerContext* ctx,
+                                                   const ::csi::v1::NodeGetInfoRequest*,
+                                                   ::csi::v1::NodeGetInfoResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (!options_.node_id.empty()) {
+    resp->set_node_id(options_.node_id);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  Queue(ctx, reactor, "", [this, resp] {
+    auto id = NodeId();
+    if (!id.ok()) {
+      log::Ctl().warn("NodeGetInfo: {}", id.status().message());
+      return ToGrpcStatus(id.status());
+    }
+    resp->set_node_id(id.value());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
+Result<std::string> NodeService::NodeId() {
+  constexpr char kFile[] = "/etc/iscsi/initiatorname.iscsi";
+  auto r = host_->Check({"cat", kFile});
+  if (!r.ok()) return r.status();
+  for (const auto& line : Split(r->stdout_data, '\n')) {
+    if (line.starts_with("InitiatorName=")) {
+      std::string name = Trim(line.substr(14));
+      if (!name.empty()) return name;
+    }
+  }
+  return FailedPrecondition(std::string(kFile) +
+                            " on the host names no InitiatorName (is open-iscsi installed?)");
+}
 
 }  // namespace iscsigw::csi

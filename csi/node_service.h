@@ -1,23 +1,73 @@
 // csi.v1.Node for iscsigw-csi: attaches a volume on the node kubelet runs on, through the host's
-// open-iscsi (iscsiadm: discovery, login, logout) and the host's tools for file systems, all run
-// through HostExec (csi/host_exec.h) so that tests replace the host with a fake.
+// open-iscsi (iscsiadm) and the host's tools for devices and file systems (blkid, mkfs, mount,
+// multipath, resize2fs, xfs_growfs), all run through HostExec (csi/host_exec.h) so that tests
+// replace the host with a fake, and so that in a DaemonSet pod they run in pid 1's namespaces.
 //
 // Runs on every node (a DaemonSet pod, --mode node or all). The node id it reports is the host's
-// initiator IQN (InitiatorName in /etc/iscsi/initiatorname.iscsi) unless NodeOptions.node_id
-// overrides it; the controller puts that IQN in the target's ACL when it publishes a volume.
-// What the node must remember across restarts (which staging path holds which session) lives
-// under NodeOptions.state_dir.
+// initiator IQN (InitiatorName in /etc/iscsi/initiatorname.iscsi, read with `cat` through
+// HostExec: the host's file, not the container's) unless NodeOptions.node_id overrides it; the
+// controller puts that IQN in the target's ACL when it publishes a volume.
 //
-// Handlers run on gRPC threads; host commands take seconds, so they belong on a worker, not on
-// the handler's thread. Errors cross the edge as grpc::Status, never as exceptions. Until an
-// RPC is overridden here, gRPC answers it UNIMPLEMENTED.
+// What a volume needs comes from the controller in the volume context (the publish context may
+// carry the same keys): targetIqn, lun ("0": one gateway target per volume), portals
+// (HOST:PORT,HOST:PORT) and blockSize. The RPCs:
+//   NodeStageVolume    per portal: node record (`-o new`), node.startup manual, CHAP from the
+//                      secrets, login (a portal already logged in is left alone); waits for
+//                      /dev/disk/by-path/ip-PORTAL-iscsi-IQN-lun-N; several portals: the
+//                      dm-multipath map over them (the sd devices' holder), else the sd device.
+//                      Mount access: mkfs (ext4 by default, or xfs) only when `blkid -p` finds no
+//                      file system and no partition table, then mount at the staging path (ro for
+//                      read-only access modes). Block access: nothing is mounted.
+//   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out and delete the
+//                      node record of each portal, forget the volume. Whatever is already gone
+//                      is fine.
+//   NodePublishVolume  bind mount the staging path (mount) or the device (block: onto a file
+//                      created at target_path) to target_path; ro honoured.
+//   NodeUnpublishVolume unmount and remove target_path.
+//   NodeExpandVolume   rescan each portal's session, `multipathd resize map`, then resize2fs
+//                      (ext4) or xfs_growfs on the mount (xfs); block: rescan only. Answers the
+//                      device's new size.
+//   NodeGetVolumeStats statvfs of the path (bytes and inodes), or BLKGETSIZE64 for a raw block
+//                      path. These two are the only calls made in the plugin's own mount
+//                      namespace: kubelet's paths reach the pod through mount propagation.
+// Every call is idempotent, as CSI requires: repeating one that succeeded succeeds and changes
+// nothing.
+//
+// What was staged (IQN, portals, device, map) is kept in a per-volume JSON file under
+// NodeOptions.state_dir (csi/volume_record.h), so Unstage, Publish (block), Expand and Stats work
+// after a plugin restart. It is written before the first login, so an attach that fails half way
+// can still be undone by NodeUnstageVolume.
+//
+// Secrets: CHAP credentials go into open-iscsi's node record with `iscsiadm -o update -n KEY -v
+// VALUE`. open-iscsi has no way to take a value from a file or stdin, and writing its record
+// files ourselves would tie us to one version's private format and bypass its locking; so the
+// secret is on that one iscsiadm's command line for the few milliseconds it runs (readable in
+// /proc/PID/cmdline by processes of the host that may read it). It is never on our own command
+// line, and every command line we log or put in an error message has the value of any
+// `-n *password*` replaced by "<redacted>". The state file holds no secret.
+//
+// Threads: gRPC handlers only validate the request and queue the work on a KeyedWorkQueue
+// (csi/work_queue.h) keyed by volume id, so calls for one volume run one after the other (kubelet
+// retries while the first attempt still runs) and host commands never run on a gRPC thread; a
+// call whose deadline passed before its turn is answered DEADLINE_EXCEEDED without running. A
+// full queue answers RESOURCE_EXHAUSTED, too many calls waiting for one volume ABORTED.
+// Errors cross the edge as grpc::Status, never as exceptions: INVALID_ARGUMENT for a missing id,
+// path, capability or context key; NOT_FOUND for a volume or path that is not there;
+// FAILED_PRECONDITION for a device that holds something we will not format or a volume that is
+// not staged; INTERNAL naming the host command and its stderr when one fails. Destroy the service
+// after the server has shut down: queued calls are answered UNAVAILABLE, running ones finish.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "csi/host_exec.h"
 #include "csi/v1/csi.grpc.pb.h"
+#include "csi/volume_record.h"
+#include "csi/work_queue.h"
 
 namespace iscsigw::csi {
 
@@ -30,15 +80,79 @@ struct NodeOptions {
   std::shared_ptr<HostExec> host_exec;
   // The node plugin's own files (per-volume records); created when missing.
   std::string state_dir = "/var/lib/iscsigw-csi";
+  // Longest wait for a device after login: its by-path link, the multipath map over its paths,
+  // and a grown size after a rescan.
+  std::chrono::milliseconds attach_timeout{60'000};
+  // How often those waits look again.
+  std::chrono::milliseconds poll_interval{200};
+  // Worker threads for host work, jobs allowed to wait, and jobs allowed to wait per volume.
+  size_t workers = 4;
+  size_t max_queued = 64;
+  size_t max_queued_per_volume = 4;
 };
+
+// A command line for logs and error messages: the value of every `-n KEY -v VALUE` whose KEY
+// names a password (node.session.auth.password, ..._in) replaced by "<redacted>".
+std::string RedactedCommandLine(const std::vector<std::string>& argv);
 
 class NodeService final : public ::csi::v1::Node::CallbackService {
  public:
   explicit NodeService(NodeOptions options);
+  ~NodeService() override;
+
+  grpc::ServerUnaryReactor* NodeStageVolume(grpc::CallbackServerContext* ctx,
+                                            const ::csi::v1::NodeStageVolumeRequest* req,
+                                            ::csi::v1::NodeStageVolumeResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeUnstageVolume(grpc::CallbackServerContext* ctx,
+                                              const ::csi::v1::NodeUnstageVolumeRequest* req,
+                                              ::csi::v1::NodeUnstageVolumeResponse* resp) override;
+  grpc::ServerUnaryReactor* NodePublishVolume(grpc::CallbackServerContext* ctx,
+                                              const ::csi::v1::NodePublishVolumeRequest* req,
+                                              ::csi::v1::NodePublishVolumeResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeUnpublishVolume(
+      grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnpublishVolumeRequest* req,
+      ::csi::v1::NodeUnpublishVolumeResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeGetVolumeStats(
+      grpc::CallbackServerContext* ctx, const ::csi::v1::NodeGetVolumeStatsRequest* req,
+      ::csi::v1::NodeGetVolumeStatsResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeExpandVolume(grpc::CallbackServerContext* ctx,
+                                             const ::csi::v1::NodeExpandVolumeRequest* req,
+                                             ::csi::v1::NodeExpandVolumeResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeGetCapabilities(
+      grpc::CallbackServerContext* ctx, const ::csi::v1::NodeGetCapabilitiesRequest* req,
+      ::csi::v1::NodeGetCapabilitiesResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeGetInfo(grpc::CallbackServerContext* ctx,
+                                        const ::csi::v1::NodeGetInfoRequest* req,
+                                        ::csi::v1::NodeGetInfoResponse* resp) override;
+
+  // What a volume's context names; parsed and checked on the gRPC thread.
+  struct Target {
+    std::string iqn;
+    int lun = 0;
+    std::vector<std::string> portals;
+  };
 
  private:
+  // The work of each RPC; run on a worker, one volume at a time.
+  Status Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Target& target);
+  Status Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req);
+  Status Publish(const ::csi::v1::NodePublishVolumeRequest& req);
+  Status Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req);
+  Result<int64_t> Expand(const ::csi::v1::NodeExpandVolumeRequest& req);
+  Result<std::string> NodeId();
+
+  // Answers `reactor` from a worker with what `work` returns (key: the volume id, or empty).
+  void Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+             const std::string& key, std::function<grpc::Status()> work);
+
+  class Host;  // the host commands the RPCs are made of (node_service.cc)
+
   const NodeOptions options_;
   const std::shared_ptr<HostExec> exec_;  // options_.host_exec, or one for host_exec_mode
+  const RecordStore records_;
+  std::unique_ptr<Host> host_;
+  // Last member: destroyed first, so no job outlives what it uses.
+  KeyedWorkQueue queue_;
 };
 
 }  // namespace iscsigw::csi

@@ -1,0 +1,620 @@
+// csi.v1.Node over a fake host: the service behind a real PluginServer on loopback, its host
+// commands answered by FakeHostExec, which records every argv and plays scripted results. The
+// tests pin the command sequences of each RPC, that repeating one changes nothing, that mkfs runs
+// only on a blank device, and that no CHAP secret reaches a log line or an error message.
+#include "csi/node_service.h"
+
+#include <grpcpp/create_channel.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "csi/plugin_server.h"
+#include "csi/work_queue.h"
+#include "dataplane/base/log.h"
+
+namespace iscsigw::csi {
+namespace {
+
+namespace fs = std::filesystem;
+using ::csi::v1::NodeServiceCapability;
+using ::csi::v1::VolumeCapability;
+using ::csi::v1::VolumeUsage;
+
+constexpr char kIqn[] = "iqn.2026-11.io.iscsigw:pvc-1";
+constexpr char kPortal[] = "10.0.2.2:3260";
+constexpr char kPortal2[] = "10.0.2.2:3261";
+constexpr char kByPath[] =
+    "/dev/disk/by-path/ip-10.0.2.2:3260-iscsi-iqn.2026-11.io.iscsigw:pvc-1-lun-0";
+constexpr char kByPath2[] =
+    "/dev/disk/by-path/ip-10.0.2.2:3261-iscsi-iqn.2026-11.io.iscsigw:pvc-1-lun-0";
+constexpr char kSecret[] = "initiator-s3cret-42";
+constexpr char kSecretIn[] = "target-s3cret-4242";
+
+ExecResult Exit(int code, std::string out = "") {
+  ExecResult r;
+  r.exit_code = code;
+  r.stdout_data = std::move(out);
+  return r;
+}
+
+// Records each command line (argv joined by spaces) and answers it with the result of the
+// longest scripted prefix that matches, else exit 0 and no output.
+class FakeHostExec final : public HostExec {
+ public:
+  Result<ExecResult> Run(const std::vector<std::string>& argv, const ExecOptions&) override {
+    std::string line;
+    for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
+    std::lock_guard lock(mu_);
+    commands_.push_back(line);
+    const ExecResult* best = nullptr;
+    size_t best_len = 0;
+    for (const auto& [prefix, result] : script_) {
+      if (line.starts_with(prefix) && prefix.size() >= best_len) {
+        best = &result;
+        best_len = prefix.size();
+      }
+    }
+    return best ? *best : Exit(0);
+  }
+  void Answer(const std::string& prefix, ExecResult result) {
+    std::lock_guard lock(mu_);
+    script_[prefix] = std::move(result);
+  }
+  // The commands run since the last call.
+  std::vector<std::string> Take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(commands_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, ExecResult> script_;
+  std::vector<std::string> commands_;
+};
+
+class NodeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("node-service-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    // Every line the service logs, at every level, lands in log_ (and only there).
+    log_sink_ = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    old_sinks_ = std::exchange(log::Ctl().sinks(), {log_sink_});
+    old_level_ = log::Ctl().level();
+    log::Ctl().set_level(spdlog::level::trace);
+    fake_ = std::make_shared<FakeHostExec>();
+    // A host with nothing logged in and nothing mounted, where the device appears at once and
+    // holds no file system.
+    fake_->Answer("iscsiadm -m session", Exit(21));
+    fake_->Answer(std::string("readlink -e ") + kByPath, Exit(0, "/dev/sdb\n"));
+    fake_->Answer(std::string("readlink -e ") + kByPath2, Exit(0, "/dev/sdc\n"));
+    fake_->Answer("findmnt", Exit(1));
+    fake_->Answer("blkid -p", Exit(2));
+    fake_->Answer("blockdev --getsize64", Exit(0, "2147483648\n"));
+    fake_->Answer("cat /etc/iscsi/initiatorname.iscsi",
+                  Exit(0, "## generated\nInitiatorName=iqn.1993-08.org.debian:01:node-a\n"));
+    Start();
+  }
+
+  void Start(std::string node_id = "") {
+    NodeOptions o;
+    o.node_id = std::move(node_id);
+    o.host_exec = fake_;
+    o.state_dir = (dir_ / "state").string();
+    o.attach_timeout = std::chrono::milliseconds(300);
+    o.poll_interval = std::chrono::milliseconds(5);
+    std::vector<std::unique_ptr<grpc::Service>> services;
+    services.push_back(std::make_unique<NodeService>(std::move(o)));
+    auto server =
+        PluginServer::Start(Endpoint{Endpoint::Kind::kTcp, "127.0.0.1:0"}, std::move(services));
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(server.value());
+    stub_ = ::csi::v1::Node::NewStub(
+        grpc::CreateChannel(server_->endpoint().address, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    server_.reset();
+    log_sink_->flush();
+    log::Ctl().sinks() = old_sinks_;
+    log::Ctl().set_level(old_level_);
+    fs::remove_all(dir_);
+  }
+
+  std::string Logs() {
+    log_sink_->flush();
+    return log_.str();
+  }
+
+  static VolumeCapability Mount(
+      std::string fs_type = "",
+      VolumeCapability::AccessMode::Mode mode = VolumeCapability::AccessMode::SINGLE_NODE_WRITER) {
+    VolumeCapability cap;
+    cap.mutable_mount()->set_fs_type(std::move(fs_type));
+    cap.mutable_access_mode()->set_mode(mode);
+    return cap;
+  }
+  static VolumeCapability Block() {
+    VolumeCapability cap;
+    cap.mutable_block();
+    cap.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+    return cap;
+  }
+
+  ::csi::v1::NodeStageVolumeRequest StageRequest(VolumeCapability cap = Mount(),
+                                                 std::string portals = kPortal) {
+    ::csi::v1::NodeStageVolumeRequest req;
+    req.set_volume_id("pvc-1");
+    req.set_staging_target_path("/stage/pvc-1");
+    *req.mutable_volume_capability() = std::move(cap);
+    auto& ctx = *req.mutable_volume_context();
+    ctx["targetIqn"] = kIqn;
+    ctx["lun"] = "0";
+    ctx["portals"] = std::move(portals);
+    ctx["blockSize"] = "512";
+    return req;
+  }
+
+  grpc::Status Stage(const ::csi::v1::NodeStageVolumeRequest& req) {
+    grpc::ClientContext ctx;
+    ::csi::v1::NodeStageVolumeResponse resp;
+    return stub_->NodeStageVolume(&ctx, req, &resp);
+  }
+  grpc::Status Unstage(std::string volume_id = "pvc-1", std::string path = "/stage/pvc-1") {
+    grpc::ClientContext ctx;
+    ::csi::v1::NodeUnstageVolumeRequest req;
+    req.set_volume_id(std::move(volume_id));
+    req.set_staging_target_path(std::move(path));
+    ::csi::v1::NodeUnstageVolumeResponse resp;
+    return stub_->NodeUnstageVolume(&ctx, req, &resp);
+  }
+  grpc::Status Publish(VolumeCapability cap, bool readonly = false) {
+    grpc::ClientContext ctx;
+    ::csi::v1::NodePublishVolumeRequest req;
+    req.set_volume_id("pvc-1");
+    req.set_staging_target_path("/stage/pvc-1");
+    req.set_target_path("/pods/uid/volumes/pvc-1");
+    req.set_readonly(readonly);
+    *req.mutable_volume_capability() = std::move(cap);
+    ::csi::v1::NodePublishVolumeResponse resp;
+    return stub_->NodePublishVolume(&ctx, req, &resp);
+  }
+  grpc::Status Unpublish() {
+    grpc::ClientContext ctx;
+    ::csi::v1::NodeUnpublishVolumeRequest req;
+    req.set_volume_id("pvc-1");
+    req.set_target_path("/pods/uid/volumes/pvc-1");
+    ::csi::v1::NodeUnpublishVolumeResponse resp;
+    return stub_->NodeUnpublishVolume(&ctx, req, &resp);
+  }
+
+  std::vector<std::string> LoginCommands(const std::string& portal) {
+    const std::string node = std::string("iscsiadm -m node -T ") + kIqn + " -p " + portal;
+    return {node + " -o new", node + " -o update -n node.startup -v manual"};
+  }
+
+  fs::path dir_;
+  std::ostringstream log_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> log_sink_;
+  std::vector<spdlog::sink_ptr> old_sinks_;
+  spdlog::level::level_enum old_level_ = spdlog::level::warn;
+  std::shared_ptr<FakeHostExec> fake_;
+  std::unique_ptr<PluginServer> server_;
+  std::unique_ptr<::csi::v1::Node::Stub> stub_;
+};
+
+std::vector<std::string> Concat(std::initializer_list<std::vector<std::string>> parts) {
+  std::vector<std::string> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+const std::string kNode = std::string("iscsiadm -m node -T ") + kIqn + " -p " + kPortal;
+
+TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  EXPECT_EQ(fake_->Take(),
+            Concat({{"iscsiadm -m session"},
+                    LoginCommands(kPortal),
+                    {kNode + " --login", std::string("readlink -e ") + kByPath,
+                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                     "blkid -p -o export /dev/sdb", "mkfs.ext4 -F -q /dev/sdb",
+                     "mkdir -p /stage/pvc-1", "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
+  std::ifstream record(dir_ / "state" / "volumes" / "pvc-1.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  EXPECT_NE(text.str().find("\"device\": \"/dev/sdb\""), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find(kIqn), std::string::npos) << text.str();
+}
+
+TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
+  auto req = StageRequest(Mount("xfs", VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY));
+  auto& sec = *req.mutable_secrets();
+  sec["node.session.auth.username"] = "node-user";
+  sec["node.session.auth.password"] = kSecret;
+  sec["node.session.auth.username_in"] = "gw-user";
+  sec["node.session.auth.password_in"] = kSecretIn;
+  ASSERT_TRUE(Stage(req).ok());
+  const std::string update = kNode + " -o update -n ";
+  EXPECT_EQ(fake_->Take(),
+            Concat({{"iscsiadm -m session"},
+                    LoginCommands(kPortal),
+                    {update + "node.session.auth.authmethod -v CHAP",
+                     update + "node.session.auth.username -v node-user",
+                     update + "node.session.auth.password -v " + kSecret,
+                     update + "node.session.auth.username_in -v gw-user",
+                     update + "node.session.auth.password_in -v " + kSecretIn, kNode + " --login",
+                     std::string("readlink -e ") + kByPath,
+                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                     "blkid -p -o export /dev/sdb", "mkfs.xfs -q /dev/sdb", "mkdir -p /stage/pvc-1",
+                     "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
+  const std::string logs = Logs();
+  EXPECT_EQ(logs.find(kSecret), std::string::npos) << logs;
+  EXPECT_EQ(logs.find(kSecretIn), std::string::npos) << logs;
+  EXPECT_NE(logs.find("node.session.auth.password -v <redacted>"), std::string::npos) << logs;
+  std::ifstream record(dir_ / "state" / "volumes" / "pvc-1.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  EXPECT_EQ(text.str().find(kSecret), std::string::npos);
+
+  // A failing CHAP update names the command, never the secret.
+  fake_->Answer(update + "node.session.auth.password ", Exit(7));
+  const grpc::Status failed = Stage(req);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(failed.error_message().find("-n node.session.auth.password -v <redacted>"),
+            std::string::npos)
+      << failed.error_message();
+  EXPECT_EQ(failed.error_message().find(kSecret), std::string::npos);
+  EXPECT_EQ(Logs().find(kSecret), std::string::npos);
+}
+
+TEST_F(NodeServiceTest, FormatsOnlyABlankDevice) {
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "DEVNAME=/dev/sdb\nTYPE=ext4\n"));
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  auto cmds = fake_->Take();
+  for (const auto& c : cmds) EXPECT_FALSE(c.starts_with("mkfs")) << c;
+  EXPECT_EQ(cmds.back(), "mount -t ext4 /dev/sdb /stage/pvc-1");
+
+  // Another file system than the capability asks for: refused, not formatted over.
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=xfs\n"));
+  grpc::Status s = Stage(StageRequest(Mount("ext4")));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  // A partition table without a file system: refused too.
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "PTUUID=x\nPTTYPE=gpt\n"));
+  s = Stage(StageRequest());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  // blkid failing outright: an error naming it, and no mkfs.
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(4));
+  s = Stage(StageRequest());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("blkid -p -o export /dev/sdb: exit status 4"), std::string::npos)
+      << s.error_message();
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("mkfs")) << c;
+}
+
+TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  fake_->Take();
+  // Now logged in and mounted.
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, std::string("tcp: [3] ") + kPortal + ",1 " + kIqn + " (non-flash)\n" +
+                            "tcp: [4] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:other (non-flash)\n"));
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"iscsiadm -m session", std::string("readlink -e ") + kByPath,
+                                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1"}));
+  // Something else mounted at the staging path: ALREADY_EXISTS.
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdz\n"));
+  EXPECT_EQ(Stage(StageRequest()).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  fake_->Take();
+
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
+                               "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                               "umount /stage/pvc-1", kNode + " --logout", kNode + " -o delete"}));
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
+  // Again: nothing mounted, no record, nothing logged out.
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(1));
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1"});
+}
+
+TEST_F(NodeServiceTest, UnstageToleratesWhatIsAlreadyGone) {
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  fake_->Take();
+  // iscsiadm 21: no session to log out of, no node record to delete.
+  fake_->Answer(kNode + " --logout", Exit(21));
+  fake_->Answer(kNode + " -o delete", Exit(21));
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                      kNode + " --logout", kNode + " -o delete"}));
+  // Any other failure is an error naming the command.
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  fake_->Answer(kNode + " --logout", Exit(8));
+  const grpc::Status s = Unstage();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find(kNode + " --logout: exit status 8"), std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
+  fake_->Answer("ls /sys/block/sdb/holders", Exit(0, "dm-0\n"));
+  fake_->Answer("cat /sys/block/dm-0/dm/name", Exit(0, "mpatha\n"));
+  fake_->Answer("readlink -e /dev/mapper/mpatha", Exit(0, "/dev/dm-0\n"));
+  ASSERT_TRUE(Stage(StageRequest(Mount(), std::string(kPortal) + "," + kPortal2)).ok());
+  const std::string node2 = std::string("iscsiadm -m node -T ") + kIqn + " -p " + kPortal2;
+  EXPECT_EQ(fake_->Take(),
+            Concat({{"iscsiadm -m session"},
+                    LoginCommands(kPortal),
+                    {kNode + " --login"},
+                    LoginCommands(kPortal2),
+                    {node2 + " --login", std::string("readlink -e ") + kByPath,
+                     std::string("readlink -e ") + kByPath2, "ls /sys/block/sdb/holders",
+                     "cat /sys/block/dm-0/dm/name", "readlink -e /dev/mapper/mpatha",
+                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                     "blkid -p -o export /dev/mapper/mpatha", "mkfs.ext4 -F -q /dev/mapper/mpatha",
+                     "mkdir -p /stage/pvc-1", "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/mapper/mpatha\n"));
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{
+                "findmnt -n -o SOURCE --mountpoint /stage/pvc-1", "umount /stage/pvc-1",
+                "readlink -e /dev/mapper/mpatha", "multipath -f mpatha", kNode + " --logout",
+                kNode + " -o delete", node2 + " --logout", node2 + " -o delete"}));
+}
+
+TEST_F(NodeServiceTest, NoMultipathMapIsAnErrorThatNamesIt) {
+  fake_->Answer("ls /sys/block/sdb/holders", Exit(0, ""));
+  const grpc::Status s = Stage(StageRequest(Mount(), std::string(kPortal) + "," + kPortal2));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("no multipath map over /dev/sdb, /dev/sdc"), std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(NodeServiceTest, ADeviceThatNeverAppearsFailsAfterTheDeadline) {
+  fake_->Answer(std::string("readlink -e ") + kByPath, Exit(1));
+  const grpc::Status s = Stage(StageRequest());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find(std::string(kByPath) + " did not appear"), std::string::npos)
+      << s.error_message();
+  // The record was written before the login, so Unstage logs out what the half stage did.
+  fake_->Take();
+  ASSERT_TRUE(Unstage().ok());
+  auto cmds = fake_->Take();
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --logout"), cmds.end());
+}
+
+TEST_F(NodeServiceTest, PublishesAndUnpublishesAFileSystemIdempotently) {
+  // Not staged yet: nothing mounted at the staging path.
+  EXPECT_EQ(Publish(Mount()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  fake_->Take();
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  ASSERT_TRUE(Publish(Mount(), /*readonly=*/true).ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                      "mkdir -p /pods/uid/volumes/pvc-1",
+                                      "mount --bind -o ro /stage/pvc-1 /pods/uid/volumes/pvc-1"}));
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(0, "/dev/sdb\n"));
+  ASSERT_TRUE(Publish(Mount(), true).ok());
+  EXPECT_EQ(fake_->Take(),
+            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1"});
+  ASSERT_TRUE(Unpublish().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                                      "umount /pods/uid/volumes/pvc-1",
+                                      "rm -df /pods/uid/volumes/pvc-1"}));
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(1));
+  ASSERT_TRUE(Unpublish().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                                      "rm -df /pods/uid/volumes/pvc-1"}));
+}
+
+TEST_F(NodeServiceTest, PublishesARawBlockDeviceOntoAFile) {
+  EXPECT_EQ(Publish(Block()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  // Block access: logged in, nothing formatted or mounted.
+  for (const auto& c : fake_->Take()) {
+    EXPECT_FALSE(c.starts_with("mkfs") || c.starts_with("mount") || c.starts_with("blkid")) << c;
+  }
+  ASSERT_TRUE(Publish(Block()).ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                                      "mkdir -p /pods/uid/volumes", "touch /pods/uid/volumes/pvc-1",
+                                      "mount --bind /dev/sdb /pods/uid/volumes/pvc-1"}));
+}
+
+TEST_F(NodeServiceTest, ExpandRescansAndGrowsTheFileSystem) {
+  ::csi::v1::NodeExpandVolumeRequest req;
+  req.set_volume_id("pvc-1");
+  req.set_volume_path("/pods/uid/volumes/pvc-1");
+  req.mutable_capacity_range()->set_required_bytes(2147483648);
+  {
+    grpc::ClientContext ctx;
+    ::csi::v1::NodeExpandVolumeResponse resp;
+    EXPECT_EQ(stub_->NodeExpandVolume(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  fake_->Take();
+  grpc::ClientContext ctx;
+  ::csi::v1::NodeExpandVolumeResponse resp;
+  ASSERT_TRUE(stub_->NodeExpandVolume(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.capacity_bytes(), 2147483648);
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{kNode + " -R", "blockdev --getsize64 /dev/sdb",
+                                                     "resize2fs /dev/sdb"}));
+}
+
+TEST_F(NodeServiceTest, StatsReportBytesAndInodesOrNotFound) {
+  ::csi::v1::NodeGetVolumeStatsRequest req;
+  req.set_volume_id("pvc-1");
+  req.set_volume_path(dir_.string());
+  grpc::ClientContext ctx;
+  ::csi::v1::NodeGetVolumeStatsResponse resp;
+  ASSERT_TRUE(stub_->NodeGetVolumeStats(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.usage_size(), 2);
+  EXPECT_EQ(resp.usage(0).unit(), VolumeUsage::BYTES);
+  EXPECT_GT(resp.usage(0).total(), 0);
+  EXPECT_LE(resp.usage(0).available(), resp.usage(0).total());
+  EXPECT_EQ(resp.usage(1).unit(), VolumeUsage::INODES);
+  EXPECT_GT(resp.usage(1).total(), 0);
+
+  req.set_volume_path((dir_ / "gone").string());
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub_->NodeGetVolumeStats(&ctx2, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(NodeServiceTest, InfoIsTheHostsInitiatorNameAndCapabilitiesAreFixed) {
+  grpc::ClientContext ctx;
+  ::csi::v1::NodeGetInfoResponse info;
+  ASSERT_TRUE(stub_->NodeGetInfo(&ctx, {}, &info).ok());
+  EXPECT_EQ(info.node_id(), "iqn.1993-08.org.debian:01:node-a");
+  EXPECT_EQ(fake_->Take(), std::vector<std::string>{"cat /etc/iscsi/initiatorname.iscsi"});
+
+  grpc::ClientContext ctx2;
+  ::csi::v1::NodeGetCapabilitiesResponse caps;
+  ASSERT_TRUE(stub_->NodeGetCapabilities(&ctx2, {}, &caps).ok());
+  std::vector<int> types;
+  for (const auto& c : caps.capabilities()) types.push_back(c.rpc().type());
+  EXPECT_EQ(types, (std::vector<int>{NodeServiceCapability::RPC::STAGE_UNSTAGE_VOLUME,
+                                     NodeServiceCapability::RPC::EXPAND_VOLUME,
+                                     NodeServiceCapability::RPC::GET_VOLUME_STATS}));
+
+  server_.reset();
+  Start("node-a");
+  grpc::ClientContext ctx3;
+  ASSERT_TRUE(stub_->NodeGetInfo(&ctx3, {}, &info).ok());
+  EXPECT_EQ(info.node_id(), "node-a");
+  EXPECT_TRUE(fake_->Take().empty());
+}
+
+TEST_F(NodeServiceTest, RefusesIncompleteRequests) {
+  auto code = [&](::csi::v1::NodeStageVolumeRequest req) {
+    grpc::Status s = Stage(req);
+    return s.error_code();
+  };
+  auto req = StageRequest();
+  req.clear_volume_id();
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest();
+  req.clear_staging_target_path();
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest();
+  req.clear_volume_capability();
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest(Mount("btrfs"));
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest();
+  req.mutable_volume_context()->erase("targetIqn");
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest(Mount(), "10.0.2.2");
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  req = StageRequest();
+  (*req.mutable_secrets())["node.session.auth.username"] = "only-a-name";
+  EXPECT_EQ(code(req), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(fake_->Take().empty());  // nothing reached the host
+  EXPECT_EQ(Unstage("", "/x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Unstage("pvc-1", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(RedactedCommandLine, HidesPasswordValuesOnly) {
+  EXPECT_EQ(RedactedCommandLine({"iscsiadm", "-m", "node", "-o", "update", "-n",
+                                 "node.session.auth.password_in", "-v", "x"}),
+            "iscsiadm -m node -o update -n node.session.auth.password_in -v <redacted>");
+  EXPECT_EQ(RedactedCommandLine(
+                {"iscsiadm", "-o", "update", "-n", "node.session.auth.username", "-v", "user"}),
+            "iscsiadm -o update -n node.session.auth.username -v user");
+}
+
+TEST(KeyedWorkQueue, RunsOneJobPerKeyAtATimeAndKeysInParallel) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int running_a = 0, max_a = 0, done = 0;
+  bool b_ran_while_a_ran = false;
+  {
+    KeyedWorkQueue q(3, 16, 4);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(q.Submit("a",
+                         [&](bool) {
+                           {
+                             std::lock_guard lock(mu);
+                             max_a = std::max(max_a, ++running_a);
+                           }
+                           std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                           std::lock_guard lock(mu);
+                           --running_a;
+                           ++done;
+                           cv.notify_all();
+                         }),
+                KeyedWorkQueue::Admit::kQueued);
+    }
+    ASSERT_EQ(q.Submit("b",
+                       [&](bool) {
+                         std::lock_guard lock(mu);
+                         b_ran_while_a_ran = running_a > 0;
+                         ++done;
+                         cv.notify_all();
+                       }),
+              KeyedWorkQueue::Admit::kQueued);
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done == 4; });
+  }
+  EXPECT_EQ(max_a, 1);
+  EXPECT_TRUE(b_ran_while_a_ran);
+}
+
+TEST(KeyedWorkQueue, BoundsWhatWaitsAndCancelsItAtTheEnd) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, started = false;
+  int cancelled = 0;
+  std::thread releaser;
+  {
+    KeyedWorkQueue q(1, 3, 2);
+    ASSERT_EQ(q.Submit("a",
+                       [&](bool) {
+                         std::unique_lock lock(mu);
+                         started = true;
+                         cv.notify_all();
+                         cv.wait(lock, [&] { return release; });
+                       }),
+              KeyedWorkQueue::Admit::kQueued);
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return started; });
+    }
+    auto count = [&](bool c) {
+      std::lock_guard lock(mu);
+      cancelled += c;
+    };
+    EXPECT_EQ(q.Submit("a", count), KeyedWorkQueue::Admit::kQueued);
+    EXPECT_EQ(q.Submit("a", count), KeyedWorkQueue::Admit::kQueued);
+    EXPECT_EQ(q.Submit("a", count), KeyedWorkQueue::Admit::kKeyBusy);
+    EXPECT_EQ(q.Submit("b", count), KeyedWorkQueue::Admit::kQueued);
+    EXPECT_EQ(q.Submit("c", count), KeyedWorkQueue::Admit::kQueueFull);
+    // The destructor cancels the three waiting jobs, then waits for the running one.
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::lock_guard lock(mu);
+      release = true;
+      cv.notify_all();
+    });
+  }
+  releaser.join();
+  EXPECT_EQ(cancelled, 3);
+}
+
+}  // namespace
+}  // namespace iscsigw::csi
