@@ -48,7 +48,10 @@ class GuestFailed(AssertionError):
 class Guest:
     """One boot of the guest running tests/interop/scenarios/SCENARIO.sh with ENV."""
 
-    def __init__(self, scenario, env, memory_mb=1024, cpus=2):
+    def __init__(self, scenario, env, memory_mb=1024, cpus=2, bin_dir=None, forward=()):
+        """bin_dir: a host directory the guest sees read-only at /opt/iscsigw/bin (the build
+        tree's binaries, for a program that must run in the guest). forward: guest TCP ports
+        the host reaches on 127.0.0.1 (QEMU hostfwd); self.forwards maps each to its host port."""
         self.scenario = scenario
         self.image = guest_image()
         self.run_dir = tempfile.mkdtemp(prefix=f"iscsigw-interop-{scenario}-")
@@ -57,6 +60,11 @@ class Guest:
         env = dict(env)
         env.setdefault("INITIATOR_NAME", "iqn.2026-11.io.iscsigw.interop:guest")
         env["GATEWAY_HOST"] = HOST_FROM_GUEST
+        if bin_dir:
+            env["BIN_SHARE"] = "/opt/iscsigw/bin"
+        self.forwards = {port: free_port() for port in forward}
+        netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
+                                        for guest, host in self.forwards.items())
         with open(os.path.join(self.run_dir, "env"), "w") as f:
             for k, v in env.items():
                 f.write(f"{k}={shlex.quote(str(v))}\n")
@@ -70,11 +78,14 @@ class Guest:
             "-append", "root=/dev/vda rw console=ttyS0 init=/sbin/interop-init net.ifnames=0 "
                        "panic=-1 loglevel=4",
             "-drive", f"file={os.path.join(self.image, 'disk.img')},if=virtio,format=raw,snapshot=on",
-            "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
+            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
             "-virtfs", f"local,path={HERE},mount_tag=suite,security_model=none,readonly=on",
             "-virtfs", f"local,path={self.run_dir},mount_tag=run,security_model=none",
             "-serial", f"file:{self.console_path}", "-monitor", "none", "-display", "none",
         ]
+        if bin_dir:
+            self.args += ["-virtfs", f"local,path={bin_dir},mount_tag=bin,security_model=none,"
+                                     "readonly=on"]
         self.args = [a for a in self.args if a != "-nographic"]
         self.proc = None
         self.started = None
@@ -151,6 +162,31 @@ class Guest:
         if rc != 0:
             raise GuestFailed(self.report(f"scenario {self.scenario} exited {rc}"))
         return time.monotonic() - self.started
+
+    def shell(self, command, timeout=300):
+        """Runs COMMAND with sh -eu in a guest that serves commands (scenarios/shell.sh) and
+        returns (exit status, stdout and stderr). One command at a time, in order."""
+        n = getattr(self, "_shell_n", 0)
+        self.step(f"cmd{n}", timeout=timeout)(command)
+        self.step(f"cmd{n + 1}", timeout=timeout)
+        self._shell_n = n + 1
+        with open(self._path(f"cmd{n}.out"), errors="replace") as f:
+            out = f.read()
+        with open(self._path(f"cmd{n}.rc")) as f:
+            return int(f.read().strip()), out
+
+    def check(self, command, timeout=300):
+        """shell(), raising GuestFailed unless the command exits 0; returns its output."""
+        rc, out = self.shell(command, timeout)
+        if rc != 0:
+            raise GuestFailed(self.report(f"guest command failed ({rc}): {command}\n{out}"))
+        return out
+
+    def end_shell(self, timeout=600):
+        """Lets a shell scenario finish and waits for the guest to power off."""
+        n = getattr(self, "_shell_n", 0)
+        self.step(f"cmd{n}")("exit")
+        return self.wait(timeout)
 
     def close(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -16,6 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 packages=(
   linux-image-amd64 open-iscsi e2fsprogs xfsprogs fio sg3-utils multipath-tools iproute2 kmod udev
   util-linux procps
+  # iscsigw-csi's shared libraries: the node plugin runs in the guest (test_csi_lifecycle.py).
+  libgrpc++1.51 libgrpc29 libprotobuf32 libspdlog1.10 libfmt9 libabsl20220623 libc-ares2 libre2-9
+  libssl3
 )
 
 # PID 1 of the guest: mounts what the scenario driver needs, then hands over to it. Everything

@@ -34,6 +34,11 @@ modprobe sg
 modprobe dm_multipath
 
 . "$R/env"
+# The build tree's binaries, when the test shares them (guest.py Guest bin_dir).
+if [ -n "${BIN_SHARE:-}" ]; then
+  mkdir -p "$BIN_SHARE"
+  mount -t 9p -o trans=virtio,version=9p2000.L,ro bin "$BIN_SHARE" || finish 91
+fi
 echo "InitiatorName=$INITIATOR_NAME" >/etc/iscsi/initiatorname.iscsi
 # Node-like timeouts from iscsid.conf; scenarios change them per record with iscsiadm.
 iscsid || finish 90
