@@ -1,0 +1,356 @@
+"""csi.v1.Node against the Linux kernel initiator: iscsigw-csi --mode node runs INSIDE the guest
+(build/bin shared over 9p, --host-exec direct, so iscsiadm, mkfs and mount are the guest's) and
+the host calls it over a QEMU user-net port forward, while iscsigwd and iscsigw-csi --mode
+controller run on the host.
+
+A file-system volume with mutual CHAP and a raw block volume go through the whole lifecycle:
+CreateVolume, ControllerPublish, NodeStage, NodePublish, data written and read back in the guest,
+ControllerExpand + NodeExpand (NodeGetVolumeStats shows the new size), NodeUnpublish, NodeUnstage,
+ControllerUnpublish, DeleteVolume. Every node step is made twice (CSI idempotency), the file
+system is staged a second time to show that its data survives and that mkfs does not run again,
+and the node plugin is restarted between publish and expand of the block volume (its records
+carry the volume over).
+
+The controller side goes through the CSI Controller when the plugin offers CREATE_DELETE_VOLUME;
+until then (GatewayVolumes) the test makes the same volumes with iscsigwctl (target, LUN 0 in the
+gateway's --lun-dir, an ACL entry for the node) and hands NodeStage the volume context the
+controller's contract names: targetIqn, lun, portals, blockSize.
+"""
+import os
+import sys
+import time
+import unittest
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import grpc  # noqa: E402
+
+import guest as g  # noqa: E402
+from csi_harness import CsiPlugin  # noqa: E402
+from csi_stubs import csi_grpc, csi_pb2  # noqa: E402
+from harness import BUILD, IQN_PREFIX  # noqa: E402
+
+CSI_PORT = 10000  # the node plugin's port inside the guest
+PLUGIN = "/opt/iscsigw/bin/iscsigw-csi"
+Cap = csi_pb2.VolumeCapability
+RPC = csi_pb2.ControllerServiceCapability.RPC
+MiB = 1 << 20
+
+
+def mount_cap(fs_type="ext4"):
+    return Cap(mount=Cap.MountVolume(fs_type=fs_type),
+               access_mode=Cap.AccessMode(mode=Cap.AccessMode.SINGLE_NODE_WRITER))
+
+
+def block_cap():
+    return Cap(block=Cap.BlockVolume(),
+               access_mode=Cap.AccessMode(mode=Cap.AccessMode.SINGLE_NODE_WRITER))
+
+
+class GatewayVolumes:
+    """Volumes made on the gateway with iscsigwctl, shaped as the controller makes them: one
+    target per volume, LUN 0 a file in the LUN directory, the node's IQN in the ACL."""
+
+    name = "iscsigwctl"
+
+    def __init__(self, gw):
+        self.gw = gw
+
+    def create(self, name, size):
+        iqn = IQN_PREFIX + name
+        self.gw.ctl("target", "create", iqn)
+        self.gw.ctl("lun", "create", iqn, 0, "--backing", "file", "--path", name + ".img",
+                    "--create", "--size", size)
+        context = {"targetIqn": iqn, "lun": "0", "portals": ",".join(self.gw.guest_portals()),
+                   "blockSize": "512"}
+        return iqn, context
+
+    def publish(self, volume_id, node_id, cap):
+        self.gw.ctl("acl", "add", volume_id, node_id)
+        return {}
+
+    def expand(self, volume_id, size):
+        self.gw.ctl("lun", "resize", volume_id, 0, size)
+        return True  # node expansion required
+
+    def unpublish(self, volume_id, node_id):
+        self.gw.ctl("acl", "remove", volume_id, node_id)
+
+    def delete(self, volume_id):
+        self.gw.ctl("lun", "delete", volume_id, 0)
+        self.gw.ctl("target", "delete", volume_id)
+
+
+class ControllerVolumes:
+    """The same through csi.v1.Controller (iscsigw-csi --mode controller on the host)."""
+
+    name = "csi.v1.Controller"
+
+    def __init__(self, stub):
+        self.stub = stub
+
+    def create(self, name, size):
+        resp = self.stub.CreateVolume(csi_pb2.CreateVolumeRequest(
+            name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+            volume_capabilities=[mount_cap()]), timeout=60)
+        return resp.volume.volume_id, dict(resp.volume.volume_context)
+
+    def publish(self, volume_id, node_id, cap):
+        resp = self.stub.ControllerPublishVolume(csi_pb2.ControllerPublishVolumeRequest(
+            volume_id=volume_id, node_id=node_id, volume_capability=cap), timeout=60)
+        return dict(resp.publish_context)
+
+    def expand(self, volume_id, size):
+        resp = self.stub.ControllerExpandVolume(csi_pb2.ControllerExpandVolumeRequest(
+            volume_id=volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=size)),
+            timeout=60)
+        return resp.node_expansion_required
+
+    def unpublish(self, volume_id, node_id):
+        self.stub.ControllerUnpublishVolume(csi_pb2.ControllerUnpublishVolumeRequest(
+            volume_id=volume_id, node_id=node_id), timeout=60)
+
+    def delete(self, volume_id):
+        self.stub.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=volume_id), timeout=60)
+
+
+def controller_volumes(channel, gw):
+    """The Controller when it can create volumes, else the gateway driven directly."""
+    stub = csi_grpc.ControllerStub(channel)
+    try:
+        caps = stub.ControllerGetCapabilities(csi_pb2.ControllerGetCapabilitiesRequest(),
+                                              timeout=10)
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        return GatewayVolumes(gw)
+    if any(c.rpc.type == RPC.CREATE_DELETE_VOLUME for c in caps.capabilities):
+        return ControllerVolumes(stub)
+    return GatewayVolumes(gw)
+
+
+class CsiLifecycleTest(g.InteropTestCase):
+    def setUp(self):
+        super().setUp()
+        self.controller = None
+        self.vm = None
+
+    def tearDown(self):
+        if self.controller is not None:
+            self.controller.cleanup()
+        if self.vm is not None:
+            self.vm.close()
+        super().tearDown()
+
+    # ---- the node plugin in the guest
+
+    def start_node_plugin(self):
+        # The log is kept across restarts; only lines after `n` belong to this start.
+        self.vm.check(
+            "touch /tmp/csi.log; n=$(wc -l </tmp/csi.log)\n"
+            f"{PLUGIN} --mode node --endpoint tcp://0.0.0.0:{CSI_PORT} --host-exec direct "
+            "--state-dir /var/lib/iscsigw-csi --log-level debug >>/tmp/csi.log 2>&1 &\n"
+            "echo $! >/tmp/csi.pid\n"
+            "i=0; until tail -n +$((n + 1)) /tmp/csi.log | grep -q 'listening on tcp://'; do\n"
+            "  i=$((i + 1)); [ $i -le 600 ] || { cat /tmp/csi.log; exit 1; }; sleep 0.1; done")
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.vm.forwards[CSI_PORT]}")
+        grpc.channel_ready_future(channel).result(timeout=60)
+        self.node = csi_grpc.NodeStub(channel)
+
+    def stop_node_plugin(self):
+        self.vm.check("pid=$(cat /tmp/csi.pid); kill $pid\n"
+                      "while kill -0 $pid 2>/dev/null; do sleep 0.1; done")
+
+    def node_call(self, method, request, times=2, timeout=240):
+        """Calls Node.METHOD TIMES times (the repeats prove idempotency); returns the last
+        answer, and how long the first call took."""
+        took = None
+        for i in range(times):
+            t0 = time.monotonic()
+            try:
+                resp = getattr(self.node, method)(request, timeout=timeout)
+            except grpc.RpcError as e:
+                raise AssertionError(self.vm.report(
+                    f"{method} (call {i + 1}): {e.code()}: {e.details()}\n--- node plugin log "
+                    f"---\n{self.guest_log()[-6000:]}")) from None
+            if took is None:
+                took = time.monotonic() - t0
+        self.timings.append((method, took))
+        return resp
+
+    def guest_log(self):
+        rc, out = self.vm.shell("cat /tmp/csi.log")
+        return out
+
+    def stats(self, volume_id, path):
+        resp = self.node.NodeGetVolumeStats(
+            csi_pb2.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=path), timeout=60)
+        return {u.unit: u for u in resp.usage}
+
+    # ---- the test
+
+    def test_lifecycle_through_the_node_plugin_in_the_guest(self):
+        self.timings = []
+        lun_dir = os.path.join(self.tmp, "luns")
+        self.gateway = g.GatewayOnKnownPorts(extra_args=("--lun-dir", lun_dir)).start()
+        gw = self.gateway
+        self.controller = CsiPlugin(mode="controller", gateway=gw.grpc).start()
+        volumes = controller_volumes(grpc.insecure_channel(self.controller.target), gw)
+        print(f"csi lifecycle: volumes through {volumes.name}", file=sys.stderr)
+
+        started = time.monotonic()
+        self.vm = g.Guest("shell", {}, bin_dir=os.path.join(BUILD, "bin"), forward=(CSI_PORT,))
+        self.vm.start()
+        missing = self.vm.check(f"ldd {PLUGIN} | grep 'not found' || true")
+        self.assertEqual(missing.strip(), "", "libraries iscsigw-csi lacks in the guest")
+        self.start_node_plugin()
+        print(f"csi lifecycle: guest up, node plugin serving after "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+
+        info = self.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=60)
+        self.assertEqual(info.node_id, g.GUEST_IQN)  # the guest's /etc/iscsi/initiatorname.iscsi
+        caps = self.node.NodeGetCapabilities(csi_pb2.NodeGetCapabilitiesRequest(), timeout=10)
+        R = csi_pb2.NodeServiceCapability.RPC
+        self.assertEqual({c.rpc.type for c in caps.capabilities},
+                         {R.STAGE_UNSTAGE_VOLUME, R.EXPAND_VOLUME, R.GET_VOLUME_STATS})
+
+        self.file_system_volume(volumes, info.node_id)
+        self.block_volume(volumes, info.node_id)
+
+        # Nothing left on either side.
+        self.assertEqual(gw.ctl_json("session", "list").get("sessions", []), [])
+        # iscsiadm 21: no sessions.
+        self.assertEqual(self.vm.check("iscsiadm -m session >/dev/null 2>&1 || echo $?").strip(),
+                         "21")
+        self.assertEqual(self.vm.check("ls /var/lib/iscsigw-csi/volumes").strip(), "")
+        took = self.vm.end_shell()
+        print("csi lifecycle: " + ", ".join(f"{m} {t:.1f} s" for m, t in self.timings) +
+              f"; guest {took:.0f} s", file=sys.stderr)
+
+    def file_system_volume(self, volumes, node_id):
+        name = "pvc-" + uuid.uuid4().hex[:12]
+        size, grown = 256 * MiB, 512 * MiB
+        volume_id, context = volumes.create(name, size)
+        iqn = context["targetIqn"]
+        user, secret = "node-user", "initiator-secret-" + uuid.uuid4().hex[:8]
+        muser, msecret = "gw-user", "target-secret-" + uuid.uuid4().hex[:8]
+        self.gateway.ctl("auth", "set", iqn, "--user", user,
+                         "--secret-file", self.secret("chap", secret), "--mutual-user", muser,
+                         "--mutual-secret-file", self.secret("mutual", msecret))
+        secrets = {"node.session.auth.username": user, "node.session.auth.password": secret,
+                   "node.session.auth.username_in": muser,
+                   "node.session.auth.password_in": msecret}
+        cap = mount_cap("ext4")
+        publish_context = volumes.publish(volume_id, node_id, cap)
+        staging = f"/var/lib/kubelet/plugins/staging/{name}"
+        target = f"/var/lib/kubelet/pods/uid-1/volumes/{name}"
+        stage = csi_pb2.NodeStageVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            volume_capability=cap, secrets=secrets, volume_context=context)
+        publish = csi_pb2.NodePublishVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            target_path=target, volume_capability=cap, volume_context=context)
+        self.vm.check(f"mkdir -p {staging}")
+        self.node_call("NodeStageVolume", stage)
+        self.assertEqual(self.vm.check(f"findmnt -n -o FSTYPE --mountpoint {staging}").strip(),
+                         "ext4")
+        sessions = self.gateway.ctl_json("session", "list").get("sessions", [])
+        self.assertEqual([(s["target"], s["initiator_name"]) for s in sessions], [(iqn, node_id)])
+        self.node_call("NodePublishVolume", publish)
+        data = self.vm.check(
+            f"dd if=/dev/urandom of={target}/data bs=1M count=16 status=none; sync; "
+            f"sha256sum {target}/data | cut -d' ' -f1").strip()
+        before = self.stats(volume_id, target)
+        self.assertLess(before[csi_pb2.VolumeUsage.BYTES].total, size)
+        self.assertGreater(before[csi_pb2.VolumeUsage.BYTES].used, 16 * MiB)
+        self.assertGreater(before[csi_pb2.VolumeUsage.INODES].total, 0)
+
+        if volumes.expand(volume_id, grown):
+            resp = self.node_call("NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(
+                volume_id=volume_id, volume_path=target, staging_target_path=staging,
+                volume_capability=cap, capacity_range=csi_pb2.CapacityRange(required_bytes=grown)))
+            self.assertEqual(resp.capacity_bytes, grown)
+        after = self.stats(volume_id, target)
+        self.assertGreater(after[csi_pb2.VolumeUsage.BYTES].total,
+                           before[csi_pb2.VolumeUsage.BYTES].total * 3 // 2)
+        self.assertEqual(self.vm.check(f"sha256sum {target}/data | cut -d' ' -f1").strip(), data)
+
+        # No secret in the node plugin's log, at debug level, after a CHAP stage.
+        log = self.guest_log()
+        self.assertNotIn(secret, log)
+        self.assertNotIn(msecret, log)
+        self.assertIn("node.session.auth.password -v <redacted>", log)
+
+        self.node_call("NodeUnpublishVolume", csi_pb2.NodeUnpublishVolumeRequest(
+            volume_id=volume_id, target_path=target))
+        self.assertEqual(self.vm.check(f"test -e {target} && echo present || echo gone").strip(),
+                         "gone")
+        self.node_call("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=volume_id, staging_target_path=staging))
+        self.assertEqual(self.gateway.ctl_json("session", "list").get("sessions", []), [])
+        self.assertEqual(self.vm.check(f"findmnt --mountpoint {staging} || echo none").strip(),
+                         "none")
+
+        # Staged again: the file system is found, not made anew, and the data is there.
+        self.node_call("NodeStageVolume", stage, times=1)
+        self.node_call("NodePublishVolume", publish, times=1)
+        self.assertEqual(self.vm.check(f"sha256sum {target}/data | cut -d' ' -f1").strip(), data)
+        mkfs_runs = self.guest_log().count("host: mkfs.ext4")
+        self.assertEqual(mkfs_runs, 1, "mkfs.ext4 ran again on a volume with a file system")
+        self.node_call("NodeUnpublishVolume", csi_pb2.NodeUnpublishVolumeRequest(
+            volume_id=volume_id, target_path=target), times=1)
+        self.node_call("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=volume_id, staging_target_path=staging), times=1)
+        volumes.unpublish(volume_id, node_id)
+        volumes.delete(volume_id)
+
+    def block_volume(self, volumes, node_id):
+        name = "pvc-" + uuid.uuid4().hex[:12]
+        size, grown = 64 * MiB, 128 * MiB
+        volume_id, context = volumes.create(name, size)
+        cap = block_cap()
+        publish_context = volumes.publish(volume_id, node_id, cap)
+        staging = f"/var/lib/kubelet/plugins/staging/{name}"
+        target = f"/var/lib/kubelet/plugins/volumeDevices/publish/{name}/uid-2"
+        self.vm.check(f"mkdir -p {staging}")
+        self.node_call("NodeStageVolume", csi_pb2.NodeStageVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            volume_capability=cap, volume_context=context))
+        self.node_call("NodePublishVolume", csi_pb2.NodePublishVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            target_path=target, volume_capability=cap, volume_context=context))
+        self.assertEqual(self.vm.check(f"test -b {target} && echo block").strip(), "block")
+        data = self.vm.check(
+            f"dd if=/dev/urandom of=/tmp/pattern bs=1M count=8 status=none; "
+            f"dd if=/tmp/pattern of={target} bs=1M oflag=direct status=none; "
+            f"dd if={target} bs=1M count=8 iflag=direct status=none | sha256sum | cut -d' ' -f1; "
+            f"sha256sum /tmp/pattern | cut -d' ' -f1").split()
+        self.assertEqual(data[0], data[1], "data read back from the raw block volume")
+        self.assertEqual(self.stats(volume_id, target)[csi_pb2.VolumeUsage.BYTES].total, size)
+
+        # A restarted plugin carries on from its records.
+        self.stop_node_plugin()
+        self.start_node_plugin()
+        if volumes.expand(volume_id, grown):
+            resp = self.node_call("NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(
+                volume_id=volume_id, volume_path=target, volume_capability=cap,
+                capacity_range=csi_pb2.CapacityRange(required_bytes=grown)))
+            self.assertEqual(resp.capacity_bytes, grown)
+        self.assertEqual(self.stats(volume_id, target)[csi_pb2.VolumeUsage.BYTES].total, grown)
+        self.assertEqual(self.vm.check(
+            f"dd if={target} bs=1M count=8 iflag=direct status=none | sha256sum | cut -d' ' -f1"
+        ).strip(), data[1])
+        self.node_call("NodeUnpublishVolume", csi_pb2.NodeUnpublishVolumeRequest(
+            volume_id=volume_id, target_path=target))
+        self.assertEqual(self.vm.check(f"test -e {target} && echo present || echo gone").strip(),
+                         "gone")
+        self.node_call("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=volume_id, staging_target_path=staging))
+        self.assertEqual(self.gateway.ctl_json("session", "list").get("sessions", []), [])
+        volumes.unpublish(volume_id, node_id)
+        volumes.delete(volume_id)
+
+
+if __name__ == "__main__":
+    unittest.main()
