@@ -1,10 +1,856 @@
 #include "csi/controller_service.h"
 
+#include <google/protobuf/util/time_util.h>
+#include <grpcpp/client_context.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <random>
+
+#include "csi/volume_model.h"
+#include "dataplane/base/log.h"
+
 namespace iscsigw::csi {
+namespace {
+
+namespace gw = iscsigw::v1;
+using ::csi::v1::ControllerServiceCapability;
+using ::csi::v1::VolumeContentSource;
+using Stub = gw::GatewayService::Stub;
+using grpc::StatusCode;
+
+// Gateway pages are read at their largest: a listing needs every target to filter and sort.
+constexpr int kGatewayPage = 1000;
+
+grpc::Status Invalid(const std::string& msg) { return {StatusCode::INVALID_ARGUMENT, msg}; }
+
+// CSI codes from our own Status (csi/volume_model.h's checks).
+grpc::Status FromStatus(const Status& s) {
+  switch (s.code()) {
+    case iscsigw::StatusCode::kOk:
+      return grpc::Status::OK;
+    case iscsigw::StatusCode::kInvalidArgument:
+      return {StatusCode::INVALID_ARGUMENT, s.message()};
+    case iscsigw::StatusCode::kOutOfRange:
+      return {StatusCode::OUT_OF_RANGE, s.message()};
+    default:
+      return {StatusCode::INTERNAL, s.message()};
+  }
+}
+
+// A gateway error as the CSI error of the call that made it (CSI spec, the error tables of each
+// RPC): the codes the gateway shares with CSI pass through (INVALID_ARGUMENT, NOT_FOUND,
+// ALREADY_EXISTS, OUT_OF_RANGE, RESOURCE_EXHAUSTED (a limit, or no space: ENOSPC),
+// FAILED_PRECONDITION); a gateway that cannot be reached is UNAVAILABLE, which the sidecars
+// retry; anything else is INTERNAL. The message says which gateway call failed.
+grpc::Status FromGateway(const std::string& what, const grpc::Status& s) {
+  if (s.ok()) return s;
+  const std::string msg = "gateway " + what + ": " + s.error_message();
+  switch (s.error_code()) {
+    case StatusCode::INVALID_ARGUMENT:
+    case StatusCode::NOT_FOUND:
+    case StatusCode::ALREADY_EXISTS:
+    case StatusCode::OUT_OF_RANGE:
+    case StatusCode::RESOURCE_EXHAUSTED:
+    case StatusCode::FAILED_PRECONDITION:
+    case StatusCode::DEADLINE_EXCEEDED:
+      return {s.error_code(), msg};
+    case StatusCode::UNAVAILABLE:
+    case StatusCode::CANCELLED:
+    case StatusCode::UNAUTHENTICATED:
+    case StatusCode::PERMISSION_DENIED:
+      return {StatusCode::UNAVAILABLE, "cannot reach the " + msg};
+    case StatusCode::UNIMPLEMENTED:
+      return {StatusCode::FAILED_PRECONDITION, msg + " (a gateway older than this plugin?)"};
+    default:
+      return {StatusCode::INTERNAL, msg};
+  }
+}
+
+grpc::Status Guarded(const std::function<grpc::Status()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return {StatusCode::INTERNAL, std::string("internal error: ") + e.what()};
+  } catch (...) {
+    return {StatusCode::INTERNAL, "internal error"};
+  }
+}
+
+// request_id of the gateway creates of one CSI call: a retry within the call (the first answer
+// was lost) gets the first call's result instead of ALREADY_EXISTS. New per CSI call, so that a
+// later CreateVolume after a rollback really creates again.
+std::string NewRequestId(const std::string& what) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return "csi-" + what + "-" + buf;
+}
+
+bool IsAlias(const gw::Target& t, const std::string& csi_name) {
+  return t.alias() == std::string(kVolumeAliasPrefix) + csi_name;
+}
+bool IsVolume(const gw::Target& t) { return t.alias().starts_with(kVolumeAliasPrefix); }
+
+const gw::Lun* Lun0(const gw::Target& t) {
+  for (const auto& l : t.luns()) {
+    if (l.id() == 0) return &l;
+  }
+  return nullptr;
+}
+
+int64_t ToInt64(uint64_t v) {
+  return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
+}
+
+void ToCsiSnapshot(const gw::Snapshot& s, ::csi::v1::Snapshot* out) {
+  out->set_size_bytes(ToInt64(s.size_bytes()));
+  out->set_snapshot_id(s.name());
+  out->set_source_volume_id(VolumeIdOfTarget(s.source_target()).value_or(""));
+  *out->mutable_creation_time() =
+      google::protobuf::util::TimeUtil::SecondsToTimestamp(s.created_unix_seconds());
+  // The gateway's snapshot is a finished copy by the time CreateSnapshot answers.
+  out->set_ready_to_use(true);
+}
+
+// Page `ids` (sorted) after `token` with at most `max` entries (0: all); sets next_token.
+template <typename T, typename IdOf>
+grpc::Status Page(const std::vector<T>& sorted, IdOf id_of, const std::string& token, int32_t max,
+                  std::vector<const T*>* page, std::string* next_token) {
+  if (max < 0) return Invalid("max_entries " + std::to_string(max) + " is negative");
+  auto it = sorted.begin();
+  if (!token.empty()) {
+    auto after = ParsePageToken(token);
+    // CSI spec: ABORTED for a starting_token the plugin cannot use.
+    if (!after) return {StatusCode::ABORTED, "starting_token '" + token + "' is not one of ours"};
+    it = std::upper_bound(sorted.begin(), sorted.end(), *after,
+                          [&](const std::string& a, const T& v) { return a < id_of(v); });
+  }
+  for (; it != sorted.end() && (max == 0 || static_cast<int32_t>(page->size()) < max); ++it) {
+    page->push_back(&*it);
+  }
+  if (it != sorted.end() && !page->empty()) *next_token = PageTokenAfter(id_of(*page->back()));
+  return grpc::Status::OK;
+}
+
+}  // namespace
 
 ControllerService::ControllerService(std::shared_ptr<grpc::Channel> gateway,
                                      ControllerOptions options)
-    : options_(std::move(options)),
-      gateway_(iscsigw::v1::GatewayService::NewStub(std::move(gateway))) {}
+    : options_(options), gateway_(gw::GatewayService::NewStub(std::move(gateway))) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+ControllerService::~ControllerService() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void ControllerService::WorkerLoop() {
+  for (;;) {
+    std::function<void(bool)> job;
+    bool run = true;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      run = !stopping_;
+    }
+    job(run);
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> ControllerService::GatewayCtx() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + options_.gateway_timeout);
+  return ctx;
+}
+
+ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
+                                                      std::function<grpc::Status()> fn) {
+  Reactor* r = ctx->DefaultReactor();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      r->Finish({StatusCode::UNAVAILABLE, "the plugin is shutting down"});
+      return r;
+    }
+    if (queue_.size() >= options_.max_queued_calls) {
+      log::Ctl().warn("{}: refused: {} calls are already queued", rpc, queue_.size());
+      r->Finish({StatusCode::RESOURCE_EXHAUSTED,
+                 std::to_string(queue_.size()) + " calls are already queued; retry later"});
+      return r;
+    }
+    queue_.push_back([ctx, r, rpc, fn = std::move(fn)](bool run) {
+      if (!run) {
+        r->Finish({StatusCode::UNAVAILABLE, "the plugin is shutting down"});
+        return;
+      }
+      // The caller gave up while the call waited: nothing asks for the answer any more, and
+      // the CO retries with a fresh call.
+      if (ctx->IsCancelled() || ctx->deadline() < std::chrono::system_clock::now()) {
+        log::Ctl().info("{}: the caller gave up while the call was queued", rpc);
+        r->Finish({StatusCode::DEADLINE_EXCEEDED, "the call waited past its deadline"});
+        return;
+      }
+      const grpc::Status s = Guarded(fn);
+      if (!s.ok()) log::Ctl().info("{}: {}", rpc, s.error_message());
+      r->Finish(s);
+    });
+  }
+  cv_.notify_one();
+  return r;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Gateway helpers
+
+void ControllerService::FillVolumeContext(const gw::GatewayInfo& info,
+                                          const std::string& target_iqn, uint32_t block_size,
+                                          google::protobuf::Map<std::string, std::string>* ctx) {
+  const auto& portals = info.advertised().empty() ? info.portals() : info.advertised();
+  std::string joined;
+  for (const auto& p : portals) joined += (joined.empty() ? "" : ",") + p;
+  (*ctx)[kCtxTargetIqn] = target_iqn;
+  (*ctx)[kCtxLun] = "0";
+  (*ctx)[kCtxPortals] = joined;
+  (*ctx)[kCtxBlockSize] = std::to_string(block_size ? block_size : 512);
+}
+
+grpc::Status ControllerService::GetVolumeTarget(const std::string& volume_id, gw::Target* target) {
+  // Only names this plugin makes are looked up: anything else (a full IQN, a control character)
+  // cannot be one of its volumes.
+  if (!IsPlainVolumeName(volume_id)) {
+    return {StatusCode::NOT_FOUND, "volume " + volume_id + " not found"};
+  }
+  gw::GetTargetRequest req;
+  req.set_name(volume_id);
+  grpc::Status s = gateway_->GetTarget(GatewayCtx().get(), req, target);
+  if (s.error_code() == StatusCode::NOT_FOUND || (s.ok() && !IsVolume(*target))) {
+    return {StatusCode::NOT_FOUND, "volume " + volume_id + " not found"};
+  }
+  return FromGateway("GetTarget " + volume_id, s);
+}
+
+grpc::Status ControllerService::ListAllTargets(std::vector<gw::Target>* out) {
+  gw::ListTargetsRequest req;
+  req.set_page_size(kGatewayPage);
+  for (;;) {
+    gw::ListTargetsResponse resp;
+    grpc::Status s = gateway_->ListTargets(GatewayCtx().get(), req, &resp);
+    if (!s.ok()) return FromGateway("ListTargets", s);
+    for (auto& t : *resp.mutable_targets()) out->push_back(std::move(t));
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
+grpc::Status ControllerService::ListAllSnapshots(const gw::ListSnapshotsRequest& filter,
+                                                 std::vector<gw::Snapshot>* out) {
+  gw::ListSnapshotsRequest req = filter;
+  req.set_page_size(kGatewayPage);
+  for (;;) {
+    gw::ListSnapshotsResponse resp;
+    grpc::Status s = gateway_->ListSnapshots(GatewayCtx().get(), req, &resp);
+    if (!s.ok()) return FromGateway("ListSnapshots", s);
+    for (auto& sn : *resp.mutable_snapshots()) out->push_back(std::move(sn));
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Volumes
+
+grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequest& req,
+                                               ::csi::v1::CreateVolumeResponse* resp) {
+  const std::string& name = req.name();
+  if (name.empty()) return Invalid("name is empty");
+  if (name.size() > kMaxNameBytes) {
+    return Invalid("name is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+  }
+  if (req.volume_capabilities().empty()) return Invalid("volume_capabilities is empty");
+  if (std::string why = UnsupportedCapability(req.volume_capabilities()); !why.empty()) {
+    return Invalid(why);
+  }
+  auto params = ParseVolumeParameters(req.parameters());
+  if (!params.ok()) return FromStatus(params.status());
+  auto chap = ParseChapSecrets(req.secrets());
+  if (!chap.ok()) return FromStatus(chap.status());
+  const std::string volume_id = VolumeIdForName(name);
+  const std::string who = "volume " + volume_id + " (" + name + ")";
+
+  // The source must exist before anything is made for the copy; its block size is the new
+  // volume's unless the StorageClass names one (the gateway refuses a mismatch).
+  const auto& source = req.volume_content_source();
+  uint32_t source_block_size = 0;
+  if (source.has_snapshot()) {
+    const std::string& id = source.snapshot().snapshot_id();
+    if (id.empty()) return Invalid("volume_content_source.snapshot.snapshot_id is empty");
+    std::vector<gw::Snapshot> found;
+    if (IsGatewaySnapshotName(id)) {
+      gw::ListSnapshotsRequest filter;
+      filter.set_name(id);
+      if (grpc::Status s = ListAllSnapshots(filter, &found); !s.ok()) return s;
+    }
+    if (found.empty()) return {StatusCode::NOT_FOUND, "source snapshot " + id + " not found"};
+    source_block_size = found[0].block_size();
+  } else if (source.has_volume()) {
+    const std::string& id = source.volume().volume_id();
+    if (id.empty()) return Invalid("volume_content_source.volume.volume_id is empty");
+    gw::Target src;
+    grpc::Status s = GetVolumeTarget(id, &src);
+    if (s.error_code() == StatusCode::NOT_FOUND) {
+      return {StatusCode::NOT_FOUND, "source volume " + id + " not found"};
+    }
+    if (!s.ok()) return s;
+    const gw::Lun* l = Lun0(src);
+    if (l == nullptr) return {StatusCode::NOT_FOUND, "source volume " + id + " has no LUN 0"};
+    source_block_size = l->block_size() ? l->block_size() : 512;
+  }
+  const bool has_source = source.type_case() != VolumeContentSource::TYPE_NOT_SET;
+  if (has_source && !req.parameters().contains("blockSize")) {
+    params.value().block_size = source_block_size;
+  }
+  const uint32_t block_size = params.value().block_size;
+  const ::csi::v1::CapacityRange* range =
+      req.has_capacity_range() ? &req.capacity_range() : nullptr;
+  // A copy without a required size takes its source's size (size_bytes 0 to the gateway).
+  uint64_t size = 0;
+  if (!has_source || (range != nullptr && range->required_bytes() > 0)) {
+    auto bytes = VolumeBytes(range, block_size);
+    if (!bytes.ok()) return FromStatus(bytes.status());
+    size = bytes.value();
+  }
+
+  gw::GatewayInfo info;
+  if (grpc::Status s = gateway_->GetGatewayInfo(GatewayCtx().get(), {}, &info); !s.ok()) {
+    return FromGateway("GetGatewayInfo", s);
+  }
+  if (info.lun_dir().empty()) {
+    return {StatusCode::FAILED_PRECONDITION,
+            "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
+  }
+
+  gw::Target target;
+  bool created_target = false;
+  {
+    gw::GetTargetRequest get;
+    get.set_name(volume_id);
+    grpc::Status s = gateway_->GetTarget(GatewayCtx().get(), get, &target);
+    if (s.ok() && !IsAlias(target, name)) {
+      return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " +
+                                              target.name() + " (alias '" + target.alias() +
+                                              "'), which is not volume " + name};
+    }
+    if (s.error_code() == StatusCode::NOT_FOUND) {
+      gw::CreateTargetRequest create;
+      create.set_request_id(NewRequestId("target-" + volume_id));
+      auto* t = create.mutable_target();
+      t->set_name(volume_id);
+      t->set_alias(std::string(kVolumeAliasPrefix) + name);
+      if (chap.value().enabled()) {
+        t->mutable_chap()->set_user(chap.value().user);
+        t->mutable_chap()->set_secret(chap.value().secret);
+        t->mutable_chap()->set_mutual_user(chap.value().user_in);
+        t->mutable_chap()->set_mutual_secret(chap.value().secret_in);
+      }
+      s = gateway_->CreateTarget(GatewayCtx().get(), create, &target);
+      if (s.error_code() == StatusCode::UNAVAILABLE ||
+          s.error_code() == StatusCode::DEADLINE_EXCEEDED) {
+        s = gateway_->CreateTarget(GatewayCtx().get(), create, &target);  // same request_id
+      }
+      if (!s.ok()) return FromGateway("CreateTarget " + volume_id, s);
+      created_target = true;
+    } else if (!s.ok()) {
+      return FromGateway("GetTarget " + volume_id, s);
+    }
+  }
+
+  const gw::Lun* have = Lun0(target);
+  gw::Lun lun;
+  if (have != nullptr) {
+    // The same name again: the volume it made, if it is what this call asks for.
+    const uint32_t have_bs = have->block_size() ? have->block_size() : 512;
+    const bool size_ok = has_source && size == 0 ? true : CapacityFits(have->size_bytes(), range);
+    if (!size_ok || have_bs != block_size || have->file().thick() != params.value().thick ||
+        have->file().direct() != params.value().direct) {
+      return {StatusCode::ALREADY_EXISTS,
+              who + " exists with " + std::to_string(have->size_bytes()) + " bytes, block size " +
+                  std::to_string(have_bs) + ", " + (have->file().thick() ? "thick" : "thin") +
+                  (have->file().direct() ? ", direct" : "") + ": incompatible with this request"};
+    }
+    // A retry after a SetChap that did not happen, or a target made before its secret existed.
+    const auto& c = chap.value();
+    if (c.enabled() &&
+        (target.chap().user() != c.user || target.chap().mutual_user() != c.user_in)) {
+      gw::SetChapRequest set;
+      set.set_target(volume_id);
+      set.mutable_chap()->set_user(c.user);
+      set.mutable_chap()->set_secret(c.secret);
+      set.mutable_chap()->set_mutual_user(c.user_in);
+      set.mutable_chap()->set_mutual_secret(c.secret_in);
+      gw::ChapConfig out;
+      if (grpc::Status s = gateway_->SetChap(GatewayCtx().get(), set, &out); !s.ok()) {
+        return FromGateway("SetChap " + volume_id, s);
+      }
+    }
+    lun = *have;
+  } else {
+    gw::CreateLunRequest create;
+    create.set_target(volume_id);
+    create.set_request_id(NewRequestId("lun-" + volume_id));
+    auto* l = create.mutable_lun();
+    l->set_id(0);
+    l->set_size_bytes(size);
+    l->set_block_size(block_size);
+    auto* file = l->mutable_file();
+    file->set_path(BackingPathFor(volume_id));
+    file->set_create(true);
+    file->set_thick(params.value().thick);
+    file->set_direct(params.value().direct);
+    if (source.has_snapshot()) {
+      create.set_snapshot(source.snapshot().snapshot_id());
+    } else if (source.has_volume()) {
+      create.mutable_lun_source()->set_target(source.volume().volume_id());
+      create.mutable_lun_source()->set_id(0);
+    }
+    grpc::Status s = gateway_->CreateLun(GatewayCtx().get(), create, &lun);
+    if (s.error_code() == StatusCode::UNAVAILABLE ||
+        s.error_code() == StatusCode::DEADLINE_EXCEEDED) {
+      s = gateway_->CreateLun(GatewayCtx().get(), create, &lun);  // same request_id
+    }
+    if (!s.ok()) {
+      // A target without its LUN is no volume: remove it, so that a retry starts clean.
+      if (created_target || target.luns().empty()) {
+        gw::DeleteTargetRequest del;
+        del.set_name(volume_id);
+        del.set_force(true);
+        gw::DeleteTargetResponse out;
+        grpc::Status d = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
+        if (!d.ok() && d.error_code() != StatusCode::NOT_FOUND) {
+          log::Ctl().warn("CreateVolume {}: target not removed after the failed LUN: {}", who,
+                          d.error_message());
+        }
+      }
+      return FromGateway("CreateLun " + volume_id, s);
+    }
+    log::Ctl().info("CreateVolume: {} created: {} bytes, block size {}{}", who, lun.size_bytes(),
+                    block_size,
+                    source.has_snapshot() ? ", from snapshot " + source.snapshot().snapshot_id()
+                    : source.has_volume() ? ", from volume " + source.volume().volume_id()
+                                          : "");
+  }
+
+  auto* v = resp->mutable_volume();
+  v->set_volume_id(volume_id);
+  v->set_capacity_bytes(ToInt64(lun.size_bytes()));
+  FillVolumeContext(info, target.name(), lun.block_size(), v->mutable_volume_context());
+  if (has_source) *v->mutable_content_source() = source;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequest& req) {
+  const std::string& id = req.volume_id();
+  if (id.empty()) return Invalid("volume_id is empty");
+  gw::Target target;
+  grpc::Status s = GetVolumeTarget(id, &target);
+  // CSI spec: deleting a volume that is not there is success (the call is idempotent).
+  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (!s.ok()) return s;
+  gw::DeleteTargetRequest del;
+  del.set_name(id);
+  del.set_force(true);  // a node that did not log out must not keep the volume alive
+  gw::DeleteTargetResponse out;
+  s = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
+  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (!s.ok()) return FromGateway("DeleteTarget " + id, s);
+  log::Ctl().info("DeleteVolume: volume {} ({}) deleted, {} session(s) ended, {} file(s) removed",
+                  id, target.alias(), out.sessions_terminated(), out.backing_files_removed());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolumeRequest& req) {
+  if (req.volume_id().empty()) return Invalid("volume_id is empty");
+  if (req.node_id().empty()) return Invalid("node_id is empty");
+  if (!req.has_volume_capability()) return Invalid("volume_capability is not set");
+  if (std::string why = UnsupportedCapability(req.volume_capability()); !why.empty()) {
+    return Invalid(why);
+  }
+  gw::Target target;
+  if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
+  for (const auto& e : target.acl()) {
+    if (e.initiator() == req.node_id()) return grpc::Status::OK;
+  }
+  // Every supported access mode is single-node: a second node writing the same file system
+  // would corrupt it (CSI spec: FAILED_PRECONDITION, published to another node).
+  if (!target.acl().empty()) {
+    return {StatusCode::FAILED_PRECONDITION,
+            "volume " + req.volume_id() + " is published to node " + target.acl(0).initiator() +
+                "; unpublish it there first"};
+  }
+  gw::AddAclEntryRequest add;
+  add.set_target(req.volume_id());
+  add.mutable_entry()->set_initiator(req.node_id());
+  gw::AclEntry out;
+  grpc::Status s = gateway_->AddAclEntry(GatewayCtx().get(), add, &out);
+  if (s.error_code() == StatusCode::ALREADY_EXISTS) return grpc::Status::OK;
+  if (s.error_code() == StatusCode::NOT_FOUND) {
+    return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " not found"};
+  }
+  if (!s.ok()) return FromGateway("AddAclEntry " + req.volume_id(), s);
+  log::Ctl().info("ControllerPublishVolume: volume {} published to {}{}", req.volume_id(),
+                  req.node_id(), req.readonly() ? " (read-only)" : "");
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoUnpublish(
+    const ::csi::v1::ControllerUnpublishVolumeRequest& req) {
+  if (req.volume_id().empty()) return Invalid("volume_id is empty");
+  gw::Target target;
+  grpc::Status s = GetVolumeTarget(req.volume_id(), &target);
+  // CSI spec: a volume or a node that is gone is unpublished already.
+  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (!s.ok()) return s;
+  std::vector<std::string> nodes;
+  if (!req.node_id().empty()) {
+    nodes.push_back(req.node_id());
+  } else {
+    // CSI spec: no node_id unpublishes the volume from every node.
+    for (const auto& e : target.acl()) nodes.push_back(e.initiator());
+  }
+  for (const auto& node : nodes) {
+    gw::RemoveAclEntryRequest rm;
+    rm.set_target(req.volume_id());
+    rm.set_initiator(node);
+    rm.set_drop_sessions(true);
+    gw::RemoveAclEntryResponse out;
+    s = gateway_->RemoveAclEntry(GatewayCtx().get(), rm, &out);
+    if (s.error_code() == StatusCode::NOT_FOUND) continue;
+    if (!s.ok()) return FromGateway("RemoveAclEntry " + req.volume_id(), s);
+    log::Ctl().info("ControllerUnpublishVolume: volume {} unpublished from {} ({} session(s))",
+                    req.volume_id(), node, out.sessions_dropped());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoValidate(const ::csi::v1::ValidateVolumeCapabilitiesRequest& req,
+                                           ::csi::v1::ValidateVolumeCapabilitiesResponse* resp) {
+  if (req.volume_id().empty()) return Invalid("volume_id is empty");
+  if (req.volume_capabilities().empty()) return Invalid("volume_capabilities is empty");
+  gw::Target target;
+  if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
+  if (std::string why = UnsupportedCapability(req.volume_capabilities()); !why.empty()) {
+    resp->set_message(why);
+    return grpc::Status::OK;
+  }
+  auto params = ParseVolumeParameters(req.parameters());
+  if (!params.ok()) {
+    resp->set_message(params.status().message());
+    return grpc::Status::OK;
+  }
+  const gw::Lun* l = Lun0(target);
+  const uint32_t bs = l && l->block_size() ? l->block_size() : 512;
+  if (req.parameters().contains("blockSize") && params.value().block_size != bs) {
+    resp->set_message("volume " + req.volume_id() + " has block size " + std::to_string(bs));
+    return grpc::Status::OK;
+  }
+  auto* c = resp->mutable_confirmed();
+  *c->mutable_volume_context() = req.volume_context();
+  *c->mutable_volume_capabilities() = req.volume_capabilities();
+  *c->mutable_parameters() = req.parameters();
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesRequest& req,
+                                              ::csi::v1::ListVolumesResponse* resp) {
+  if (req.max_entries() < 0) {
+    return Invalid("max_entries " + std::to_string(req.max_entries()) + " is negative");
+  }
+  if (!req.starting_token().empty() && !ParsePageToken(req.starting_token())) {
+    return {StatusCode::ABORTED,
+            "starting_token '" + req.starting_token() + "' is not one of ours"};
+  }
+  std::vector<gw::Target> all;
+  if (grpc::Status s = ListAllTargets(&all); !s.ok()) return s;
+  struct Vol {
+    std::string id;
+    gw::Target target;
+  };
+  std::vector<Vol> vols;
+  for (auto& t : all) {
+    auto id = VolumeIdOfTarget(t.name());
+    if (IsVolume(t) && id) vols.push_back({*id, std::move(t)});
+  }
+  std::sort(vols.begin(), vols.end(), [](const Vol& a, const Vol& b) { return a.id < b.id; });
+  std::vector<const Vol*> page;
+  std::string next;
+  grpc::Status s = Page(
+      vols, [](const Vol& v) -> const std::string& { return v.id; }, req.starting_token(),
+      req.max_entries(), &page, &next);
+  if (!s.ok()) return s;
+  gw::GatewayInfo info;
+  if (s = gateway_->GetGatewayInfo(GatewayCtx().get(), {}, &info); !s.ok()) {
+    return FromGateway("GetGatewayInfo", s);
+  }
+  for (const Vol* v : page) {
+    auto* e = resp->add_entries();
+    const gw::Lun* l = Lun0(v->target);
+    e->mutable_volume()->set_volume_id(v->id);
+    e->mutable_volume()->set_capacity_bytes(l ? ToInt64(l->size_bytes()) : 0);
+    FillVolumeContext(info, v->target.name(), l ? l->block_size() : 512,
+                      e->mutable_volume()->mutable_volume_context());
+    for (const auto& a : v->target.acl())
+      e->mutable_status()->add_published_node_ids(a.initiator());
+  }
+  resp->set_next_token(next);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityRequest& req,
+                                              ::csi::v1::GetCapacityResponse* resp) {
+  auto params = ParseVolumeParameters(req.parameters());
+  if (!params.ok()) return FromStatus(params.status());
+  // CSI spec: the capacity for volumes with these capabilities, none for unsupported ones.
+  if (!UnsupportedCapability(req.volume_capabilities()).empty()) {
+    resp->set_available_capacity(0);
+    return grpc::Status::OK;
+  }
+  gw::Capacity cap;
+  grpc::Status s = gateway_->GetCapacity(GatewayCtx().get(), {}, &cap);
+  if (s.error_code() == StatusCode::FAILED_PRECONDITION) {
+    return {StatusCode::FAILED_PRECONDITION,
+            "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
+  }
+  if (!s.ok()) return FromGateway("GetCapacity", s);
+  resp->set_available_capacity(ToInt64(cap.available_bytes()));
+  return grpc::Status::OK;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Snapshots
+
+grpc::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshotRequest& req,
+                                                 ::csi::v1::CreateSnapshotResponse* resp) {
+  if (req.name().empty()) return Invalid("name is empty");
+  if (req.source_volume_id().empty()) return Invalid("source_volume_id is empty");
+  for (const auto& [key, value] : req.parameters()) {
+    if (!key.starts_with("csi.storage.k8s.io/")) {
+      return Invalid("unknown parameter '" + key + "': snapshots take none");
+    }
+  }
+  gw::Target source;
+  if (grpc::Status s = GetVolumeTarget(req.source_volume_id(), &source); !s.ok()) {
+    if (s.error_code() != StatusCode::NOT_FOUND) return s;
+    return {StatusCode::NOT_FOUND, "source volume " + req.source_volume_id() + " not found"};
+  }
+  gw::CreateSnapshotRequest create;
+  create.set_name(SnapshotIdForName(req.name()));
+  create.mutable_lun()->set_target(req.source_volume_id());
+  create.mutable_lun()->set_id(0);
+  gw::Snapshot sn;
+  grpc::Status s = gateway_->CreateSnapshot(GatewayCtx().get(), create, &sn);
+  if (s.error_code() == StatusCode::FAILED_PRECONDITION) {
+    return {StatusCode::FAILED_PRECONDITION,
+            "gateway CreateSnapshot: " + s.error_message() +
+                " (snapshots need iscsigwd --lun-dir and a file volume)"};
+  }
+  if (!s.ok()) return FromGateway("CreateSnapshot " + create.name(), s);
+  ToCsiSnapshot(sn, resp->mutable_snapshot());
+  log::Ctl().info("CreateSnapshot: snapshot {} ({}) of volume {}: {} bytes", sn.name(), req.name(),
+                  req.source_volume_id(), sn.size_bytes());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoDeleteSnapshot(const ::csi::v1::DeleteSnapshotRequest& req) {
+  const std::string& id = req.snapshot_id();
+  if (id.empty()) return Invalid("snapshot_id is empty");
+  // A name the gateway cannot hold names no snapshot: deleted already (CSI spec: OK).
+  if (!IsGatewaySnapshotName(id)) return grpc::Status::OK;
+  gw::DeleteSnapshotRequest del;
+  del.set_name(id);
+  gw::DeleteSnapshotResponse out;
+  grpc::Status s = gateway_->DeleteSnapshot(GatewayCtx().get(), del, &out);
+  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (!s.ok()) return FromGateway("DeleteSnapshot " + id, s);
+  log::Ctl().info("DeleteSnapshot: snapshot {} deleted", id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::DoListSnapshots(const ::csi::v1::ListSnapshotsRequest& req,
+                                                ::csi::v1::ListSnapshotsResponse* resp) {
+  if (req.max_entries() < 0) {
+    return Invalid("max_entries " + std::to_string(req.max_entries()) + " is negative");
+  }
+  if (!req.starting_token().empty() && !ParsePageToken(req.starting_token())) {
+    return {StatusCode::ABORTED,
+            "starting_token '" + req.starting_token() + "' is not one of ours"};
+  }
+  // CSI spec: filters that match nothing give an empty list, not an error.
+  if (!req.snapshot_id().empty() && !IsGatewaySnapshotName(req.snapshot_id())) {
+    return grpc::Status::OK;
+  }
+  if (!req.source_volume_id().empty() && !IsPlainVolumeName(req.source_volume_id())) {
+    return grpc::Status::OK;
+  }
+  gw::ListSnapshotsRequest filter;
+  filter.set_name(req.snapshot_id());
+  if (!req.source_volume_id().empty()) {
+    filter.mutable_lun()->set_target(req.source_volume_id());
+    filter.mutable_lun()->set_id(0);
+  }
+  std::vector<gw::Snapshot> all;
+  if (grpc::Status s = ListAllSnapshots(filter, &all); !s.ok()) return s;
+  std::sort(all.begin(), all.end(),
+            [](const gw::Snapshot& a, const gw::Snapshot& b) { return a.name() < b.name(); });
+  std::vector<const gw::Snapshot*> page;
+  std::string next;
+  grpc::Status s = Page(
+      all, [](const gw::Snapshot& sn) -> const std::string& { return sn.name(); },
+      req.starting_token(), req.max_entries(), &page, &next);
+  if (!s.ok()) return s;
+  for (const gw::Snapshot* sn : page) ToCsiSnapshot(*sn, resp->add_entries()->mutable_snapshot());
+  resp->set_next_token(next);
+  return grpc::Status::OK;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Expansion
+
+grpc::Status ControllerService::DoExpand(const ::csi::v1::ControllerExpandVolumeRequest& req,
+                                         ::csi::v1::ControllerExpandVolumeResponse* resp) {
+  if (req.volume_id().empty()) return Invalid("volume_id is empty");
+  if (!req.has_capacity_range()) return Invalid("capacity_range is not set");
+  const auto& range = req.capacity_range();
+  if (range.required_bytes() < 0 || range.limit_bytes() < 0) {
+    return Invalid("capacity_range must not be negative");
+  }
+  gw::Target target;
+  if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
+  const gw::Lun* l = Lun0(target);
+  if (l == nullptr) return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " has no LUN 0"};
+  const uint32_t bs = l->block_size() ? l->block_size() : 512;
+  const uint64_t current = l->size_bytes();
+  const auto want = RoundUp(static_cast<uint64_t>(range.required_bytes()), bs);
+  const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
+  if (!want || (limit > 0 && *want > limit)) {
+    return {StatusCode::OUT_OF_RANGE, "required_bytes " + std::to_string(range.required_bytes()) +
+                                          " rounded up to the block size " + std::to_string(bs) +
+                                          " exceeds limit_bytes " + std::to_string(limit)};
+  }
+  uint64_t size = current;
+  if (*want > current) {
+    gw::ResizeLunRequest rs;
+    rs.set_target(req.volume_id());
+    rs.set_id(0);
+    rs.set_size_bytes(*want);
+    gw::Lun out;
+    if (grpc::Status s = gateway_->ResizeLun(GatewayCtx().get(), rs, &out); !s.ok()) {
+      return FromGateway("ResizeLun " + req.volume_id(), s);
+    }
+    size = out.size_bytes();
+    log::Ctl().info("ControllerExpandVolume: volume {} grown from {} to {} bytes", req.volume_id(),
+                    current, size);
+  } else if (limit > 0 && current > limit) {
+    // CSI spec: a volume already at least as large is success, unless it exceeds the limit;
+    // a LUN never shrinks.
+    return {StatusCode::OUT_OF_RANGE, "volume " + req.volume_id() + " has " +
+                                          std::to_string(current) + " bytes, over limit_bytes " +
+                                          std::to_string(limit) + "; volumes do not shrink"};
+  }
+  resp->set_capacity_bytes(ToInt64(size));
+  // A block volume is the device itself; a file system on it is grown by the node.
+  resp->set_node_expansion_required(
+      !(req.has_volume_capability() && req.volume_capability().has_block()));
+  return grpc::Status::OK;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Handlers
+
+ControllerService::Reactor* ControllerService::CreateVolume(
+    Ctx* ctx, const ::csi::v1::CreateVolumeRequest* req, ::csi::v1::CreateVolumeResponse* resp) {
+  return Queued(ctx, "CreateVolume", [=, this] { return DoCreateVolume(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::DeleteVolume(
+    Ctx* ctx, const ::csi::v1::DeleteVolumeRequest* req, ::csi::v1::DeleteVolumeResponse*) {
+  return Queued(ctx, "DeleteVolume", [=, this] { return DoDeleteVolume(*req); });
+}
+
+ControllerService::Reactor* ControllerService::ControllerPublishVolume(
+    Ctx* ctx, const ::csi::v1::ControllerPublishVolumeRequest* req,
+    ::csi::v1::ControllerPublishVolumeResponse*) {
+  return Queued(ctx, "ControllerPublishVolume", [=, this] { return DoPublish(*req); });
+}
+
+ControllerService::Reactor* ControllerService::ControllerUnpublishVolume(
+    Ctx* ctx, const ::csi::v1::ControllerUnpublishVolumeRequest* req,
+    ::csi::v1::ControllerUnpublishVolumeResponse*) {
+  return Queued(ctx, "ControllerUnpublishVolume", [=, this] { return DoUnpublish(*req); });
+}
+
+ControllerService::Reactor* ControllerService::ValidateVolumeCapabilities(
+    Ctx* ctx, const ::csi::v1::ValidateVolumeCapabilitiesRequest* req,
+    ::csi::v1::ValidateVolumeCapabilitiesResponse* resp) {
+  return Queued(ctx, "ValidateVolumeCapabilities", [=, this] { return DoValidate(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::ListVolumes(Ctx* ctx,
+                                                           const ::csi::v1::ListVolumesRequest* req,
+                                                           ::csi::v1::ListVolumesResponse* resp) {
+  return Queued(ctx, "ListVolumes", [=, this] { return DoListVolumes(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::GetCapacity(Ctx* ctx,
+                                                           const ::csi::v1::GetCapacityRequest* req,
+                                                           ::csi::v1::GetCapacityResponse* resp) {
+  return Queued(ctx, "GetCapacity", [=, this] { return DoGetCapacity(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::ControllerGetCapabilities(
+    Ctx* ctx, const ::csi::v1::ControllerGetCapabilitiesRequest*,
+    ::csi::v1::ControllerGetCapabilitiesResponse* resp) {
+  // A constant answer: no gateway call, so no queue.
+  using Rpc = ControllerServiceCapability::RPC;
+  for (auto type : {Rpc::CREATE_DELETE_VOLUME, Rpc::PUBLISH_UNPUBLISH_VOLUME, Rpc::LIST_VOLUMES,
+                    Rpc::GET_CAPACITY, Rpc::CREATE_DELETE_SNAPSHOT, Rpc::LIST_SNAPSHOTS,
+                    Rpc::CLONE_VOLUME, Rpc::EXPAND_VOLUME, Rpc::LIST_VOLUMES_PUBLISHED_NODES}) {
+    resp->add_capabilities()->mutable_rpc()->set_type(type);
+  }
+  Reactor* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+ControllerService::Reactor* ControllerService::CreateSnapshot(
+    Ctx* ctx, const ::csi::v1::CreateSnapshotRequest* req,
+    ::csi::v1::CreateSnapshotResponse* resp) {
+  return Queued(ctx, "CreateSnapshot", [=, this] { return DoCreateSnapshot(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::DeleteSnapshot(
+    Ctx* ctx, const ::csi::v1::DeleteSnapshotRequest* req, ::csi::v1::DeleteSnapshotResponse*) {
+  return Queued(ctx, "DeleteSnapshot", [=, this] { return DoDeleteSnapshot(*req); });
+}
+
+ControllerService::Reactor* ControllerService::ListSnapshots(
+    Ctx* ctx, const ::csi::v1::ListSnapshotsRequest* req, ::csi::v1::ListSnapshotsResponse* resp) {
+  return Queued(ctx, "ListSnapshots", [=, this] { return DoListSnapshots(*req, resp); });
+}
+
+ControllerService::Reactor* ControllerService::ControllerExpandVolume(
+    Ctx* ctx, const ::csi::v1::ControllerExpandVolumeRequest* req,
+    ::csi::v1::ControllerExpandVolumeResponse* resp) {
+  return Queued(ctx, "ControllerExpandVolume", [=, this] { return DoExpand(*req, resp); });
+}
 
 }  // namespace iscsigw::csi

@@ -142,7 +142,13 @@ int Run(int argc, char** argv) {
                    checked.status().message().c_str());
       return 1;
     }
-    state::MergeBootstrap(boot.value(), &desired);
+    auto merged = state::MergeBootstrap(boot.value(), &desired);
+    if (!merged.ok()) {
+      std::fprintf(stderr, "iscsigwd: bootstrap %s: %s; not starting\n", flags.bootstrap.c_str(),
+                   merged.status().message().c_str());
+      return 1;
+    }
+    for (const auto& line : merged.value()) ctl.info("bootstrap {}: {}", flags.bootstrap, line);
     state::Normalize(&desired);
   }
   auto config = state::ToConfig(desired);

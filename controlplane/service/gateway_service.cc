@@ -459,8 +459,7 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     }
     if (Status room = state::RoomForLun(*t, store_->limits()); !room.ok()) return room;
   }
-  std::string made;  // a copy made from req's source, removed again if the LUN is not created
-  if (Status p = PrepareFileLun(req, who, &lun, &made); !p.ok()) return p;
+  if (Status p = PrepareFileLun(req, who, &lun); !p.ok()) return p;
   Status s = store_->Update([&](v1::State* st) {
     v1::Target* t = FindTarget(st, req.target());
     if (t == nullptr) return TargetNotFound(req.target());
@@ -469,7 +468,9 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     return Status::Ok();
   });
   if (!s.ok()) {
-    if (!made.empty()) (void)state::RemoveLunFile(made);
+    // A file that was not there before this call (a copy, or one the data plane created while
+    // the change was tried) goes again.
+    if (lun.has_file() && lun.file().created()) (void)state::RemoveLunFile(lun.file().path());
     return s;
   }
   (void)LunView(req.target(), lun, resp);

@@ -123,10 +123,9 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
 
   // File LUNs and snapshots (gateway_service_files.cc); worker thread.
   // Resolves a relative file path against the LUN directory, clears the client's `created`, and
-  // sets it when the gateway will make the file: as a copy of req's source (made here; `made` is
-  // then its path) or from nothing (create set and no file there yet).
-  Status PrepareFileLun(const v1::CreateLunRequest& req, const std::string& who, v1::Lun* lun,
-                        std::string* made);
+  // sets it when the gateway makes the file: as a copy of req's source (made here) or from
+  // nothing (create set and no file there yet).
+  Status PrepareFileLun(const v1::CreateLunRequest& req, const std::string& who, v1::Lun* lun);
   // Removes the backing files of `gone` (LUNs already out of the state) that the gateway created
   // and that no LUN of the state uses any more. `removed` counts them; the first failure is
   // returned after every file was tried.

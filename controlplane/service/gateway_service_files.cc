@@ -49,7 +49,7 @@ bool Exists(const std::string& path) {
 }  // namespace
 
 Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const std::string& who,
-                                          v1::Lun* lun, std::string* made) {
+                                          v1::Lun* lun) {
   const bool has_source = req.source_case() != v1::CreateLunRequest::SOURCE_NOT_SET;
   if (!lun->has_file()) {
     if (has_source) return InvalidArgument(who + ": a LUN made from a source needs a file backing");
@@ -105,7 +105,6 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
   }
   lun->set_size_bytes(copied.value().size_bytes);
   file->set_created(true);
-  *made = file->path();
   log::Ctl().info("{}: {}: {} copied to {} ({})", call_, who, source_name, file->path(),
                   copied.value().shared_blocks ? "shared blocks" : "full copy");
   return Status::Ok();

@@ -1,8 +1,10 @@
 #include "controlplane/state/state_file.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "controlplane/state/limits.h"
@@ -197,27 +199,175 @@ void Normalize(iscsigw::v1::State* state) {
   }
 }
 
-void MergeBootstrap(const iscsigw::v1::State& bootstrap, iscsigw::v1::State* into) {
-  if (!into->has_discovery_chap() || into->discovery_chap().user().empty()) {
-    if (bootstrap.has_discovery_chap())
-      *into->mutable_discovery_chap() = bootstrap.discovery_chap();
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+std::string BackingName(const iscsigw::v1::Lun& l) {
+  if (l.has_file()) return "file " + l.file().path() + (l.file().direct() ? " (direct)" : "");
+  if (l.has_null()) return "null";
+  if (l.has_ram()) return "ram";
+  return "none";
+}
+
+// Brings the existing LUN `have` to its declaration `want` where that can be done in place.
+Status UpdateDeclaredLun(const iscsigw::v1::Lun& want, const std::string& who,
+                         iscsigw::v1::Lun* have) {
+  const std::string delete_first = "; delete the LUN through the API to declare it anew";
+  if (BackingName(want) != BackingName(*have)) {
+    return FailedPrecondition(who + ": backing " + BackingName(*have) + " cannot become " +
+                              BackingName(want) + delete_first);
   }
-  for (const auto& bt : bootstrap.targets()) {
-    const std::string name = QualifyTargetName(bt.name());
-    iscsigw::v1::Target* existing = nullptr;
-    for (auto& t : *into->mutable_targets()) {
-      if (QualifyTargetName(t.name()) == name) existing = &t;
+  if (want.block_size() != have->block_size()) {
+    return FailedPrecondition(who + ": block_size " + std::to_string(have->block_size()) +
+                              " cannot become " + std::to_string(want.block_size()) + delete_first);
+  }
+  if (!want.serial().empty() && want.serial() != have->serial()) {
+    return FailedPrecondition(who + ": serial " + have->serial() + " cannot become " +
+                              want.serial() + delete_first);
+  }
+  if (want.device_id() != 0 && want.device_id() != have->device_id()) {
+    return FailedPrecondition(who + ": device_id cannot change" + delete_first);
+  }
+  if (want.size_bytes() != 0) {
+    if (want.size_bytes() < have->size_bytes()) {
+      return FailedPrecondition(who + ": size_bytes " + std::to_string(have->size_bytes()) +
+                                " cannot shrink to " + std::to_string(want.size_bytes()));
     }
-    if (existing == nullptr) {
-      *into->add_targets() = bt;
+    have->set_size_bytes(want.size_bytes());
+  }
+  have->set_read_only(want.read_only());
+  *have->mutable_fault() = want.fault();
+  if (!want.has_fault()) have->clear_fault();
+  return Status::Ok();
+}
+
+Status UpdateDeclaredTarget(const iscsigw::v1::Target& want, const iscsigw::v1::Target* before,
+                            iscsigw::v1::Target* have, std::vector<std::string>* lines) {
+  have->set_alias(want.alias());
+  have->set_allow_any_initiator(want.allow_any_initiator());
+  if (want.has_chap()) {
+    *have->mutable_chap() = want.chap();
+  } else {
+    have->clear_chap();
+  }
+  auto* acl = have->mutable_acl();
+  auto find_entry = [&](const std::string& initiator) -> int {
+    for (int i = 0; i < acl->size(); ++i) {
+      if (acl->Get(i).initiator() == initiator) return i;
+    }
+    return -1;
+  };
+  if (before != nullptr) {
+    for (const auto& old : before->acl()) {
+      bool still = false;
+      for (const auto& e : want.acl()) still = still || e.initiator() == old.initiator();
+      if (int i = find_entry(old.initiator()); !still && i >= 0) {
+        acl->DeleteSubrange(i, 1);
+        lines->push_back("target " + want.name() + ": ACL entry " + old.initiator() +
+                         " removed (no longer declared)");
+      }
+    }
+  }
+  for (const auto& e : want.acl()) {
+    if (int i = find_entry(e.initiator()); i >= 0) {
+      *acl->Mutable(i) = e;
+    } else {
+      *acl->Add() = e;
+    }
+  }
+  for (const auto& wl : want.luns()) {
+    const std::string who = "lun " + std::to_string(wl.id()) + " of " + want.name();
+    iscsigw::v1::Lun* hl = nullptr;
+    for (auto& l : *have->mutable_luns()) {
+      if (l.id() == wl.id()) hl = &l;
+    }
+    if (hl == nullptr) {
+      *have->add_luns() = wl;
+      lines->push_back(who + " created (declared)");
       continue;
     }
-    for (const auto& bl : bt.luns()) {
-      bool have = false;
-      for (const auto& l : existing->luns()) have = have || l.id() == bl.id();
-      if (!have) *existing->add_luns() = bl;
+    if (Status s = UpdateDeclaredLun(wl, who, hl); !s.ok()) return s;
+  }
+  if (before != nullptr) {
+    for (const auto& old : before->luns()) {
+      bool still = false;
+      for (const auto& l : want.luns()) still = still || l.id() == old.id();
+      if (!still) {
+        lines->push_back("lun " + std::to_string(old.id()) + " of " + want.name() +
+                         " is no longer declared; left as it is (delete it through the API)");
+      }
     }
   }
+  lines->push_back("target " + want.name() + " updated to its new declaration");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootstrap,
+                                                iscsigw::v1::State* into) {
+  if (bootstrap.snapshots_size() > 0 || bootstrap.has_bootstrap()) {
+    return InvalidArgument(
+        "snapshots and bootstrap are kept by the gateway; a bootstrap file "
+        "cannot set them");
+  }
+  iscsigw::v1::State decl = bootstrap;
+  Normalize(&decl);
+  for (const auto& t : decl.targets()) {
+    for (const auto& l : t.luns()) {
+      if (l.has_file() && l.file().created()) {
+        return InvalidArgument("lun " + std::to_string(l.id()) + " of " + t.name() +
+                               ": file.created is set by the gateway, not by a bootstrap file");
+      }
+    }
+  }
+  std::vector<std::string> lines;
+  auto* record = into->mutable_bootstrap();
+
+  const bool chap_declared = decl.has_discovery_chap();
+  if (chap_declared != record->discovery_chap_declared() ||
+      !MessageDifferencer::Equals(decl.discovery_chap(), record->discovery_chap())) {
+    if (chap_declared) {
+      *into->mutable_discovery_chap() = decl.discovery_chap();
+      lines.push_back("discovery CHAP set (declared)");
+    } else if (MessageDifferencer::Equals(into->discovery_chap(), record->discovery_chap())) {
+      into->clear_discovery_chap();
+      lines.push_back("discovery CHAP cleared (no longer declared)");
+    }
+    record->set_discovery_chap_declared(chap_declared);
+    *record->mutable_discovery_chap() = decl.discovery_chap();
+    if (!chap_declared) record->clear_discovery_chap();
+  }
+
+  std::set<std::string> declared;
+  for (const auto& want : decl.targets()) {
+    declared.insert(want.name());
+    const auto it = record->targets().find(want.name());
+    const iscsigw::v1::Target* before = it == record->targets().end() ? nullptr : &it->second;
+    if (before != nullptr && MessageDifferencer::Equals(*before, want)) continue;
+    iscsigw::v1::Target* have = nullptr;
+    for (auto& t : *into->mutable_targets()) {
+      if (t.name() == want.name()) have = &t;
+    }
+    if (have == nullptr) {
+      *into->add_targets() = want;
+      lines.push_back("target " + want.name() + " created (declared)");
+    } else if (Status s = UpdateDeclaredTarget(want, before, have, &lines); !s.ok()) {
+      return s;
+    }
+    (*record->mutable_targets())[want.name()] = want;
+  }
+  std::vector<std::string> dropped;
+  for (const auto& [name, _] : record->targets()) {
+    if (declared.count(name) == 0) dropped.push_back(name);
+  }
+  for (const auto& name : dropped) {
+    record->mutable_targets()->erase(name);
+    lines.push_back("target " + name +
+                    " is no longer declared; left as it is (delete it through the API)");
+  }
+  return lines;
 }
 
 }  // namespace iscsigw::state

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/status.h"
@@ -32,8 +33,22 @@ api::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
 Status ToFaultSpec(const iscsigw::v1::FaultInjection& fault, const std::string& who,
                    backing::FaultSpec* out);
 
-// Adds to `into` every target of `bootstrap` that it does not have yet, and every LUN of an
-// existing target that it does not have yet (the bootstrap is idempotent, DESIGN.md).
-void MergeBootstrap(const iscsigw::v1::State& bootstrap, iscsigw::v1::State* into);
+// Applies a --bootstrap file to the persisted state `into` as a declaration:
+// - a target whose declaration is new, or differs from the one recorded in into->bootstrap() at
+//   the last start, is created when missing and otherwise updated to it: alias,
+//   allow_any_initiator and CHAP as declared; declared ACL entries added or replaced, entries the
+//   previous declaration had and this one dropped removed; declared LUNs created when missing and
+//   otherwise grown, switched read-only or not as declared;
+// - a target whose declaration did not change is left exactly as the API left it, deleted
+//   included: nothing is resurrected until the declaration itself changes;
+// - what the API made and no declaration names is never touched, and something no longer
+//   declared (a target, a LUN) stays as it is: deleting data is the API's business;
+// - discovery CHAP follows the same rule.
+// The record is updated. Returns one line per change, for the log. A declared change that cannot
+// be made to what exists (another backing or path, block size, serial or device id; a smaller
+// size) is an error naming the target, the LUN and the field, and `into` is then unspecified.
+// A bootstrap may not set snapshots, the record, or FileBacking.created.
+Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootstrap,
+                                                iscsigw::v1::State* into);
 
 }  // namespace iscsigw::state

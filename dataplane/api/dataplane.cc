@@ -169,8 +169,11 @@ Status PrepareFile(const std::string& who, const LunSpec& l) {
   ::close(fd);
   if (err != 0) {
     ::unlink(l.path.c_str());
-    return IoError(who + "file.path " + l.path + ": allocate " + std::to_string(l.size_bytes) +
-                   " bytes: " + std::strerror(err));
+    // A full file system is the caller's to handle (CSI: RESOURCE_EXHAUSTED), not an I/O error.
+    const bool full = err == ENOSPC || err == EDQUOT;
+    return Status(full ? StatusCode::kResourceExhausted : StatusCode::kIoError,
+                  who + "file.path " + l.path + ": allocate " + std::to_string(l.size_bytes) +
+                      " bytes: " + std::strerror(err));
   }
   return Status::Ok();
 }

@@ -35,7 +35,9 @@ class HealthTest(unittest.TestCase):
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt]).returncode:
             self.skipTest("cannot mount a tmpfs here")
         self.addCleanup(subprocess.run, ["umount", "-l", mnt])
-        d = Daemon(state_dir=mnt, extra_args=["--health-interval-ms", "200"])
+        luns = tempfile.mkdtemp(prefix="iscsigw-luns-")
+        self.addCleanup(shutil.rmtree, luns, True)
+        d = Daemon(state_dir=mnt, extra_args=["--health-interval-ms", "200", "--lun-dir", luns])
         # The log stays writable, and open files for writing would keep the remount from working.
         logs = tempfile.mkdtemp(prefix="iscsigw-log-")
         self.addCleanup(shutil.rmtree, logs, True)
@@ -54,6 +56,11 @@ class HealthTest(unittest.TestCase):
         self.assertIn("Read-only file system", info["state_dir_error"])
         refused = d.ctl("target", "create", "during", check=False)
         self.assertEqual(refused.returncode, UNAVAILABLE, refused.stderr)
+        # A LUN whose change could not be saved leaves no file behind.
+        refused = d.ctl("lun", "create", "before", "0", "--backing", "file", "--path", "l.img",
+                        "--create", "--size", "1M", check=False)
+        self.assertEqual(refused.returncode, UNAVAILABLE, refused.stderr)
+        self.assertEqual(sorted(os.listdir(luns)), ["snapshots"])
         self.assertIn("cannot be written", d.read_log())
 
         subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)

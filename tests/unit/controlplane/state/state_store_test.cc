@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <vector>
 
 #include "controlplane/state/limits.h"
 #include "controlplane/state/state_file.h"
@@ -145,29 +147,152 @@ TEST_F(StateDir, ShortChapSecretInFileIsRefused) {
       << st.status().message();
 }
 
-TEST(Bootstrap, MergeIsIdempotentAndKeepsPersistedChanges) {
+v1::State DemoBootstrap(uint64_t size = 1 << 20) {
   v1::State boot;
   auto* t = boot.add_targets();
   t->set_name("demo");
   t->set_allow_any_initiator(true);
+  t->add_acl()->set_initiator("iqn.2026-11.io.example:a");
   auto* l = t->add_luns();
   l->set_id(0);
   l->mutable_ram();
-  l->set_size_bytes(1 << 20);
+  l->set_size_bytes(size);
+  return boot;
+}
 
-  v1::State persisted;
-  MergeBootstrap(boot, &persisted);
+// One start: the bootstrap merged into what was persisted, then normalised, as iscsigwd does.
+v1::State Start(const v1::State& boot, v1::State persisted) {
+  auto lines = MergeBootstrap(boot, &persisted);
+  EXPECT_TRUE(lines.ok()) << lines.status().message();
   Normalize(&persisted);
-  // The operator changes the target afterwards; a restart with the same bootstrap keeps that.
+  return persisted;
+}
+
+TEST(Bootstrap, AnUnchangedDeclarationLeavesTheApiChangesAlone) {
+  const v1::State boot = DemoBootstrap();
+  v1::State persisted = Start(boot, v1::State());
+  ASSERT_EQ(persisted.targets_size(), 1);
+  // The operator changes the target through the API; a restart with the same bootstrap keeps it.
   persisted.mutable_targets(0)->set_allow_any_initiator(false);
   persisted.mutable_targets(0)->mutable_luns(0)->set_size_bytes(2 << 20);
-  v1::State again = persisted;
-  MergeBootstrap(boot, &again);
-  Normalize(&again);
+  v1::State again = Start(boot, persisted);
   EXPECT_EQ(again.SerializeAsString(), persisted.SerializeAsString());
-  ASSERT_EQ(again.targets_size(), 1);
   EXPECT_FALSE(again.targets(0).allow_any_initiator());
   EXPECT_EQ(again.targets(0).luns(0).size_bytes(), 2u << 20);
+
+  // A target deleted through the API stays deleted, a LUN too.
+  v1::State no_lun = persisted;
+  no_lun.mutable_targets(0)->clear_luns();
+  EXPECT_EQ(Start(boot, no_lun).targets(0).luns_size(), 0);
+  v1::State deleted = persisted;
+  deleted.clear_targets();
+  EXPECT_EQ(Start(boot, deleted).targets_size(), 0);
+}
+
+TEST(Bootstrap, AChangedDeclarationIsApplied) {
+  v1::State persisted = Start(DemoBootstrap(), v1::State());
+  persisted.mutable_targets(0)->add_acl()->set_initiator("iqn.2026-11.io.example:api");
+  auto* api_lun = persisted.mutable_targets(0)->add_luns();
+  api_lun->set_id(5);
+  api_lun->mutable_null();
+  api_lun->set_size_bytes(1 << 20);
+
+  v1::State boot = DemoBootstrap(4 << 20);
+  auto* t = boot.mutable_targets(0);
+  t->set_alias("new alias");
+  t->set_allow_any_initiator(false);
+  t->clear_acl();
+  t->add_acl()->set_initiator("iqn.2026-11.io.example:b");
+  auto* l1 = t->add_luns();
+  l1->set_id(1);
+  l1->mutable_null();
+  l1->set_size_bytes(1 << 20);
+  v1::State after = persisted;
+  auto lines = MergeBootstrap(boot, &after);
+  ASSERT_TRUE(lines.ok()) << lines.status().message();
+  Normalize(&after);
+  const auto& got = after.targets(0);
+  EXPECT_EQ(got.alias(), "new alias");
+  EXPECT_FALSE(got.allow_any_initiator());
+  std::vector<std::string> acl;
+  for (const auto& e : got.acl()) acl.push_back(e.initiator());
+  // a was declared and is not any more; api was never declared; b is new.
+  EXPECT_EQ(acl,
+            (std::vector<std::string>{"iqn.2026-11.io.example:api", "iqn.2026-11.io.example:b"}));
+  ASSERT_EQ(got.luns_size(), 3);
+  EXPECT_EQ(got.luns(0).size_bytes(), 4u << 20);  // grown
+  EXPECT_EQ(got.luns(1).id(), 5u);                // the API's LUN is left alone
+  EXPECT_EQ(got.luns(2).id(), 1u);                // created
+  EXPECT_EQ(got.luns(0).serial(), persisted.targets(0).luns(0).serial());
+  EXPECT_GE(lines.value().size(), 3u);
+
+  // Now it is recorded: a restart with the same file changes nothing more.
+  EXPECT_EQ(Start(boot, after).SerializeAsString(), after.SerializeAsString());
+  // And a target deleted through the API comes back only when its declaration changes.
+  v1::State deleted = after;
+  deleted.clear_targets();
+  EXPECT_EQ(Start(boot, deleted).targets_size(), 0);
+  boot.mutable_targets(0)->set_alias("changed again");
+  EXPECT_EQ(Start(boot, deleted).targets_size(), 1);
+}
+
+TEST(Bootstrap, ChangesThatCannotBeMadeInPlaceStopTheStart) {
+  const v1::State persisted = Start(DemoBootstrap(4 << 20), v1::State());
+  struct Case {
+    const char* what;
+    std::function<void(v1::Lun*)> change;
+  } cases[] = {
+      {"cannot shrink", [](v1::Lun* l) { l->set_size_bytes(1 << 20); }},
+      {"backing ram cannot become null", [](v1::Lun* l) { l->mutable_null(); }},
+      {"block_size 512 cannot become 4096", [](v1::Lun* l) { l->set_block_size(4096); }},
+      {"serial", [](v1::Lun* l) { l->set_serial("other"); }},
+  };
+  for (const auto& c : cases) {
+    v1::State boot = DemoBootstrap(4 << 20);
+    c.change(boot.mutable_targets(0)->mutable_luns(0));
+    v1::State into = persisted;
+    auto r = MergeBootstrap(boot, &into);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_NE(r.status().message().find(c.what), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("lun 0 of iqn.2026-11.io.iscsigw:demo"), std::string::npos);
+  }
+}
+
+TEST(Bootstrap, WhatIsNoLongerDeclaredIsLeftInPlace) {
+  v1::State persisted = Start(DemoBootstrap(), v1::State());
+  v1::State empty;
+  v1::State after = persisted;
+  auto lines = MergeBootstrap(empty, &after);
+  ASSERT_TRUE(lines.ok());
+  ASSERT_EQ(after.targets_size(), 1);
+  EXPECT_EQ(after.targets(0).luns_size(), 1);
+  EXPECT_EQ(after.bootstrap().targets_size(), 0);
+  ASSERT_EQ(lines.value().size(), 1u);
+  EXPECT_NE(lines.value()[0].find("no longer declared"), std::string::npos);
+}
+
+TEST(Bootstrap, DiscoveryChapFollowsItsDeclaration) {
+  v1::State boot;
+  boot.mutable_discovery_chap()->set_user("disc");
+  boot.mutable_discovery_chap()->set_secret("0123456789abcdef");
+  v1::State persisted = Start(boot, v1::State());
+  EXPECT_EQ(persisted.discovery_chap().user(), "disc");
+  persisted.clear_discovery_chap();  // cleared through the API: stays cleared
+  EXPECT_FALSE(Start(boot, persisted).has_discovery_chap());
+  v1::State set = Start(boot, v1::State());
+  EXPECT_FALSE(Start(v1::State(), set).has_discovery_chap());  // no longer declared: cleared
+}
+
+TEST(Bootstrap, RefusesWhatOnlyTheGatewaySets) {
+  v1::State boot = DemoBootstrap();
+  auto* l = boot.mutable_targets(0)->mutable_luns(0);
+  l->mutable_file()->set_path("/etc/important");
+  l->mutable_file()->set_created(true);
+  v1::State into;
+  EXPECT_FALSE(MergeBootstrap(boot, &into).ok());
+  v1::State snap;
+  snap.add_snapshots()->set_name("s");
+  EXPECT_FALSE(MergeBootstrap(snap, &into).ok());
 }
 
 TEST(Normalize, FoldsInitiatorShorthandIntoAcl) {

@@ -1,0 +1,210 @@
+#include "csi/volume_model.h"
+
+#include <openssl/sha.h>
+
+#include <limits>
+
+namespace iscsigw::csi {
+namespace {
+
+using ::csi::v1::VolumeCapability;
+
+constexpr size_t kMaxPlainVolumeName = 64;
+constexpr size_t kMaxSnapshotName = 128;
+constexpr std::string_view kTokenPrefix = "after:";
+constexpr std::string_view kCoParameterPrefix = "csi.storage.k8s.io/";
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * sizeof(md));
+  for (unsigned char b : md) {
+    out += kHex[b >> 4];
+    out += kHex[b & 0xf];
+  }
+  return out;
+}
+
+std::string ModeName(VolumeCapability::AccessMode::Mode mode) {
+  return VolumeCapability::AccessMode::Mode_Name(mode).empty()
+             ? std::to_string(static_cast<int>(mode))
+             : VolumeCapability::AccessMode::Mode_Name(mode);
+}
+
+}  // namespace
+
+bool IsPlainVolumeName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxPlainVolumeName) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-')) return false;
+  }
+  // The gateway takes these as full iSCSI names, not as names under its prefix.
+  return !name.starts_with("iqn.") && !name.starts_with("eui.") && !name.starts_with("naa.");
+}
+
+std::string VolumeIdForName(std::string_view name) {
+  if (IsPlainVolumeName(name)) return std::string(name);
+  return "vol-" + Sha256Hex(name).substr(0, 32);
+}
+
+bool IsGatewaySnapshotName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxSnapshotName || name[0] == '.') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string SnapshotIdForName(std::string_view name) {
+  if (IsGatewaySnapshotName(name)) return std::string(name);
+  return "snap-" + Sha256Hex(name);
+}
+
+std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn) {
+  if (!target_iqn.starts_with(kGatewayIqnPrefix)) return std::nullopt;
+  std::string_view id = target_iqn.substr(kGatewayIqnPrefix.size());
+  if (id.empty() || id.find(':') != std::string_view::npos) return std::nullopt;
+  return std::string(id);
+}
+
+std::string BackingPathFor(std::string_view volume_id) { return std::string(volume_id) + ".img"; }
+
+Result<VolumeParams> ParseVolumeParameters(
+    const google::protobuf::Map<std::string, std::string>& p) {
+  VolumeParams out;
+  for (const auto& [key, value] : p) {
+    if (key == "blockSize") {
+      if (value == "512") {
+        out.block_size = 512;
+      } else if (value == "4096") {
+        out.block_size = 4096;
+      } else {
+        return InvalidArgument("parameter blockSize: '" + value + "' is not 512 or 4096");
+      }
+    } else if (key == "provisioning") {
+      if (value != "thin" && value != "thick") {
+        return InvalidArgument("parameter provisioning: '" + value + "' is not thin or thick");
+      }
+      out.thick = value == "thick";
+    } else if (key == "direct") {
+      if (value != "true" && value != "false") {
+        return InvalidArgument("parameter direct: '" + value + "' is not true or false");
+      }
+      out.direct = value == "true";
+    } else if (!key.starts_with(kCoParameterPrefix)) {
+      return InvalidArgument("unknown parameter '" + key +
+                             "' (known: blockSize, provisioning, direct)");
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> RoundUp(uint64_t bytes, uint32_t block_size) {
+  const uint64_t rem = bytes % block_size;
+  if (rem == 0) return bytes;
+  if (bytes > std::numeric_limits<uint64_t>::max() - (block_size - rem)) return std::nullopt;
+  return bytes + (block_size - rem);
+}
+
+Result<uint64_t> VolumeBytes(const ::csi::v1::CapacityRange* range, uint32_t block_size) {
+  const int64_t required = range ? range->required_bytes() : 0;
+  const int64_t limit = range ? range->limit_bytes() : 0;
+  if (required < 0 || limit < 0) {
+    return InvalidArgument("capacity_range: required_bytes " + std::to_string(required) +
+                           " and limit_bytes " + std::to_string(limit) + " must not be negative");
+  }
+  if (limit > 0 && limit < required) {
+    return InvalidArgument("capacity_range: limit_bytes " + std::to_string(limit) +
+                           " is below required_bytes " + std::to_string(required));
+  }
+  if (required == 0) {
+    if (limit == 0 || static_cast<uint64_t>(limit) >= kDefaultVolumeBytes) {
+      return kDefaultVolumeBytes;
+    }
+    const uint64_t down = static_cast<uint64_t>(limit) / block_size * block_size;
+    if (down == 0) {
+      return Status(StatusCode::kOutOfRange,
+                    "capacity_range: limit_bytes " + std::to_string(limit) +
+                        " is less than one block of " + std::to_string(block_size) + " bytes");
+    }
+    return down;
+  }
+  const auto up = RoundUp(static_cast<uint64_t>(required), block_size);
+  if (!up || (limit > 0 && *up > static_cast<uint64_t>(limit))) {
+    return Status(StatusCode::kOutOfRange,
+                  "capacity_range: required_bytes " + std::to_string(required) +
+                      " rounded up to the block size " + std::to_string(block_size) +
+                      " exceeds limit_bytes " + std::to_string(limit));
+  }
+  return *up;
+}
+
+bool CapacityFits(uint64_t bytes, const ::csi::v1::CapacityRange* range) {
+  if (range == nullptr) return true;
+  if (range->required_bytes() > 0 && bytes < static_cast<uint64_t>(range->required_bytes())) {
+    return false;
+  }
+  return range->limit_bytes() <= 0 || bytes <= static_cast<uint64_t>(range->limit_bytes());
+}
+
+std::string UnsupportedCapability(const VolumeCapability& cap) {
+  if (cap.access_type_case() == VolumeCapability::ACCESS_TYPE_NOT_SET) {
+    return "volume capability without an access type (block or mount)";
+  }
+  const auto mode = cap.access_mode().mode();
+  switch (mode) {
+    case VolumeCapability::AccessMode::SINGLE_NODE_WRITER:
+    case VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY:
+      return "";
+    default:
+      return "access mode " + ModeName(mode) +
+             " is not supported: a volume is a LUN that one node uses at a time "
+             "(SINGLE_NODE_WRITER or SINGLE_NODE_READER_ONLY)";
+  }
+}
+
+std::string UnsupportedCapability(
+    const google::protobuf::RepeatedPtrField<VolumeCapability>& caps) {
+  for (const auto& c : caps) {
+    if (std::string why = UnsupportedCapability(c); !why.empty()) return why;
+  }
+  return "";
+}
+
+Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, std::string>& s) {
+  auto get = [&](const char* key) {
+    auto it = s.find(key);
+    return it == s.end() ? std::string() : it->second;
+  };
+  ChapSecrets out{get(kChapUser), get(kChapSecret), get(kChapUserIn), get(kChapSecretIn)};
+  auto pair = [](const std::string& user, const std::string& secret, const char* ukey,
+                 const char* skey) -> Status {
+    if (user.empty() != secret.empty()) {
+      return InvalidArgument(std::string("secrets: ") + (user.empty() ? skey : ukey) +
+                             " is set without " + (user.empty() ? ukey : skey));
+    }
+    return Status::Ok();
+  };
+  if (Status p = pair(out.user, out.secret, kChapUser, kChapSecret); !p.ok()) return p;
+  if (Status p = pair(out.user_in, out.secret_in, kChapUserIn, kChapSecretIn); !p.ok()) return p;
+  if (!out.user_in.empty() && out.user.empty()) {
+    return InvalidArgument(std::string("secrets: mutual CHAP (") + kChapUserIn + ") needs " +
+                           kChapUser + " as well");
+  }
+  return out;
+}
+
+std::string PageTokenAfter(std::string_view id) {
+  return std::string(kTokenPrefix) + std::string(id);
+}
+
+std::optional<std::string> ParsePageToken(std::string_view token) {
+  if (!token.starts_with(kTokenPrefix) || token.size() == kTokenPrefix.size()) return std::nullopt;
+  return std::string(token.substr(kTokenPrefix.size()));
+}
+
+}  // namespace iscsigw::csi

@@ -1,0 +1,104 @@
+// How iscsigw-csi maps CSI volumes and snapshots onto gateway objects: names, sizes, parameters
+// and capabilities. Pure functions of their arguments (no I/O, no gRPC), shared by the controller
+// (csi/controller_service.h) and its unit tests; any thread may call them.
+//
+// The volume model, a contract the node service relies on:
+//   - One gateway target per volume, its LUN 0. volume_id is the target's short name: the CSI
+//     name itself when it is a plain IQN suffix (VolumeIdForName), else "vol-" + 32 hex digits of
+//     its SHA-256. The target's full IQN is kGatewayIqnPrefix + volume_id; its alias is
+//     kVolumeAliasPrefix + the CSI name (only such targets are volumes).
+//   - The backing is a file the gateway creates, `<volume_id>.img` relative to its --lun-dir.
+//   - volume_context: targetIqn, lun ("0"), portals (comma-separated HOST:PORT), blockSize.
+//   - CHAP comes from the secrets under kChap* keys (the provisioner's and the node-stage secret).
+//   - snapshot_id is the gateway snapshot's name (SnapshotIdForName).
+#pragma once
+
+#include <google/protobuf/map.h>
+#include <google/protobuf/repeated_ptr_field.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "csi/v1/csi.pb.h"
+#include "dataplane/base/status.h"
+
+namespace iscsigw::csi {
+
+// The gateway's default IQN prefix (DESIGN.md contracts): a short target name lives under it.
+inline constexpr std::string_view kGatewayIqnPrefix = "iqn.2026-11.io.iscsigw:";
+inline constexpr std::string_view kVolumeAliasPrefix = "csi:";
+inline constexpr uint64_t kDefaultVolumeBytes = uint64_t{1} << 30;
+// CSI spec "Size Limits": a CO keeps names and ids within 128 bytes.
+inline constexpr size_t kMaxNameBytes = 128;
+
+// volume_context keys.
+inline constexpr char kCtxTargetIqn[] = "targetIqn";
+inline constexpr char kCtxLun[] = "lun";
+inline constexpr char kCtxPortals[] = "portals";
+inline constexpr char kCtxBlockSize[] = "blockSize";
+
+// Secret keys (open-iscsi's node.session.auth.* names). The *_in pair is mutual CHAP.
+inline constexpr char kChapUser[] = "node.session.auth.username";
+inline constexpr char kChapSecret[] = "node.session.auth.password";
+inline constexpr char kChapUserIn[] = "node.session.auth.username_in";
+inline constexpr char kChapSecretIn[] = "node.session.auth.password_in";
+
+// A name usable as the target's short name as it is: 1..64 of [a-z0-9.-] and not itself a full
+// iSCSI name (iqn., eui., naa.), which the gateway would take as one.
+bool IsPlainVolumeName(std::string_view name);
+// The volume_id (target short name) of the volume named `name`.
+std::string VolumeIdForName(std::string_view name);
+// The gateway's snapshot name rule: 1..128 of [A-Za-z0-9._-], not starting with '.'.
+bool IsGatewaySnapshotName(std::string_view name);
+// The snapshot_id of the snapshot named `name`: the name, or "snap-" + 64 hex digits of SHA-256.
+std::string SnapshotIdForName(std::string_view name);
+// The volume_id of a gateway target name, if it is a short name under kGatewayIqnPrefix.
+std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn);
+// The relative path of a volume's backing file (resolved under the gateway's --lun-dir).
+std::string BackingPathFor(std::string_view volume_id);
+
+// CreateVolume's (and GetCapacity's) StorageClass parameters.
+struct VolumeParams {
+  uint32_t block_size = 512;  // blockSize: 512 | 4096
+  bool thick = false;         // provisioning: thin | thick
+  bool direct = false;        // direct: true | false (O_DIRECT backing)
+};
+// INVALID_ARGUMENT names the key for an unknown key or a bad value. Keys under
+// "csi.storage.k8s.io/" (fstype, PVC name and namespace passed by external-provisioner) are
+// the CO's and the node's business and are accepted unread.
+Result<VolumeParams> ParseVolumeParameters(
+    const google::protobuf::Map<std::string, std::string>& p);
+
+// The size of a new volume for `range` (null: none given): required_bytes rounded up to the block
+// size; 0: kDefaultVolumeBytes, or the largest multiple of the block size within
+// limit_bytes when that is smaller. INVALID_ARGUMENT for a negative value or limit < required,
+// OUT_OF_RANGE when no size in the range is a multiple of the block size.
+Result<uint64_t> VolumeBytes(const ::csi::v1::CapacityRange* range, uint32_t block_size);
+// An existing volume of `bytes` satisfies `range` (null: any size does).
+bool CapacityFits(uint64_t bytes, const ::csi::v1::CapacityRange* range);
+// `bytes` rounded up to a multiple of `block_size`; nullopt on overflow.
+std::optional<uint64_t> RoundUp(uint64_t bytes, uint32_t block_size);
+
+// Empty when every capability is supported: mount or block access with a single-node access mode
+// (a LUN with a local file system is usable by one node at a time); else why not, naming the
+// capability.
+std::string UnsupportedCapability(
+    const google::protobuf::RepeatedPtrField<::csi::v1::VolumeCapability>& caps);
+std::string UnsupportedCapability(const ::csi::v1::VolumeCapability& cap);
+
+// CHAP credentials from CSI secrets. Unset user: no CHAP. INVALID_ARGUMENT (naming keys, never
+// values) for a user without a password or the reverse, or a mutual pair without the one-way one.
+struct ChapSecrets {
+  std::string user, secret, user_in, secret_in;
+  bool enabled() const { return !user.empty(); }
+};
+Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, std::string>& s);
+
+// Page tokens of ListVolumes / ListSnapshots: "after:" + the last id of the previous page.
+std::string PageTokenAfter(std::string_view id);
+// The id a token names; nullopt for a token this plugin never issued (CSI: ABORTED).
+std::optional<std::string> ParsePageToken(std::string_view token);
+
+}  // namespace iscsigw::csi

@@ -1,0 +1,212 @@
+// csi/volume_model.h: the names, sizes, parameters and capabilities the controller maps CSI
+// requests with. The node service relies on the volume_id rule, so it is pinned here.
+#include "csi/volume_model.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace iscsigw::csi {
+namespace {
+
+using ::csi::v1::CapacityRange;
+using ::csi::v1::VolumeCapability;
+using Mode = ::csi::v1::VolumeCapability::AccessMode;
+
+TEST(VolumeId, IsTheNameWhenItIsAPlainIqnSuffix) {
+  EXPECT_EQ(VolumeIdForName("pvc-0b6c2e9e-4f5d-4c1a-9d7e-3f1e2a4b5c6d"),
+            "pvc-0b6c2e9e-4f5d-4c1a-9d7e-3f1e2a4b5c6d");
+  EXPECT_EQ(VolumeIdForName("a.b-c9"), "a.b-c9");
+  EXPECT_EQ(VolumeIdForName(std::string(64, 'x')), std::string(64, 'x'));
+}
+
+TEST(VolumeId, HashesEverythingElse) {
+  const std::string id = VolumeIdForName("Upper");
+  EXPECT_EQ(id.size(), 4u + 32u);
+  EXPECT_EQ(id.substr(0, 4), "vol-");
+  EXPECT_EQ(id, VolumeIdForName("Upper"));  // stable
+  EXPECT_NE(id, VolumeIdForName("upper2"));
+  EXPECT_TRUE(IsPlainVolumeName(id));
+  for (const std::string& name :
+       {std::string(65, 'x'), std::string("a_b"), std::string("a b"), std::string("a:b"),
+        std::string("iqn.2020-01.x"), std::string("eui.0123456789abcdef"), std::string("naa.1"),
+        std::string("")}) {
+    EXPECT_FALSE(IsPlainVolumeName(name)) << name;
+    EXPECT_TRUE(VolumeIdForName(name).starts_with("vol-")) << name;
+  }
+  EXPECT_EQ(VolumeIdForName("abc"), "abc");
+  // Known answer (sha256 of "ABC"): a volume_id never changes once a PV records it.
+  EXPECT_EQ(VolumeIdForName("ABC"), "vol-b5d4045c3f466fa91fe2cc6abe79232a");
+}
+
+TEST(VolumeId, RoundTripsThroughTheTargetName) {
+  EXPECT_EQ(VolumeIdOfTarget("iqn.2026-11.io.iscsigw:pvc-1"), "pvc-1");
+  EXPECT_EQ(VolumeIdOfTarget("iqn.2026-11.io.iscsigw:"), std::nullopt);
+  EXPECT_EQ(VolumeIdOfTarget("iqn.2020-01.com.example:pvc-1"), std::nullopt);
+  EXPECT_EQ(VolumeIdOfTarget("iqn.2026-11.io.iscsigw:a:b"), std::nullopt);
+  EXPECT_EQ(BackingPathFor("pvc-1"), "pvc-1.img");
+}
+
+TEST(SnapshotId, IsTheNameWhenTheGatewayTakesIt) {
+  EXPECT_EQ(SnapshotIdForName("snapshot-1b2c_X.y"), "snapshot-1b2c_X.y");
+  EXPECT_EQ(SnapshotIdForName(std::string(128, 's')), std::string(128, 's'));
+  for (const std::string& name : {std::string(129, 's'), std::string(".hidden"), std::string("a/b"),
+                                  std::string("a b"), std::string("")}) {
+    const std::string id = SnapshotIdForName(name);
+    EXPECT_EQ(id.size(), 5u + 64u) << name;
+    EXPECT_TRUE(id.starts_with("snap-")) << name;
+    EXPECT_TRUE(IsGatewaySnapshotName(id)) << name;
+  }
+}
+
+CapacityRange Range(int64_t required, int64_t limit) {
+  CapacityRange r;
+  r.set_required_bytes(required);
+  r.set_limit_bytes(limit);
+  return r;
+}
+
+TEST(VolumeBytes, RoundsRequiredUpToTheBlockSize) {
+  auto r = Range(1000, 0);
+  EXPECT_EQ(VolumeBytes(&r, 512).value(), 1024u);
+  EXPECT_EQ(VolumeBytes(&r, 4096).value(), 4096u);
+  r = Range(8192, 8192);
+  EXPECT_EQ(VolumeBytes(&r, 4096).value(), 8192u);
+}
+
+TEST(VolumeBytes, DefaultsToOneGibibyteWithinTheLimit) {
+  EXPECT_EQ(VolumeBytes(nullptr, 512).value(), kDefaultVolumeBytes);
+  auto r = Range(0, 0);
+  EXPECT_EQ(VolumeBytes(&r, 512).value(), kDefaultVolumeBytes);
+  r = Range(0, 10'000'000);
+  EXPECT_EQ(VolumeBytes(&r, 4096).value(), 10'000'000u / 4096 * 4096);
+  r = Range(0, 100);
+  EXPECT_EQ(VolumeBytes(&r, 512).status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(VolumeBytes, RefusesWhatTheRangeCannotHold) {
+  auto r = Range(1000, 1000);  // 1024 after rounding
+  EXPECT_EQ(VolumeBytes(&r, 512).status().code(), StatusCode::kOutOfRange);
+  r = Range(2000, 1000);
+  EXPECT_EQ(VolumeBytes(&r, 512).status().code(), StatusCode::kInvalidArgument);
+  r = Range(-1, 0);
+  EXPECT_EQ(VolumeBytes(&r, 512).status().code(), StatusCode::kInvalidArgument);
+  r = Range(INT64_MAX, 0);
+  EXPECT_EQ(VolumeBytes(&r, 4096).value(), uint64_t{INT64_MAX} / 4096 * 4096 + 4096);
+  EXPECT_EQ(RoundUp(UINT64_MAX, 512), std::nullopt);
+}
+
+TEST(CapacityFits, ChecksBothEnds) {
+  auto r = Range(1024, 4096);
+  EXPECT_TRUE(CapacityFits(1024, &r));
+  EXPECT_TRUE(CapacityFits(4096, &r));
+  EXPECT_FALSE(CapacityFits(512, &r));
+  EXPECT_FALSE(CapacityFits(8192, &r));
+  EXPECT_TRUE(CapacityFits(1, nullptr));
+  r = Range(0, 0);
+  EXPECT_TRUE(CapacityFits(1 << 30, &r));
+}
+
+google::protobuf::Map<std::string, std::string> Params(
+    std::initializer_list<std::pair<const char*, const char*>> kv) {
+  google::protobuf::Map<std::string, std::string> m;
+  for (const auto& [k, v] : kv) m[k] = v;
+  return m;
+}
+
+TEST(VolumeParameters, ParsesEveryKnownKey) {
+  auto p = ParseVolumeParameters(Params({}));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.value().block_size, 512u);
+  EXPECT_FALSE(p.value().thick);
+  EXPECT_FALSE(p.value().direct);
+  p = ParseVolumeParameters(Params({{"blockSize", "4096"},
+                                    {"provisioning", "thick"},
+                                    {"direct", "true"},
+                                    {"csi.storage.k8s.io/fstype", "xfs"},
+                                    {"csi.storage.k8s.io/pvc/name", "data"}}));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p.value().block_size, 4096u);
+  EXPECT_TRUE(p.value().thick);
+  EXPECT_TRUE(p.value().direct);
+}
+
+TEST(VolumeParameters, NamesTheKeyItRefuses) {
+  struct Case {
+    const char* key;
+    const char* value;
+  };
+  for (const Case c : {Case{"blockSize", "1024"}, Case{"provisioning", "lazy"},
+                       Case{"direct", "yes"}, Case{"fsType", "ext4"}}) {
+    auto p = ParseVolumeParameters(Params({{c.key, c.value}}));
+    ASSERT_FALSE(p.ok()) << c.key;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find(c.key), std::string::npos) << p.status().message();
+  }
+}
+
+VolumeCapability Cap(Mode::Mode mode, bool block) {
+  VolumeCapability c;
+  if (block) {
+    c.mutable_block();
+  } else {
+    c.mutable_mount()->set_fs_type("ext4");
+  }
+  c.mutable_access_mode()->set_mode(mode);
+  return c;
+}
+
+TEST(Capabilities, OnlySingleNodeModesWithAnAccessType) {
+  EXPECT_EQ(UnsupportedCapability(Cap(Mode::SINGLE_NODE_WRITER, false)), "");
+  EXPECT_EQ(UnsupportedCapability(Cap(Mode::SINGLE_NODE_READER_ONLY, true)), "");
+  for (auto mode : {Mode::MULTI_NODE_MULTI_WRITER, Mode::MULTI_NODE_READER_ONLY,
+                    Mode::MULTI_NODE_SINGLE_WRITER, Mode::UNKNOWN}) {
+    const std::string why = UnsupportedCapability(Cap(mode, false));
+    EXPECT_NE(why.find(Mode::Mode_Name(mode)), std::string::npos) << why;
+  }
+  VolumeCapability none;
+  none.mutable_access_mode()->set_mode(Mode::SINGLE_NODE_WRITER);
+  EXPECT_NE(UnsupportedCapability(none), "");
+  google::protobuf::RepeatedPtrField<VolumeCapability> caps;
+  *caps.Add() = Cap(Mode::SINGLE_NODE_WRITER, true);
+  EXPECT_EQ(UnsupportedCapability(caps), "");
+  *caps.Add() = Cap(Mode::MULTI_NODE_MULTI_WRITER, true);
+  EXPECT_NE(UnsupportedCapability(caps), "");
+}
+
+TEST(ChapSecrets, OneWayMutualAndNone) {
+  auto c = ParseChapSecrets(Params({}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c.value().enabled());
+  c = ParseChapSecrets(Params({{kChapUser, "u"}, {kChapSecret, "secret-0123456789"}}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value().user, "u");
+  EXPECT_EQ(c.value().secret, "secret-0123456789");
+  c = ParseChapSecrets(
+      Params({{kChapUser, "u"}, {kChapSecret, "s"}, {kChapUserIn, "t"}, {kChapSecretIn, "m"}}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value().user_in, "t");
+  EXPECT_EQ(c.value().secret_in, "m");
+}
+
+TEST(ChapSecrets, RefusesHalfPairsWithoutEchoingSecrets) {
+  for (const auto& m : {Params({{kChapUser, "u"}}), Params({{kChapSecret, "hunter2hunter2"}}),
+                        Params({{kChapUserIn, "t"}, {kChapSecretIn, "hunter2hunter2"}}),
+                        Params({{kChapUser, "u"}, {kChapSecret, "s"}, {kChapUserIn, "t"}})}) {
+    auto c = ParseChapSecrets(m);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.status().message().find("hunter2"), std::string::npos);
+    EXPECT_NE(c.status().message().find("node.session.auth."), std::string::npos);
+  }
+}
+
+TEST(PageToken, RoundTripsAndRefusesForeignTokens) {
+  EXPECT_EQ(ParsePageToken(PageTokenAfter("pvc-1")), "pvc-1");
+  EXPECT_EQ(ParsePageToken("invalid-token"), std::nullopt);
+  EXPECT_EQ(ParsePageToken("after:"), std::nullopt);
+  EXPECT_EQ(ParsePageToken("3"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace iscsigw::csi
