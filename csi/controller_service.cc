@@ -767,9 +767,10 @@ grpc::Status ControllerService::DoExpand(const ::csi::v1::ControllerExpandVolume
                                           std::to_string(limit) + "; volumes do not shrink"};
   }
   resp->set_capacity_bytes(ToInt64(size));
-  // A block volume is the device itself; a file system on it is grown by the node.
-  resp->set_node_expansion_required(
-      !(req.has_volume_capability() && req.volume_capability().has_block()));
+  // Always: the node's initiator must rescan its sessions to see the new size, block volume or
+  // not. Linux only logs the capacity-changed unit attention; the sd device keeps its old size
+  // until a rescan (tests/interop/test_csi_lifecycle.py, raw block volume).
+  resp->set_node_expansion_required(true);
   return grpc::Status::OK;
 }
 

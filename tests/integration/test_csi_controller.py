@@ -430,7 +430,8 @@ class ControllerTest(Base):
         c.logout()
         c.close()
         resp = expand(req(24 * MiB, block=True), timeout=30)
-        self.assertEqual((resp.capacity_bytes, resp.node_expansion_required), (24 * MiB, False))
+        # Block too: the node's initiator must rescan to see the new size.
+        self.assertEqual((resp.capacity_bytes, resp.node_expansion_required), (24 * MiB, True))
         # Already as large: OK with the size it has (CSI spec); a LUN never shrinks.
         resp = expand(req(24 * MiB), timeout=30)
         self.assertEqual(resp.capacity_bytes, 24 * MiB)
