@@ -70,9 +70,9 @@ class GatewayVolumes:
         self.gw.ctl("acl", "add", volume_id, node_id)
         return {}
 
-    def expand(self, volume_id, size):
+    def expand(self, volume_id, size, cap):
         self.gw.ctl("lun", "resize", volume_id, 0, size)
-        return True  # node expansion required
+        return True  # node expansion required: the node must rescan to see the new size
 
     def unpublish(self, volume_id, node_id):
         self.gw.ctl("acl", "remove", volume_id, node_id)
@@ -101,10 +101,10 @@ class ControllerVolumes:
             volume_id=volume_id, node_id=node_id, volume_capability=cap), timeout=60)
         return dict(resp.publish_context)
 
-    def expand(self, volume_id, size):
+    def expand(self, volume_id, size, cap):
         resp = self.stub.ControllerExpandVolume(csi_pb2.ControllerExpandVolumeRequest(
-            volume_id=volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=size)),
-            timeout=60)
+            volume_id=volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+            volume_capability=cap), timeout=60)
         return resp.node_expansion_required
 
     def unpublish(self, volume_id, node_id):
@@ -266,7 +266,7 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.assertGreater(before[csi_pb2.VolumeUsage.BYTES].used, 16 * MiB)
         self.assertGreater(before[csi_pb2.VolumeUsage.INODES].total, 0)
 
-        if volumes.expand(volume_id, grown):
+        if volumes.expand(volume_id, grown, cap):
             resp = self.node_call("NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(
                 volume_id=volume_id, volume_path=target, staging_target_path=staging,
                 volume_capability=cap, capacity_range=csi_pb2.CapacityRange(required_bytes=grown)))
@@ -332,7 +332,7 @@ class CsiLifecycleTest(g.InteropTestCase):
         # A restarted plugin carries on from its records.
         self.stop_node_plugin()
         self.start_node_plugin()
-        if volumes.expand(volume_id, grown):
+        if volumes.expand(volume_id, grown, cap):
             resp = self.node_call("NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(
                 volume_id=volume_id, volume_path=target, volume_capability=cap,
                 capacity_range=csi_pb2.CapacityRange(required_bytes=grown)))
