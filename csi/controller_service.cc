@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "csi/grpc_status.h"
 #include "csi/volume_model.h"
 #include "dataplane/base/log.h"
 
@@ -25,20 +26,6 @@ using grpc::StatusCode;
 constexpr int kGatewayPage = 1000;
 
 grpc::Status Invalid(const std::string& msg) { return {StatusCode::INVALID_ARGUMENT, msg}; }
-
-// CSI codes from our own Status (csi/volume_model.h's checks).
-grpc::Status FromStatus(const Status& s) {
-  switch (s.code()) {
-    case iscsigw::StatusCode::kOk:
-      return grpc::Status::OK;
-    case iscsigw::StatusCode::kInvalidArgument:
-      return {StatusCode::INVALID_ARGUMENT, s.message()};
-    case iscsigw::StatusCode::kOutOfRange:
-      return {StatusCode::OUT_OF_RANGE, s.message()};
-    default:
-      return {StatusCode::INTERNAL, s.message()};
-  }
-}
 
 // A gateway error as the CSI error of the call that made it (CSI spec, the error tables of each
 // RPC): the codes the gateway shares with CSI pass through (INVALID_ARGUMENT, NOT_FOUND,
@@ -282,9 +269,9 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     return Invalid(why);
   }
   auto params = ParseVolumeParameters(req.parameters());
-  if (!params.ok()) return FromStatus(params.status());
+  if (!params.ok()) return ToGrpcStatus(params.status());
   auto chap = ParseChapSecrets(req.secrets());
-  if (!chap.ok()) return FromStatus(chap.status());
+  if (!chap.ok()) return ToGrpcStatus(chap.status());
   const std::string volume_id = VolumeIdForName(name);
   const std::string who = "volume " + volume_id + " (" + name + ")";
 
@@ -327,7 +314,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   uint64_t size = 0;
   if (!has_source || (range != nullptr && range->required_bytes() > 0)) {
     auto bytes = VolumeBytes(range, block_size);
-    if (!bytes.ok()) return FromStatus(bytes.status());
+    if (!bytes.ok()) return ToGrpcStatus(bytes.status());
     size = bytes.value();
   }
 
@@ -618,7 +605,7 @@ grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
 grpc::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityRequest& req,
                                               ::csi::v1::GetCapacityResponse* resp) {
   auto params = ParseVolumeParameters(req.parameters());
-  if (!params.ok()) return FromStatus(params.status());
+  if (!params.ok()) return ToGrpcStatus(params.status());
   // CSI spec: the capacity for volumes with these capabilities, none for unsupported ones.
   if (!UnsupportedCapability(req.volume_capabilities()).empty()) {
     resp->set_available_capacity(0);
