@@ -27,6 +27,10 @@ test_pkgs=(
   heaptrack
   # tests/integration/test_lun_files.py: snapshots that share blocks, on a loop-mounted XFS.
   xfsprogs util-linux mount
+  # scripts/ceph-test-cluster.sh, the throwaway Ceph cluster (one mon, one OSD) of the rbd backing
+  # store's tests, and tests/ceph: the daemons, the ceph/rados/rbd tools, librados and librbd for
+  # Python; librbd's headers for the rbd backing store to come (they ship no pkg-config file).
+  ceph-mon ceph-osd ceph-common python3-rados python3-rbd librbd-dev
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and
