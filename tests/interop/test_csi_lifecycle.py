@@ -11,10 +11,10 @@ system is staged a second time to show that its data survives and that mkfs does
 and the node plugin is restarted between publish and expand of the block volume (its records
 carry the volume over).
 
-The controller side goes through the CSI Controller when the plugin offers CREATE_DELETE_VOLUME;
-until then (GatewayVolumes) the test makes the same volumes with iscsigwctl (target, LUN 0 in the
-gateway's --lun-dir, an ACL entry for the node) and hands NodeStage the volume context the
-controller's contract names: targetIqn, lun, portals, blockSize.
+Every controller step is made twice as well, through the CSI Controller. From the file-system
+volume a snapshot and a clone are taken after data was written and synced; the file is then
+overwritten, and a volume restored from the snapshot and the clone, each staged in the guest,
+must hold the data as it was when each was taken.
 """
 import os
 import sys
@@ -34,7 +34,6 @@ from harness import BUILD, IQN_PREFIX  # noqa: E402
 CSI_PORT = 10000  # the node plugin's port inside the guest
 PLUGIN = "/opt/iscsigw/bin/iscsigw-csi"
 Cap = csi_pb2.VolumeCapability
-RPC = csi_pb2.ControllerServiceCapability.RPC
 MiB = 1 << 20
 
 
@@ -48,86 +47,55 @@ def block_cap():
                access_mode=Cap.AccessMode(mode=Cap.AccessMode.SINGLE_NODE_WRITER))
 
 
-class GatewayVolumes:
-    """Volumes made on the gateway with iscsigwctl, shaped as the controller makes them: one
-    target per volume, LUN 0 a file in the LUN directory, the node's IQN in the ACL."""
-
-    name = "iscsigwctl"
-
-    def __init__(self, gw):
-        self.gw = gw
-
-    def create(self, name, size):
-        iqn = IQN_PREFIX + name
-        self.gw.ctl("target", "create", iqn)
-        self.gw.ctl("lun", "create", iqn, 0, "--backing", "file", "--path", name + ".img",
-                    "--create", "--size", size)
-        context = {"targetIqn": iqn, "lun": "0", "portals": ",".join(self.gw.guest_portals()),
-                   "blockSize": "512"}
-        return iqn, context
-
-    def publish(self, volume_id, node_id, cap):
-        self.gw.ctl("acl", "add", volume_id, node_id)
-        return {}
-
-    def expand(self, volume_id, size, cap):
-        self.gw.ctl("lun", "resize", volume_id, 0, size)
-        return True  # node expansion required: the node must rescan to see the new size
-
-    def unpublish(self, volume_id, node_id):
-        self.gw.ctl("acl", "remove", volume_id, node_id)
-
-    def delete(self, volume_id):
-        self.gw.ctl("lun", "delete", volume_id, 0)
-        self.gw.ctl("target", "delete", volume_id)
-
-
 class ControllerVolumes:
-    """The same through csi.v1.Controller (iscsigw-csi --mode controller on the host)."""
+    """Volumes through csi.v1.Controller (iscsigw-csi --mode controller on the host). Every call
+    is made twice and must give the same answer: CSI calls are retried, so each is idempotent."""
 
-    name = "csi.v1.Controller"
-
-    def __init__(self, stub):
+    def __init__(self, stub, lun_dir):
         self.stub = stub
+        self.lun_dir = lun_dir
 
-    def create(self, name, size):
-        resp = self.stub.CreateVolume(csi_pb2.CreateVolumeRequest(
+    def twice(self, method, request):
+        first = getattr(self.stub, method)(request, timeout=60)
+        again = getattr(self.stub, method)(request, timeout=60)
+        if method not in ("CreateSnapshot",):  # creation_time is the first call's either way
+            assert first == again, f"{method} repeated: {first} != {again}"
+        return again
+
+    def create(self, name, size, source=None):
+        resp = self.twice("CreateVolume", csi_pb2.CreateVolumeRequest(
             name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
-            volume_capabilities=[mount_cap()]), timeout=60)
+            volume_capabilities=[mount_cap()], volume_content_source=source))
         return resp.volume.volume_id, dict(resp.volume.volume_context)
 
+    def snapshot(self, volume_id, name):
+        resp = self.twice("CreateSnapshot", csi_pb2.CreateSnapshotRequest(
+            source_volume_id=volume_id, name=name))
+        assert resp.snapshot.ready_to_use
+        return resp.snapshot.snapshot_id
+
+    def delete_snapshot(self, snapshot_id):
+        self.twice("DeleteSnapshot", csi_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id))
+
     def publish(self, volume_id, node_id, cap):
-        resp = self.stub.ControllerPublishVolume(csi_pb2.ControllerPublishVolumeRequest(
-            volume_id=volume_id, node_id=node_id, volume_capability=cap), timeout=60)
+        resp = self.twice("ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(
+            volume_id=volume_id, node_id=node_id, volume_capability=cap))
         return dict(resp.publish_context)
 
     def expand(self, volume_id, size, cap):
-        resp = self.stub.ControllerExpandVolume(csi_pb2.ControllerExpandVolumeRequest(
+        resp = self.twice("ControllerExpandVolume", csi_pb2.ControllerExpandVolumeRequest(
             volume_id=volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
-            volume_capability=cap), timeout=60)
+            volume_capability=cap))
+        assert resp.capacity_bytes == size
         return resp.node_expansion_required
 
     def unpublish(self, volume_id, node_id):
-        self.stub.ControllerUnpublishVolume(csi_pb2.ControllerUnpublishVolumeRequest(
-            volume_id=volume_id, node_id=node_id), timeout=60)
+        self.twice("ControllerUnpublishVolume", csi_pb2.ControllerUnpublishVolumeRequest(
+            volume_id=volume_id, node_id=node_id))
 
     def delete(self, volume_id):
-        self.stub.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=volume_id), timeout=60)
-
-
-def controller_volumes(channel, gw):
-    """The Controller when it can create volumes, else the gateway driven directly."""
-    stub = csi_grpc.ControllerStub(channel)
-    try:
-        caps = stub.ControllerGetCapabilities(csi_pb2.ControllerGetCapabilitiesRequest(),
-                                              timeout=10)
-    except grpc.RpcError as e:
-        if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-            raise
-        return GatewayVolumes(gw)
-    if any(c.rpc.type == RPC.CREATE_DELETE_VOLUME for c in caps.capabilities):
-        return ControllerVolumes(stub)
-    return GatewayVolumes(gw)
+        self.twice("DeleteVolume", csi_pb2.DeleteVolumeRequest(volume_id=volume_id))
+        assert not os.path.exists(os.path.join(self.lun_dir, volume_id + ".img"))
 
 
 class CsiLifecycleTest(g.InteropTestCase):
@@ -196,8 +164,8 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.gateway = g.GatewayOnKnownPorts(extra_args=("--lun-dir", lun_dir)).start()
         gw = self.gateway
         self.controller = CsiPlugin(mode="controller", gateway=gw.grpc).start()
-        volumes = controller_volumes(grpc.insecure_channel(self.controller.target), gw)
-        print(f"csi lifecycle: volumes through {volumes.name}", file=sys.stderr)
+        volumes = ControllerVolumes(
+            csi_grpc.ControllerStub(grpc.insecure_channel(self.controller.target)), lun_dir)
 
         started = time.monotonic()
         self.vm = g.Guest("shell", {}, bin_dir=os.path.join(BUILD, "bin"), forward=(CSI_PORT,))
@@ -276,6 +244,26 @@ class CsiLifecycleTest(g.InteropTestCase):
                            before[csi_pb2.VolumeUsage.BYTES].total * 3 // 2)
         self.assertEqual(self.vm.check(f"sha256sum {target}/data | cut -d' ' -f1").strip(), data)
 
+        # A snapshot and a clone keep the data as it was; the volume then moves on.
+        self.vm.check(f"sync -f {target}/data")
+        snapshot_id = volumes.snapshot(volume_id, name + "-snap")
+        clone_id, clone_context = volumes.create(
+            name + "-clone", grown, csi_pb2.VolumeContentSource(
+                volume=csi_pb2.VolumeContentSource.VolumeSource(volume_id=volume_id)))
+        self.vm.check(f"dd if=/dev/urandom of={target}/data bs=1M count=16 status=none "
+                      f"conv=notrunc; sync -f {target}/data")
+        restored_id, restored_context = volumes.create(
+            name + "-restored", grown, csi_pb2.VolumeContentSource(
+                snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id=snapshot_id)))
+        for copy_id, copy_context in [(clone_id, clone_context),
+                                      (restored_id, restored_context)]:
+            self.assertEqual(self.copy_checksum(volumes, node_id, copy_id, copy_context, cap,
+                                                secrets), data, copy_id)
+        volumes.delete_snapshot(snapshot_id)
+        now = self.vm.check(f"sha256sum {target}/data | cut -d' ' -f1").strip()
+        self.assertNotEqual(now, data)
+        data = now
+
         # No secret in the node plugin's log, at debug level, after a CHAP stage.
         log = self.guest_log()
         self.assertNotIn(secret, log)
@@ -304,6 +292,31 @@ class CsiLifecycleTest(g.InteropTestCase):
             volume_id=volume_id, staging_target_path=staging), times=1)
         volumes.unpublish(volume_id, node_id)
         volumes.delete(volume_id)
+
+    def copy_checksum(self, volumes, node_id, volume_id, context, cap, secrets):
+        """Stages a copy (snapshot restore or clone) on the node, read-only, and returns the
+        checksum of its data file; then detaches and deletes it. A copy has no CHAP of its own
+        unless the source's is set on it: the same credentials as the source, as a StorageClass
+        secret would give every volume."""
+        iqn = context["targetIqn"]
+        self.gateway.ctl("auth", "set", iqn, "--user", secrets["node.session.auth.username"],
+                         "--secret-file", self.secret("copy-chap",
+                                                      secrets["node.session.auth.password"]),
+                         "--mutual-user", secrets["node.session.auth.username_in"],
+                         "--mutual-secret-file", self.secret(
+                             "copy-mutual", secrets["node.session.auth.password_in"]))
+        publish_context = volumes.publish(volume_id, node_id, cap)
+        staging = f"/var/lib/kubelet/plugins/staging/{volume_id}"
+        self.vm.check(f"mkdir -p {staging}")
+        self.node_call("NodeStageVolume", csi_pb2.NodeStageVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            volume_capability=cap, secrets=secrets, volume_context=context), times=1)
+        digest = self.vm.check(f"sha256sum {staging}/data | cut -d' ' -f1").strip()
+        self.node_call("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=volume_id, staging_target_path=staging), times=1)
+        volumes.unpublish(volume_id, node_id)
+        volumes.delete(volume_id)
+        return digest
 
     def block_volume(self, volumes, node_id):
         name = "pvc-" + uuid.uuid4().hex[:12]
