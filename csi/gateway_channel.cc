@@ -4,22 +4,9 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <fstream>
-#include <sstream>
+#include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {
-namespace {
-
-Result<std::string> ReadPem(const std::string& path, const std::string& flag) {
-  std::ifstream in(path);
-  if (!in) return InvalidArgument(flag + " " + path + ": cannot open for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().empty()) return InvalidArgument(flag + " " + path + ": empty file");
-  return ss.str();
-}
-
-}  // namespace
 
 Result<std::shared_ptr<grpc::Channel>> MakeGatewayChannel(const std::string& target,
                                                           const GatewayTls& tls) {
@@ -41,14 +28,14 @@ Result<std::shared_ptr<grpc::Channel>> MakeGatewayChannel(const std::string& tar
   } else {
     grpc::SslCredentialsOptions opts;
     if (!tls.ca_file.empty()) {
-      auto ca = ReadPem(tls.ca_file, "--tls-ca");
+      auto ca = rpc::ReadPemFile(tls.ca_file, "--tls-ca");
       if (!ca.ok()) return ca.status();
       opts.pem_root_certs = ca.value();
     }
     if (!tls.cert_file.empty()) {
-      auto cert = ReadPem(tls.cert_file, "--tls-cert");
+      auto cert = rpc::ReadPemFile(tls.cert_file, "--tls-cert");
       if (!cert.ok()) return cert.status();
-      auto key = ReadPem(tls.key_file, "--tls-key");
+      auto key = rpc::ReadPemFile(tls.key_file, "--tls-key");
       if (!key.ok()) return key.status();
       opts.pem_cert_chain = cert.value();
       opts.pem_private_key = key.value();

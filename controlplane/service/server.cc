@@ -8,21 +8,12 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
+
+#include "rpc/grpc_util.h"
 
 namespace iscsigw::service {
 
 namespace {
-
-Result<std::string> ReadPem(const std::string& path, const std::string& flag) {
-  std::ifstream in(path);
-  if (!in) return InvalidArgument(flag + " " + path + ": cannot open for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().empty()) return InvalidArgument(flag + " " + path + ": empty file");
-  return ss.str();
-}
 
 // gRPC answers a request it cannot parse (a proto3 string field that is not UTF-8, a truncated
 // field) with UNIMPLEMENTED and no message: the callback API's stand-in for a handler it could
@@ -78,15 +69,15 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   if (tls.cert_file.empty()) {
     creds = grpc::InsecureServerCredentials();
   } else {
-    auto cert = ReadPem(tls.cert_file, "--tls-cert");
+    auto cert = rpc::ReadPemFile(tls.cert_file, "--tls-cert");
     if (!cert.ok()) return cert.status();
-    auto key = ReadPem(tls.key_file, "--tls-key");
+    auto key = rpc::ReadPemFile(tls.key_file, "--tls-key");
     if (!key.ok()) return key.status();
     grpc::SslServerCredentialsOptions opts(
         tls.client_ca_file.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     if (!tls.client_ca_file.empty()) {
-      auto ca = ReadPem(tls.client_ca_file, "--tls-client-ca");
+      auto ca = rpc::ReadPemFile(tls.client_ca_file, "--tls-client-ca");
       if (!ca.ok()) return ca.status();
       opts.pem_root_certs = ca.value();
     }

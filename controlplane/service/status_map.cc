@@ -1,43 +1,15 @@
 #include "controlplane/service/status_map.h"
 
 #include "controlplane/state/text_check.h"
+#include "rpc/grpc_util.h"
 
 namespace iscsigw::service {
 
 grpc::Status ToGrpcStatus(const Status& status) {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (status.code()) {
-    case StatusCode::kOk:
-      return grpc::Status::OK;
-    case StatusCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case StatusCode::kAlreadyExists:
-      code = grpc::StatusCode::ALREADY_EXISTS;
-      break;
-    case StatusCode::kFailedPrecondition:
-      code = grpc::StatusCode::FAILED_PRECONDITION;
-      break;
-    case StatusCode::kOutOfRange:
-      code = grpc::StatusCode::OUT_OF_RANGE;
-      break;
-    case StatusCode::kResourceExhausted:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case StatusCode::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case StatusCode::kIoError:
-    case StatusCode::kInternal:
-      code = grpc::StatusCode::INTERNAL;
-      break;
-  }
+  if (status.ok()) return grpc::Status::OK;
   // Validators echo what the client sent ("character '\xe2' is not allowed"): the message a
   // client reads is well-formed UTF-8 without control characters whatever that was.
-  return grpc::Status(code, state::EscapeText(status.message()));
+  return grpc::Status(rpc::ToGrpcCode(status.code()), state::EscapeText(status.message()));
 }
 
 }  // namespace iscsigw::service

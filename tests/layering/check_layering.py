@@ -2,6 +2,7 @@
 
   server -> controlplane -> dataplane/api -> iscsi -> scsi -> pdu/backing -> base/runtime
 
+rpc/ (gRPC helpers shared by the control plane and the CSI driver) sits above base only.
 The control plane reaches the data plane only through dataplane/api (and base, its Status and
 logging); the metrics collectors also read the per-reactor counter shards of dataplane/runtime,
 by design (STYLE.md). The CSI driver is a gRPC client of the gateway and imports nothing of it.
@@ -20,6 +21,7 @@ RULES = [
     ("controlplane/metrics", ["dataplane/"],
      ["dataplane/api/", "dataplane/base/", "dataplane/runtime/"]),
     ("csi", ["dataplane/", "controlplane/", "server/"], ["dataplane/base/"]),
+    ("rpc", ["dataplane/", "controlplane/", "server/", "csi/"], ["dataplane/base/"]),
     ("dataplane", ["controlplane/", "server/", "csi/", "iscsigw/v1/"], []),
     ("dataplane/scsi", ["dataplane/iscsi/", "dataplane/api/"], []),
     ("dataplane/pdu", ["dataplane/iscsi/", "dataplane/scsi/", "dataplane/api/"], []),
