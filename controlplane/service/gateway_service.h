@@ -131,6 +131,8 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   // returned after every file was tried.
   Status RemoveCreatedFiles(const std::vector<v1::Lun>& gone, uint32_t* removed);
   Status DoCreateSnapshot(const v1::CreateSnapshotRequest& req, v1::Snapshot* resp);
+  // Live (non-discovery) sessions of a target.
+  size_t SessionsOf(const std::string& target) const;
 
   state::StateStore* const store_;
   api::Dataplane* const dataplane_;

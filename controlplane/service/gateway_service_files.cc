@@ -41,6 +41,14 @@ Status CheckSnapshotName(const std::string& name) {
   return Status::Ok();
 }
 
+// Why a copy of a LUN in use must share blocks: a sparse copy is not a point in time.
+std::string InUseReason(const std::string& source, size_t sessions) {
+  return source + " is in use by " + std::to_string(sessions) +
+         " session(s), and a copy made while it is written is not a point in time: log the "
+         "sessions out first, or keep the LUN directory on a file system that shares blocks "
+         "(XFS with reflink, btrfs)";
+}
+
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0 || errno != ENOENT;
@@ -61,6 +69,11 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
     auto resolved = state::ResolveLunPath(options_.lun_dir, file->path());
     if (!resolved.ok()) return InvalidArgument(who + ": file." + resolved.status().message());
     file->set_path(resolved.value());
+    if (!options_.lun_dir.empty() &&
+        file->path().rfind(state::SnapshotDir(options_.lun_dir) + "/", 0) == 0) {
+      return InvalidArgument(who + ": file.path " + file->path() +
+                             " is in the snapshot directory, which is the gateway's");
+    }
   }
   if (!has_source) {
     file->set_created(file->create() && !Exists(file->path()));
@@ -71,6 +84,7 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
   std::string source_path;
   std::string source_name;
   uint32_t source_block_size = 0;
+  size_t source_sessions = 0;  // a snapshot has none
   const auto snap = store_->Snapshot();
   if (req.source_case() == v1::CreateLunRequest::kSnapshot) {
     const v1::Snapshot* sn = FindSnapshot(*snap, req.snapshot());
@@ -88,6 +102,7 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
     }
     source_path = src->file().path();
     source_block_size = src->block_size() ? src->block_size() : 512;
+    source_sessions = SessionsOf(ref.target());
   }
   if (!file->create()) {
     return InvalidArgument(who + ": a LUN made from " + source_name +
@@ -98,7 +113,8 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
                            " differs from the " + std::to_string(source_block_size) + " of " +
                            source_name);
   }
-  auto copied = state::CopyLunFile(source_path, file->path(), lun->size_bytes());
+  auto copied = state::CopyLunFile(source_path, file->path(), lun->size_bytes(),
+                                   source_sessions > 0, InUseReason(source_name, source_sessions));
   if (!copied.ok()) {
     const Status& e = copied.status();
     return Status(e.code(), who + ": copy of " + source_name + ": " + e.message());
@@ -108,6 +124,16 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
   log::Ctl().info("{}: {}: {} copied to {} ({})", call_, who, source_name, file->path(),
                   copied.value().shared_blocks ? "shared blocks" : "full copy");
   return Status::Ok();
+}
+
+size_t GatewayServiceImpl::SessionsOf(const std::string& target) const {
+  if (dataplane_ == nullptr) return 0;
+  const std::string name = state::QualifyTargetName(target);
+  size_t n = 0;
+  for (const auto& s : dataplane_->ListSessions()) {
+    if (!s.discovery && s.target_name == name) ++n;
+  }
+  return n;
 }
 
 Status GatewayServiceImpl::RemoveCreatedFiles(const std::vector<v1::Lun>& gone, uint32_t* removed) {
@@ -167,9 +193,20 @@ Status GatewayServiceImpl::DoCreateSnapshot(const v1::CreateSnapshotRequest& req
     lun = *l;
   }
   const std::string path = state::SnapshotDir(options_.lun_dir) + "/" + req.name();
-  // A file there that no snapshot owns is what a crash between copy and commit left behind.
+  // A file there that no snapshot owns is what a crash between copy and commit left behind (no
+  // LUN may live in the snapshot directory; a state file that says otherwise keeps its file).
+  for (const auto& t : store_->Snapshot()->targets()) {
+    for (const auto& l : t.luns()) {
+      if (l.has_file() && l.file().path() == path) {
+        return FailedPrecondition("snapshot " + req.name() + ": " + path + " is the file of " +
+                                  LunName(l.id(), t.name()));
+      }
+    }
+  }
   if (Status s = state::RemoveLunFile(path); !s.ok()) return s;
-  auto copied = state::CopyLunFile(lun.file().path(), path, 0);
+  const size_t sessions = SessionsOf(target);
+  auto copied =
+      state::CopyLunFile(lun.file().path(), path, 0, sessions > 0, InUseReason(source, sessions));
   if (!copied.ok()) {
     return Status(copied.status().code(),
                   "snapshot " + req.name() + " of " + source + ": " + copied.status().message());

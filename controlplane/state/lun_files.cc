@@ -103,6 +103,9 @@ Result<std::string> ResolveLunPath(const std::string& dir, const std::string& pa
       return InvalidArgument("path " + path +
                              ": a relative path must be plain names without '.', '..' or '//'");
     }
+    if (start == 0 && part == "snapshots") {
+      return InvalidArgument("path " + path + ": snapshots/ in the LUN directory is the gateway's");
+    }
     start = end + 1;
   }
   return dir + (dir.back() == '/' ? "" : "/") + path;
@@ -146,8 +149,8 @@ bool SharesBlocks(const std::string& dir) {
   return shared;
 }
 
-Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst,
-                               uint64_t size_bytes) {
+Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes,
+                               bool clone_only, const std::string& why_clone_only) {
   Fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
   if (in.get() < 0) return FileError("open", src, errno);
   struct stat st {};
@@ -168,6 +171,9 @@ Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst,
   Status s = Status::Ok();
   if (::ioctl(out.get(), FICLONE, in.get()) == 0) {
     result.shared_blocks = true;
+  } else if (clone_only) {
+    s = FailedPrecondition(dst + " cannot share blocks with " + src + " (" + std::strerror(errno) +
+                           "); " + why_clone_only);
   } else {
     s = SparseCopy(in.get(), out.get(), src_size, src, dst);
   }

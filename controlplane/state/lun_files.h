@@ -15,7 +15,8 @@
 namespace iscsigw::state {
 
 // A relative LUN file path resolved against the LUN directory. The path must be a plain relative
-// name of 1..255 bytes per component without "." or ".." components; `dir` empty refuses it.
+// name of 1..255 bytes per component without "." or ".." components, outside the snapshot
+// directory (its first component is not "snapshots"); `dir` empty refuses it.
 Result<std::string> ResolveLunPath(const std::string& dir, const std::string& path);
 
 // Creates `dir` and `dir`/snapshots (mode 0750) when missing.
@@ -38,9 +39,12 @@ struct CopyResult {
 
 // Makes `dst` (which must not exist; created 0600) a copy of `src`'s contents, then extends it
 // to `size_bytes` when that is larger (0: the source's size). A copy that fails is removed. The
-// new file is fdatasync'ed and its directory fsync'ed before this returns. Writes that reach
-// `src` while a sparse copy runs may or may not be in it; a FICLONE is one point in time.
-Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes);
+// new file is fdatasync'ed and its directory fsync'ed before this returns. A FICLONE is one point
+// in time; writes that reach `src` while a sparse copy runs may or may not be in it, so with
+// `clone_only` a file system that cannot share blocks is FAILED_PRECONDITION (`why_clone_only`
+// ends the message) instead of a sparse copy.
+Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes,
+                               bool clone_only = false, const std::string& why_clone_only = "");
 
 // Removes a LUN's backing file: only a regular file, never a block device or anything else.
 // A missing file is Ok (already gone). The directory is fsync'ed.

@@ -173,3 +173,24 @@ class DaemonTestCase(unittest.TestCase):
         cls.daemon.cleanup()
         if rc != 0:
             raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+
+
+def loop_xfs(test, size=512 << 20):
+    """A reflink-capable XFS on a loop device, mounted for `test` (a unittest.TestCase) and
+    unmounted by its cleanup; None when this machine cannot make one (no loop device, no
+    mkfs.xfs: scripts/install-deps.sh installs xfsprogs)."""
+    if shutil.which("mkfs.xfs") is None:
+        return None
+    if subprocess.run(["losetup", "-f"], capture_output=True).returncode != 0:
+        return None
+    work = tempfile.mkdtemp(prefix="iscsigw-xfs-")
+    test.addCleanup(shutil.rmtree, work, True)
+    img, mnt = os.path.join(work, "fs.img"), os.path.join(work, "mnt")
+    os.mkdir(mnt)
+    with open(img, "wb") as f:
+        f.truncate(size)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", img], check=True)
+    if subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True).returncode != 0:
+        return None
+    test.addCleanup(subprocess.run, ["umount", mnt], check=False)
+    return mnt

@@ -10,7 +10,7 @@ import unittest
 
 import grpc
 
-from harness import IQN_PREFIX, INITIATOR, REPO, Daemon
+from harness import IQN_PREFIX, INITIATOR, REPO, Daemon, loop_xfs
 from iscsi_client import Initiator
 
 _GEN = tempfile.mkdtemp(prefix="iscsigw-pb2-")
@@ -88,10 +88,16 @@ class LunDirTest(Fixture):
     def test_relative_paths_that_escape_or_without_a_lun_dir_are_refused(self):
         d = self.start()
         d.ctl("target", "create", "esc")
-        for bad in ["../x.img", "a/../../x.img", "./x.img", "a//b.img"]:
+        # snapshots/ is the gateway's: a LUN there could be removed by a snapshot, or remove one.
+        err = self.fail_code(d, INVALID_ARGUMENT, "lun", "create", "esc", "0", "--backing",
+                             "file", "--path", os.path.join(self.lun_dir, "snapshots", "s"),
+                             "--create", "--size", "1M")
+        self.assertIn("snapshot directory", err)
+        for bad in ["../x.img", "a/../../x.img", "./x.img", "a//b.img", "snapshots/s"]:
             err = self.fail_code(d, INVALID_ARGUMENT, "lun", "create", "esc", "0", "--backing",
                                  "file", "--path", bad, "--create", "--size", "1M")
-            self.assertIn("relative path", err)
+            self.assertIn("the gateway's" if bad.startswith("snapshots") else "relative path",
+                          err)
         self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.lun_dir), "x.img")))
         plain = self.start(lun_dir=False)
         plain.ctl("target", "create", "esc")
@@ -247,6 +253,28 @@ class SnapshotTest(Fixture):
         with open(os.path.join(self.lun_dir, "c.img"), "rb") as f:
             self.assertEqual(f.read(), b"keep me")
 
+    def test_a_lun_in_use_is_not_copied_where_blocks_cannot_be_shared(self):
+        # ext4 (the test directory's file system) cannot share blocks: a copy of a LUN that a
+        # session may be writing would not be a point in time, so it is refused until the
+        # session is gone. (ReflinkTest takes them with a session, where FICLONE works.)
+        d = self.start()
+        if d.ctl_json("gateway", "capacity")["shares_blocks"]:
+            self.skipTest("the LUN directory shares blocks here")
+        self.file_lun(d, "busy", "busy.img")
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + "busy")
+        err = self.fail_code(d, FAILED_PRECONDITION, "snapshot", "create", "b1", "busy:0")
+        self.assertIn("in use by 1 session(s)", err)
+        d.ctl("target", "create", "copy")
+        err = self.fail_code(d, FAILED_PRECONDITION, "lun", "create", "copy", "0", "--backing",
+                             "file", "--path", "copy.img", "--create", "--from-lun", "busy:0")
+        self.assertIn("not a point in time", err)
+        self.assertEqual(sorted(os.listdir(self.lun_dir)), ["busy.img", "snapshots"])
+        self.assertEqual(os.listdir(os.path.join(self.lun_dir, "snapshots")), [])
+        c.logout()
+        c.close()
+        d.ctl("snapshot", "create", "b1", "busy:0")
+
     def test_a_sparse_lun_gives_a_sparse_snapshot(self):
         d = self.start()
         self.file_lun(d, "sparse", "sparse.img", "256M")
@@ -264,25 +292,6 @@ def tearDownModule():
     shutil.rmtree(_GEN, ignore_errors=True)
 
 
-def loop_xfs(test):
-    """A reflink-capable XFS on a loop device, mounted for the test; None when none can be made."""
-    if shutil.which("mkfs.xfs") is None:
-        return None
-    if subprocess.run(["losetup", "-f"], capture_output=True).returncode != 0:
-        return None
-    work = tempfile.mkdtemp(prefix="iscsigw-xfs-")
-    test.addCleanup(shutil.rmtree, work, True)
-    img, mnt = os.path.join(work, "fs.img"), os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    with open(img, "wb") as f:
-        f.truncate(512 * MiB)
-    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", img], check=True)
-    if subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True).returncode != 0:
-        return None
-    test.addCleanup(subprocess.run, ["umount", mnt], check=False)
-    return mnt
-
-
 class ReflinkTest(Fixture):
     def test_snapshots_and_clones_share_blocks_where_the_file_system_can(self):
         mnt = loop_xfs(self)
@@ -293,10 +302,15 @@ class ReflinkTest(Fixture):
         self.file_lun(d, "rl", "rl.img", "64M", "--thick")
         self.write(d, "rl", 8, OLD)
         free = os.statvfs(mnt).f_bavail
+        # With a session logged in: FICLONE is a point in time, so a LUN in use may be copied.
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + "rl")
+        self.addCleanup(c.close)
         snap = d.ctl_json("snapshot", "create", "rs", "rl:0")
         self.assertTrue(snap["shares_blocks"])
         # A 64 MiB thick file copied by sharing blocks costs next to nothing.
         self.assertLess((free - os.statvfs(mnt).f_bavail) * os.statvfs(mnt).f_frsize, 4 * MiB)
+        c.logout()
         self.write(d, "rl", 8, NEW)
         d.ctl("target", "create", "rc")
         d.ctl("acl", "add", "rc", INITIATOR)

@@ -11,8 +11,9 @@ system is staged a second time to show that its data survives and that mkfs does
 and the node plugin is restarted between publish and expand of the block volume (its records
 carry the volume over).
 
-Every controller step is made twice as well, through the CSI Controller. From the file-system
-volume a snapshot and a clone are taken after data was written and synced; the file is then
+Every controller step is made twice as well, through the CSI Controller. The gateway's LUN
+directory is a loop-mounted XFS with reflink, so that the snapshot and the clone of the staged
+file-system volume, taken after data was written and synced, are points in time; the file is then
 overwritten, and a volume restored from the snapshot and the clone, each staged in the guest,
 must hold the data as it was when each was taken.
 """
@@ -29,7 +30,7 @@ import grpc  # noqa: E402
 import guest as g  # noqa: E402
 from csi_harness import CsiPlugin  # noqa: E402
 from csi_stubs import csi_grpc, csi_pb2  # noqa: E402
-from harness import BUILD, IQN_PREFIX  # noqa: E402
+from harness import BUILD, loop_xfs  # noqa: E402
 
 CSI_PORT = 10000  # the node plugin's port inside the guest
 PLUGIN = "/opt/iscsigw/bin/iscsigw-csi"
@@ -160,7 +161,11 @@ class CsiLifecycleTest(g.InteropTestCase):
 
     def test_lifecycle_through_the_node_plugin_in_the_guest(self):
         self.timings = []
-        lun_dir = os.path.join(self.tmp, "luns")
+        # The snapshot and the clone are taken while the volume is in use: only a LUN directory
+        # that shares blocks (FICLONE) gives them a point in time, as the gateway insists.
+        xfs = loop_xfs(self, 2 << 30)
+        self.assertIsNotNone(xfs, "needs a loop device and mkfs.xfs (scripts/install-deps.sh)")
+        lun_dir = os.path.join(xfs, "luns")
         self.gateway = g.GatewayOnKnownPorts(extra_args=("--lun-dir", lun_dir)).start()
         gw = self.gateway
         self.controller = CsiPlugin(mode="controller", gateway=gw.grpc).start()

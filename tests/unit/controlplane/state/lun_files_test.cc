@@ -47,7 +47,7 @@ TEST(ResolveLunPath, KeepsAbsolutePathsAndResolvesPlainRelativeOnes) {
 }
 
 TEST(ResolveLunPath, RefusesWhatCouldLeaveTheDirectory) {
-  for (const char* bad : {"../a", "a/..", "./a", "a//b", "a/", "..", "."}) {
+  for (const char* bad : {"../a", "a/..", "./a", "a//b", "a/", "..", ".", "snapshots/s"}) {
     auto r = ResolveLunPath("/luns", bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -85,6 +85,18 @@ TEST_F(LunFilesTest, CopyRefusesAnExistingTargetAndAShrink) {
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(::access((dir_ + "/small").c_str(), F_OK), 0);
+}
+
+TEST_F(LunFilesTest, CloneOnlyRefusesASparseCopy) {
+  const std::string src = dir_ + "/src";
+  WriteAt(src, 0, "x", 1 << 20);
+  // The test directory's file system (ext4 or tmpfs) cannot share blocks.
+  if (SharesBlocks(dir_)) GTEST_SKIP() << "this file system shares blocks";
+  auto r = CopyLunFile(src, dir_ + "/dst", 0, true, "the source is in use");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("the source is in use"), std::string::npos);
+  EXPECT_NE(::access((dir_ + "/dst").c_str(), F_OK), 0);
 }
 
 TEST_F(LunFilesTest, RemoveTakesOnlyRegularFiles) {
