@@ -14,6 +14,14 @@ constexpr size_t kMaxSnapshotName = 128;
 constexpr std::string_view kTokenPrefix = "after:";
 constexpr std::string_view kCoParameterPrefix = "csi.storage.k8s.io/";
 
+std::string ModeName(VolumeCapability::AccessMode::Mode mode) {
+  return VolumeCapability::AccessMode::Mode_Name(mode).empty()
+             ? std::to_string(static_cast<int>(mode))
+             : VolumeCapability::AccessMode::Mode_Name(mode);
+}
+
+}  // namespace
+
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
@@ -26,14 +34,6 @@ std::string Sha256Hex(std::string_view data) {
   }
   return out;
 }
-
-std::string ModeName(VolumeCapability::AccessMode::Mode mode) {
-  return VolumeCapability::AccessMode::Mode_Name(mode).empty()
-             ? std::to_string(static_cast<int>(mode))
-             : VolumeCapability::AccessMode::Mode_Name(mode);
-}
-
-}  // namespace
 
 bool IsPlainVolumeName(std::string_view name) {
   if (name.empty() || name.size() > kMaxPlainVolumeName) return false;

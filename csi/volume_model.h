@@ -45,6 +45,8 @@ inline constexpr char kChapSecret[] = "node.session.auth.password";
 inline constexpr char kChapUserIn[] = "node.session.auth.username_in";
 inline constexpr char kChapSecretIn[] = "node.session.auth.password_in";
 
+// The SHA-256 of `data` as 64 lower-case hex digits: names made from names that do not fit.
+std::string Sha256Hex(std::string_view data);
 // A name usable as the target's short name as it is: 1..64 of [a-z0-9.-] and not itself a full
 // iSCSI name (iqn., eui., naa.), which the gateway would take as one.
 bool IsPlainVolumeName(std::string_view name);

@@ -9,10 +9,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "csi/volume_model.h"
 
 namespace iscsigw::csi {
 namespace {
@@ -43,6 +44,50 @@ Status SyncDir(const std::string& dir) {
   return rc == 0 ? Status::Ok() : FileError("fsync", dir);
 }
 
+// The directory records live in: made 0700 when missing, and brought back to 0700 when it is not;
+// a symlink or anything else that is not a directory of ours is refused.
+Status PrivateDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+  if (ec) return Internal("create " + dir + ": " + ec.message());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return FileError("create", dir);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return FileError("stat", dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    return Internal(dir + ": not a directory of this process's user; not keeping records there");
+  }
+  if ((st.st_mode & 07777) != 0700 && ::chmod(dir.c_str(), 0700) != 0) {
+    return FileError("chmod 0700", dir);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  // O_NOFOLLOW: a symlink planted where a record belongs is not read as one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return NotFound(path);
+  if (fd < 0 && errno == ELOOP) return Internal(path + " is a symlink; not reading it as a record");
+  if (fd < 0) return FileError("open", path);
+  std::string data;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const Status s = FileError("read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+
+constexpr char kSuffix[] = ".json";
+constexpr size_t kMaxFileName = 255;  // NAME_MAX of ext4, xfs and tmpfs
+
 const std::string& StringField(const Struct& s, const std::string& key) {
   static const std::string kEmpty;
   auto it = s.fields().find(key);
@@ -62,9 +107,11 @@ std::string RecordStore::PathOf(const std::string& volume_id) const {
       name += hex;
     }
   }
-  // "." and ".." are names of their own; a leading '.' is escaped so no id makes one.
+  // "." and ".." are names of their own; a leading '.' is escaped so no id makes one (and the
+  // temporary files, ".tmp-*", are never taken for a record).
   if (!name.empty() && name[0] == '.') name.replace(0, 1, "%2E");
-  return dir_ + "/" + name + ".json";
+  if (name.size() + sizeof(kSuffix) - 1 > kMaxFileName) name = "+sha256-" + Sha256Hex(volume_id);
+  return dir_ + "/" + name + kSuffix;
 }
 
 Status RecordStore::Save(const VolumeRecord& r) const {
@@ -86,32 +133,34 @@ Status RecordStore::Save(const VolumeRecord& r) const {
   if (!google::protobuf::util::MessageToJsonString(s, &json, opts).ok()) {
     return Internal("volume " + r.volume_id + ": cannot encode its record");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return Internal("create " + dir_ + ": " + ec.message());
+  if (Status s = PrivateDir(dir_); !s.ok()) return s;
   const std::string path = PathOf(r.volume_id);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A new file of our own (O_CREAT | O_EXCL, 0600): never one that was there, nor a symlink.
+  std::string tmp = dir_ + "/.tmp-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return FileError("create", tmp);
   Status s_write = WriteAll(fd, json, tmp);
   if (s_write.ok() && ::fsync(fd) != 0) s_write = FileError("fsync", tmp);
   ::close(fd);
-  if (!s_write.ok()) return s_write;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return FileError("rename to", path);
+  if (s_write.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s_write = FileError("rename to", path);
+  }
+  if (!s_write.ok()) {
+    ::unlink(tmp.c_str());
+    return s_write;
+  }
   return SyncDir(dir_);
 }
 
 Result<std::optional<VolumeRecord>> RecordStore::Load(const std::string& volume_id) const {
   const std::string path = PathOf(volume_id);
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return std::optional<VolumeRecord>();
-    return FileError("open", path);
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return std::optional<VolumeRecord>();
+    return text.status();
   }
-  std::stringstream buf;
-  buf << in.rdbuf();
   Struct s;
-  if (!google::protobuf::util::JsonStringToMessage(buf.str(), &s).ok()) {
+  if (!google::protobuf::util::JsonStringToMessage(text.value(), &s).ok()) {
     return Internal(path + ": not a volume record (invalid JSON)");
   }
   VolumeRecord r;

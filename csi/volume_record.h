@@ -3,10 +3,12 @@
 // the node plugin's state directory. NodeUnstageVolume, NodePublishVolume (raw block),
 // NodeExpandVolume and a plugin that restarted read it back; NodeUnstageVolume removes it.
 //
-// Files are written whole (temporary file, fsync, rename, fsync of the directory), so a crash
-// leaves the old record or the new one, never a torn one. They hold no secrets: CHAP credentials
-// live only in open-iscsi's node records. A RecordStore is stateless beyond its directory; calls
-// on different volumes may run in parallel, calls on one volume are serialised by the caller.
+// Files are written whole (a temporary file made with mkstemp, fsync, rename, fsync of the
+// directory), so a crash leaves the old record or the new one, never a torn one. The directory is
+// ours alone (0700) and no record is read through a symlink: a record names what we log out of
+// and unmount. They hold no secrets: CHAP credentials live only in open-iscsi's node records.
+// A RecordStore is stateless beyond its directory; calls on different volumes may run in
+// parallel, calls on one volume are serialised by the caller.
 #pragma once
 
 #include <optional>
@@ -31,7 +33,7 @@ struct VolumeRecord {
 
 class RecordStore {
  public:
-  // `dir` is created (with parents) by the first Save.
+  // `dir` is created (with parents) by the first Save, mode 0700.
   explicit RecordStore(std::string dir) : dir_(std::move(dir)) {}
 
   Status Save(const VolumeRecord& record) const;
@@ -40,7 +42,10 @@ class RecordStore {
   // Missing is fine.
   Status Remove(const std::string& volume_id) const;
 
-  // The file of a volume: its id with every byte outside [A-Za-z0-9._-] written %XX.
+  // The file of a volume: its id with every byte outside [A-Za-z0-9._-] written %XX, and a
+  // leading '.' as %2E. When that name would be longer than a file name may be (255 bytes):
+  // "+sha256-" and the id's SHA-256 in hex ('+' is escaped in every other name, so the two kinds
+  // never meet; Load checks the id inside, so a collision is an error, not another's record).
   std::string PathOf(const std::string& volume_id) const;
 
  private:
