@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "csi/plugin_server.h"
 #include "csi/work_queue.h"
@@ -36,46 +39,93 @@ constexpr char kByPath2[] =
 constexpr char kSecret[] = "initiator-s3cret-42";
 constexpr char kSecretIn[] = "target-s3cret-4242";
 
-ExecResult Exit(int code, std::string out = "") {
+ExecResult Exit(int code, std::string out = "", std::string err = "") {
   ExecResult r;
   r.exit_code = code;
   r.stdout_data = std::move(out);
+  r.stderr_data = std::move(err);
   return r;
 }
 
+// Polls `done` until it holds or a few seconds pass; what it last said.
+template <typename F>
+bool Eventually(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 // Records each command line (argv joined by spaces) and answers it with the result of the
-// longest scripted prefix that matches, else exit 0 and no output.
+// longest scripted prefix that matches (a one-time answer for that prefix first), else exit 0
+// and no output. A command under a held prefix waits in Run until Release.
 class FakeHostExec final : public HostExec {
  public:
   Result<ExecResult> Run(const std::vector<std::string>& argv, const ExecOptions&) override {
     std::string line;
     for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     commands_.push_back(line);
-    const ExecResult* best = nullptr;
-    size_t best_len = 0;
-    for (const auto& [prefix, result] : script_) {
-      if (line.starts_with(prefix) && prefix.size() >= best_len) {
-        best = &result;
-        best_len = prefix.size();
-      }
+    if (!held_.empty() && line.starts_with(held_)) {
+      ++waiting_;
+      cv_.wait(lock, [&] { return held_.empty(); });
+      --waiting_;
     }
-    return best ? *best : Exit(0);
+    const std::string* best = nullptr;
+    auto consider = [&](const std::string& prefix) {
+      if (line.starts_with(prefix) && (best == nullptr || prefix.size() > best->size())) {
+        best = &prefix;
+      }
+    };
+    for (const auto& entry : script_) consider(entry.first);
+    for (const auto& entry : once_) consider(entry.first);
+    if (best == nullptr) return Exit(0);
+    if (auto it = once_.find(*best); it != once_.end() && !it->second.empty()) {
+      ExecResult r = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) once_.erase(it);
+      return r;
+    }
+    return script_.at(*best);
   }
   void Answer(const std::string& prefix, ExecResult result) {
     std::lock_guard lock(mu_);
     script_[prefix] = std::move(result);
+  }
+  // The next command under `prefix` gets `result` (before any Answer for it), once.
+  void AnswerOnce(const std::string& prefix, ExecResult result) {
+    std::lock_guard lock(mu_);
+    once_[prefix].push_back(std::move(result));
   }
   // The commands run since the last call.
   std::vector<std::string> Take() {
     std::lock_guard lock(mu_);
     return std::exchange(commands_, {});
   }
+  void Hold(std::string prefix) {
+    std::lock_guard lock(mu_);
+    held_ = std::move(prefix);
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    held_.clear();
+    cv_.notify_all();
+  }
+  bool Holding() {
+    std::lock_guard lock(mu_);
+    return waiting_ > 0;
+  }
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   std::map<std::string, ExecResult> script_;
+  std::map<std::string, std::deque<ExecResult>> once_;
   std::vector<std::string> commands_;
+  std::string held_;
+  int waiting_ = 0;
 };
 
 class NodeServiceTest : public ::testing::Test {
@@ -104,15 +154,18 @@ class NodeServiceTest : public ::testing::Test {
     Start();
   }
 
-  void Start(std::string node_id = "") {
+  void Start(std::string node_id = "", std::function<void(NodeOptions&)> more = {}) {
     NodeOptions o;
     o.node_id = std::move(node_id);
     o.host_exec = fake_;
     o.state_dir = (dir_ / "state").string();
     o.attach_timeout = std::chrono::milliseconds(300);
     o.poll_interval = std::chrono::milliseconds(5);
+    if (more) more(o);
     std::vector<std::unique_ptr<grpc::Service>> services;
-    services.push_back(std::make_unique<NodeService>(std::move(o)));
+    auto node = std::make_unique<NodeService>(std::move(o));
+    node_ = node.get();
+    services.push_back(std::move(node));
     auto server =
         PluginServer::Start(Endpoint{Endpoint::Kind::kTcp, "127.0.0.1:0"}, std::move(services));
     ASSERT_TRUE(server.ok()) << server.status().message();
@@ -207,6 +260,7 @@ class NodeServiceTest : public ::testing::Test {
   std::vector<spdlog::sink_ptr> old_sinks_;
   spdlog::level::level_enum old_level_ = spdlog::level::warn;
   std::shared_ptr<FakeHostExec> fake_;
+  NodeService* node_ = nullptr;  // owned by server_
   std::unique_ptr<PluginServer> server_;
   std::unique_ptr<::csi::v1::Node::Stub> stub_;
 };
