@@ -7,6 +7,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -109,6 +111,56 @@ Status CheckCapability(const VolumeCapability& cap, bool has_cap) {
 }
 
 grpc::Status Refuse(const Status& s) { return ToGrpcStatus(s); }
+
+// kubelet's paths are absolute; anything else would be taken relative to wherever a host command
+// happens to run, and one starting with '-' as an option of it.
+Status CheckPath(const std::string& field, const std::string& path) {
+  if (path.empty()) return InvalidArgument(field + " is required");
+  if (path.front() != '/') return InvalidArgument(field + " " + path + " is not an absolute path");
+  if (path.find('\0') != std::string::npos) return InvalidArgument(field + " holds a NUL byte");
+  return Status::Ok();
+}
+
+// RFC 7143 4.2.7: an iSCSI name is iqn.YYYY-MM.reversed.domain[:anything], eui. and 16 hex
+// digits, or naa. and 16 or 32; at most 223 bytes, and (after stringprep, 4.2.7.1) no upper
+// case letters. The name goes onto iscsiadm's command line and into a /dev/disk/by-path name.
+Status CheckTargetIqn(const std::string& name) {
+  const std::string field = "volume_context.targetIqn " + name;
+  if (name.size() > 223) return InvalidArgument(field + " is longer than 223 bytes");
+  for (unsigned char c : name) {
+    if (!std::islower(c) && !std::isdigit(c) && c != '.' && c != '-' && c != ':') {
+      return InvalidArgument(field + ": character '" + std::string(1, static_cast<char>(c)) +
+                             "' is not allowed (lower-case letters, digits, '.', '-', ':')");
+    }
+  }
+  auto digits = [&](size_t from, size_t n) {
+    for (size_t i = from; i < from + n; ++i) {
+      if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+    }
+    return true;
+  };
+  if (name.starts_with("iqn.")) {
+    // iqn.YYYY-MM. then at least one character of the naming authority.
+    if (!digits(4, 4) || name[8] != '-' || !digits(9, 2) || name.size() < 13 || name[11] != '.') {
+      return InvalidArgument(field + ": an iqn. name is iqn.YYYY-MM.reversed.domain[:id]");
+    }
+    return Status::Ok();
+  }
+  auto hex = [&](std::initializer_list<size_t> lengths) {
+    const std::string_view tail = std::string_view(name).substr(4);
+    if (std::find(lengths.begin(), lengths.end(), tail.size()) == lengths.end()) return false;
+    return tail.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  };
+  if (name.starts_with("eui.")) {
+    if (hex({16})) return Status::Ok();
+    return InvalidArgument(field + ": an eui. name is eui. and 16 hex digits");
+  }
+  if (name.starts_with("naa.")) {
+    if (hex({16, 32})) return Status::Ok();
+    return InvalidArgument(field + ": a naa. name is naa. and 16 or 32 hex digits");
+  }
+  return InvalidArgument(field + " is not an iSCSI name (iqn., eui. or naa.)");
+}
 
 }  // namespace
 
@@ -250,6 +302,8 @@ class NodeService::Host {
   }
 
   // The source mounted at `path` (first word of findmnt's SOURCE), or nullopt when nothing is.
+  // The path is the argument of --mountpoint, which findmnt never reads as an option; after
+  // `--` it would be a positional one, matched against sources as well.
   Result<std::optional<std::string>> MountedAt(const std::string& path) {
     auto r = Check({"findmnt", "-n", "-o", "SOURCE", "--mountpoint", path}, {0, 1});
     if (!r.ok()) return r.status();
@@ -349,7 +403,9 @@ grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerConte
     return reactor;
   };
   if (req->volume_id().empty()) return refuse("volume_id is required");
-  if (req->staging_target_path().empty()) return refuse("staging_target_path is required");
+  if (Status s = CheckPath("staging_target_path", req->staging_target_path()); !s.ok()) {
+    return refuse(s.message());
+  }
   if (Status s = CheckCapability(req->volume_capability(), req->has_volume_capability()); !s.ok()) {
     return refuse(s.message());
   }
@@ -357,6 +413,7 @@ grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerConte
   Target target;
   const auto* iqn = Lookup(req->volume_context(), req->publish_context(), kCtxTargetIqn);
   if (iqn == nullptr || iqn->empty()) return refuse(where + "volume_context.targetIqn is required");
+  if (Status s = CheckTargetIqn(*iqn); !s.ok()) return refuse(where + s.message());
   target.iqn = *iqn;
   const auto* portals = Lookup(req->volume_context(), req->publish_context(), kCtxPortals);
   if (portals != nullptr) target.portals = Split(*portals, ',');
@@ -469,7 +526,7 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
     return FailedPrecondition(rec.device + " holds " + fs.value() + ", not the " + rec.fs_type +
                               " the volume capability asks for");
   }
-  if (auto r = host_->Check({"mkdir", "-p", staging}); !r.ok()) return r.status();
+  if (auto r = host_->Check({"mkdir", "-p", "--", staging}); !r.ok()) return r.status();
   std::vector<std::string> opts(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
   if (ReadOnly(cap)) opts.push_back("ro");
   std::vector<std::string> mount = {"mount", "-t", rec.fs_type};
@@ -482,9 +539,11 @@ grpc::ServerUnaryReactor* NodeService::NodeUnstageVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnstageVolumeRequest* req,
     ::csi::v1::NodeUnstageVolumeResponse*) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->volume_id().empty() || req->staging_target_path().empty()) {
-    reactor->Finish(Refuse(InvalidArgument(
-        req->volume_id().empty() ? "volume_id is required" : "staging_target_path is required")));
+  Status bad = req->volume_id().empty()
+                   ? InvalidArgument("volume_id is required")
+                   : CheckPath("staging_target_path", req->staging_target_path());
+  if (!bad.ok()) {
+    reactor->Finish(Refuse(bad));
     return reactor;
   }
   Queue(ctx, reactor, req->volume_id(), [this, req] {
@@ -503,7 +562,9 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
   auto mounted = host_->MountedAt(req.staging_target_path());
   if (!mounted.ok()) return mounted.status();
   if (mounted.value()) {
-    if (auto r = host_->Check({"umount", req.staging_target_path()}); !r.ok()) return r.status();
+    if (auto r = host_->Check({"umount", "--", req.staging_target_path()}); !r.ok()) {
+      return r.status();
+    }
   }
   auto rec = records_.Load(req.volume_id());
   if (!rec.ok()) return rec.status();
@@ -536,9 +597,10 @@ grpc::ServerUnaryReactor* NodeService::NodePublishVolume(
     bad = InvalidArgument("volume_id is required");
   } else if (req->staging_target_path().empty()) {
     bad = InvalidArgument("staging_target_path is required (the plugin stages volumes)");
-  } else if (req->target_path().empty()) {
-    bad = InvalidArgument("target_path is required");
-  } else {
+  } else if (bad = CheckPath("staging_target_path", req->staging_target_path()); bad.ok()) {
+    bad = CheckPath("target_path", req->target_path());
+  }
+  if (bad.ok()) {
     bad = CheckCapability(req->volume_capability(), req->has_volume_capability());
   }
   if (!bad.ok()) {
@@ -573,8 +635,8 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
       return FailedPrecondition("volume " + req.volume_id() +
                                 " is not staged on this node (NodeStageVolume first)");
     }
-    if (auto r = host_->Check({"mkdir", "-p", Dirname(target)}); !r.ok()) return r.status();
-    if (auto r = host_->Check({"touch", target}); !r.ok()) return r.status();
+    if (auto r = host_->Check({"mkdir", "-p", "--", Dirname(target)}); !r.ok()) return r.status();
+    if (auto r = host_->Check({"touch", "--", target}); !r.ok()) return r.status();
     mount.insert(mount.end(), {rec.value()->device, target});
     return host_->Check(mount).status();
   }
@@ -584,7 +646,7 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
     return FailedPrecondition("volume " + req.volume_id() + ": nothing is mounted at " +
                               req.staging_target_path() + " (NodeStageVolume first)");
   }
-  if (auto r = host_->Check({"mkdir", "-p", target}); !r.ok()) return r.status();
+  if (auto r = host_->Check({"mkdir", "-p", "--", target}); !r.ok()) return r.status();
   mount.insert(mount.end(), {req.staging_target_path(), target});
   return host_->Check(mount).status();
 }
@@ -593,9 +655,10 @@ grpc::ServerUnaryReactor* NodeService::NodeUnpublishVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnpublishVolumeRequest* req,
     ::csi::v1::NodeUnpublishVolumeResponse*) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->volume_id().empty() || req->target_path().empty()) {
-    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
-                                                                    : "target_path is required")));
+  Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
+                                        : CheckPath("target_path", req->target_path());
+  if (!bad.ok()) {
+    reactor->Finish(Refuse(bad));
     return reactor;
   }
   Queue(ctx, reactor, req->volume_id(), [this, req] {
@@ -614,11 +677,11 @@ Status NodeService::Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req) 
   auto mounted = host_->MountedAt(req.target_path());
   if (!mounted.ok()) return mounted.status();
   if (mounted.value()) {
-    if (auto r = host_->Check({"umount", req.target_path()}); !r.ok()) return r.status();
+    if (auto r = host_->Check({"umount", "--", req.target_path()}); !r.ok()) return r.status();
   }
   // An empty directory (mount) or the file a block device was bound onto; anything with content
   // is not ours to delete, and rm -d refuses it.
-  return host_->Check({"rm", "-df", req.target_path()}).status();
+  return host_->Check({"rm", "-df", "--", req.target_path()}).status();
 }
 
 // ---- NodeExpandVolume / NodeGetVolumeStats ----
@@ -627,9 +690,10 @@ grpc::ServerUnaryReactor* NodeService::NodeExpandVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeExpandVolumeRequest* req,
     ::csi::v1::NodeExpandVolumeResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->volume_id().empty() || req->volume_path().empty()) {
-    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
-                                                                    : "volume_path is required")));
+  Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
+                                        : CheckPath("volume_path", req->volume_path());
+  if (!bad.ok()) {
+    reactor->Finish(Refuse(bad));
     return reactor;
   }
   Queue(ctx, reactor, req->volume_id(), [this, req, resp] {
@@ -699,9 +763,10 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeGetVolumeStatsRequest* req,
     ::csi::v1::NodeGetVolumeStatsResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->volume_id().empty() || req->volume_path().empty()) {
-    reactor->Finish(Refuse(InvalidArgument(req->volume_id().empty() ? "volume_id is required"
-                                                                    : "volume_path is required")));
+  Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
+                                        : CheckPath("volume_path", req->volume_path());
+  if (!bad.ok()) {
+    reactor->Finish(Refuse(bad));
     return reactor;
   }
   // statvfs and an ioctl, but on a volume whose session may be stuck: on a worker as well.

@@ -281,7 +281,7 @@ TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
                     {kNode + " --login", std::string("readlink -e ") + kByPath,
                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
                      "blkid -p -o export /dev/sdb", "mkfs.ext4 -F -q /dev/sdb",
-                     "mkdir -p /stage/pvc-1", "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
+                     "mkdir -p -- /stage/pvc-1", "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
   std::ifstream record(dir_ / "state" / "volumes" / "pvc-1.json");
   std::stringstream text;
   text << record.rdbuf();
@@ -308,8 +308,8 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
                      update + "node.session.auth.password_in -v " + kSecretIn, kNode + " --login",
                      std::string("readlink -e ") + kByPath,
                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                     "blkid -p -o export /dev/sdb", "mkfs.xfs -q /dev/sdb", "mkdir -p /stage/pvc-1",
-                     "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
+                     "blkid -p -o export /dev/sdb", "mkfs.xfs -q /dev/sdb",
+                     "mkdir -p -- /stage/pvc-1", "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
   const std::string logs = Logs();
   EXPECT_EQ(logs.find(kSecret), std::string::npos) << logs;
   EXPECT_EQ(logs.find(kSecretIn), std::string::npos) << logs;
@@ -373,9 +373,10 @@ TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
   fake_->Take();
 
   ASSERT_TRUE(Unstage().ok());
-  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
-                               "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                               "umount /stage/pvc-1", kNode + " --logout", kNode + " -o delete"}));
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                      "umount -- /stage/pvc-1", kNode + " --logout",
+                                      kNode + " -o delete"}));
   EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
   // Again: nothing mounted, no record, nothing logged out.
   fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(1));
@@ -409,22 +410,23 @@ TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
   fake_->Answer("readlink -e /dev/mapper/mpatha", Exit(0, "/dev/dm-0\n"));
   ASSERT_TRUE(Stage(StageRequest(Mount(), std::string(kPortal) + "," + kPortal2)).ok());
   const std::string node2 = std::string("iscsiadm -m node -T ") + kIqn + " -p " + kPortal2;
-  EXPECT_EQ(fake_->Take(),
-            Concat({{"iscsiadm -m session"},
-                    LoginCommands(kPortal),
-                    {kNode + " --login"},
-                    LoginCommands(kPortal2),
-                    {node2 + " --login", std::string("readlink -e ") + kByPath,
-                     std::string("readlink -e ") + kByPath2, "ls /sys/block/sdb/holders",
-                     "cat /sys/block/dm-0/dm/name", "readlink -e /dev/mapper/mpatha",
-                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                     "blkid -p -o export /dev/mapper/mpatha", "mkfs.ext4 -F -q /dev/mapper/mpatha",
-                     "mkdir -p /stage/pvc-1", "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
+  EXPECT_EQ(
+      fake_->Take(),
+      Concat({{"iscsiadm -m session"},
+              LoginCommands(kPortal),
+              {kNode + " --login"},
+              LoginCommands(kPortal2),
+              {node2 + " --login", std::string("readlink -e ") + kByPath,
+               std::string("readlink -e ") + kByPath2, "ls /sys/block/sdb/holders",
+               "cat /sys/block/dm-0/dm/name", "readlink -e /dev/mapper/mpatha",
+               "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+               "blkid -p -o export /dev/mapper/mpatha", "mkfs.ext4 -F -q /dev/mapper/mpatha",
+               "mkdir -p -- /stage/pvc-1", "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
   fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/mapper/mpatha\n"));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{
-                "findmnt -n -o SOURCE --mountpoint /stage/pvc-1", "umount /stage/pvc-1",
+                "findmnt -n -o SOURCE --mountpoint /stage/pvc-1", "umount -- /stage/pvc-1",
                 "readlink -e /dev/mapper/mpatha", "multipath -f mpatha", kNode + " --logout",
                 kNode + " -o delete", node2 + " --logout", node2 + " -o delete"}));
 }
@@ -459,7 +461,7 @@ TEST_F(NodeServiceTest, PublishesAndUnpublishesAFileSystemIdempotently) {
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
                                       "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                                      "mkdir -p /pods/uid/volumes/pvc-1",
+                                      "mkdir -p -- /pods/uid/volumes/pvc-1",
                                       "mount --bind -o ro /stage/pvc-1 /pods/uid/volumes/pvc-1"}));
   fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(0, "/dev/sdb\n"));
   ASSERT_TRUE(Publish(Mount(), true).ok());
@@ -468,13 +470,13 @@ TEST_F(NodeServiceTest, PublishesAndUnpublishesAFileSystemIdempotently) {
   ASSERT_TRUE(Unpublish().ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "umount /pods/uid/volumes/pvc-1",
-                                      "rm -df /pods/uid/volumes/pvc-1"}));
+                                      "umount -- /pods/uid/volumes/pvc-1",
+                                      "rm -df -- /pods/uid/volumes/pvc-1"}));
   fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(1));
   ASSERT_TRUE(Unpublish().ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "rm -df /pods/uid/volumes/pvc-1"}));
+                                      "rm -df -- /pods/uid/volumes/pvc-1"}));
 }
 
 TEST_F(NodeServiceTest, PublishesARawBlockDeviceOntoAFile) {
@@ -485,10 +487,10 @@ TEST_F(NodeServiceTest, PublishesARawBlockDeviceOntoAFile) {
     EXPECT_FALSE(c.starts_with("mkfs") || c.starts_with("mount") || c.starts_with("blkid")) << c;
   }
   ASSERT_TRUE(Publish(Block()).ok());
-  EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "mkdir -p /pods/uid/volumes", "touch /pods/uid/volumes/pvc-1",
-                                      "mount --bind /dev/sdb /pods/uid/volumes/pvc-1"}));
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
+                               "findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                               "mkdir -p -- /pods/uid/volumes", "touch -- /pods/uid/volumes/pvc-1",
+                               "mount --bind /dev/sdb /pods/uid/volumes/pvc-1"}));
 }
 
 TEST_F(NodeServiceTest, ExpandRescansAndGrowsTheFileSystem) {
@@ -581,6 +583,76 @@ TEST_F(NodeServiceTest, RefusesIncompleteRequests) {
   EXPECT_TRUE(fake_->Take().empty());  // nothing reached the host
   EXPECT_EQ(Unstage("", "/x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Unstage("pvc-1", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(NodeServiceTest, RefusesRelativePathsAndMalformedTargetNamesBeforeAnyCommand) {
+  auto req = StageRequest();
+  req.set_staging_target_path("stage/pvc-1");
+  grpc::Status s = Stage(req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("staging_target_path stage/pvc-1 is not an absolute path"),
+            std::string::npos)
+      << s.error_message();
+  req.set_staging_target_path("-rf");
+  EXPECT_EQ(Stage(req).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (const std::string& iqn : std::vector<std::string>{
+           "iqn.2026-11.io.iscsigw:pvc 1", "iqn.2026-11.io.iscsigw:PVC-1", "iqn.2026-1.io:x",
+           "iqn.2026-11.", "iqn.2026-11.io.iscsigw:" + std::string(201, 'a'), "eui.0123456789abcde",
+           "naa.0123456789abcdef0", "pvc-1", "--login", "iqn.2026-11.io:x/../../etc"}) {
+    req = StageRequest();
+    (*req.mutable_volume_context())["targetIqn"] = iqn;
+    s = Stage(req);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << iqn;
+    EXPECT_NE(s.error_message().find("targetIqn"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Unstage("pvc-1", "stage/pvc-1").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext ctx;
+  ::csi::v1::NodePublishVolumeRequest pub;
+  pub.set_volume_id("pvc-1");
+  pub.set_staging_target_path("/stage/pvc-1");
+  pub.set_target_path("pods/uid/volumes/pvc-1");
+  *pub.mutable_volume_capability() = Mount();
+  ::csi::v1::NodePublishVolumeResponse pub_resp;
+  EXPECT_EQ(stub_->NodePublishVolume(&ctx, pub, &pub_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext ctx2;
+  ::csi::v1::NodeUnpublishVolumeRequest unpub;
+  unpub.set_volume_id("pvc-1");
+  unpub.set_target_path("-x");
+  ::csi::v1::NodeUnpublishVolumeResponse unpub_resp;
+  EXPECT_EQ(stub_->NodeUnpublishVolume(&ctx2, unpub, &unpub_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  for (const bool stats : {false, true}) {
+    grpc::ClientContext c;
+    if (stats) {
+      ::csi::v1::NodeGetVolumeStatsRequest r;
+      r.set_volume_id("pvc-1");
+      r.set_volume_path(".");
+      ::csi::v1::NodeGetVolumeStatsResponse resp;
+      EXPECT_EQ(stub_->NodeGetVolumeStats(&c, r, &resp).error_code(),
+                grpc::StatusCode::INVALID_ARGUMENT);
+    } else {
+      ::csi::v1::NodeExpandVolumeRequest r;
+      r.set_volume_id("pvc-1");
+      r.set_volume_path("pods/uid/volumes/pvc-1");
+      ::csi::v1::NodeExpandVolumeResponse resp;
+      EXPECT_EQ(stub_->NodeExpandVolume(&c, r, &resp).error_code(),
+                grpc::StatusCode::INVALID_ARGUMENT);
+    }
+  }
+  EXPECT_TRUE(fake_->Take().empty());  // nothing reached the host
+
+  // Each of the three formats, well formed, is taken.
+  for (const std::string& iqn :
+       std::vector<std::string>{"iqn.2026-11.io.iscsigw:pvc-1", "eui.0123456789abcdef",
+                                "naa.0123456789abcdef0123456789abcdef"}) {
+    req = StageRequest(Block());
+    (*req.mutable_volume_context())["targetIqn"] = iqn;
+    fake_->Answer("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-" + iqn + "-lun-0",
+                  Exit(0, "/dev/sdb\n"));
+    EXPECT_TRUE(Stage(req).ok()) << iqn;
+    ASSERT_TRUE(Unstage().ok());
+  }
 }
 
 TEST(RedactedCommandLine, HidesPasswordValuesOnly) {
