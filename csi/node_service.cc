@@ -359,9 +359,17 @@ NodeService::~NodeService() = default;
 void NodeService::Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
                         const std::string& key, std::function<grpc::Status()> work) {
   const auto deadline = ctx->deadline();
-  auto job = [reactor, deadline, key, work = std::move(work)](bool cancelled) {
+  // ctx stays valid until the reactor is finished, and the job finishes it.
+  auto job = [ctx, reactor, deadline, key, work = std::move(work)](bool cancelled) {
     if (cancelled) {
       reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the node plugin is stopping"));
+      return;
+    }
+    if (ctx->IsCancelled()) {
+      // The caller went away, or the server is shutting down and gave up on the call: a mkfs or
+      // a login started now would run for nobody, after the plugin was told to stop.
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "the call was cancelled while it waited its turn"));
       return;
     }
     if (std::chrono::system_clock::now() >= deadline) {

@@ -49,8 +49,10 @@
 // Threads: gRPC handlers only validate the request and queue the work on a KeyedWorkQueue
 // (csi/work_queue.h) keyed by volume id, so calls for one volume run one after the other (kubelet
 // retries while the first attempt still runs) and host commands never run on a gRPC thread; a
-// call whose deadline passed before its turn is answered DEADLINE_EXCEEDED without running. A
-// full queue answers RESOURCE_EXHAUSTED, too many calls waiting for one volume ABORTED.
+// call whose deadline passed before its turn is answered DEADLINE_EXCEEDED without running, and
+// one cancelled meanwhile (the caller gone, or the server shutting down and out of patience)
+// CANCELLED without running: no mkfs or login starts for nobody. A full queue answers
+// RESOURCE_EXHAUSTED, too many calls waiting for one volume ABORTED.
 // Errors cross the edge as grpc::Status, never as exceptions: INVALID_ARGUMENT for a missing id,
 // path, capability or context key; NOT_FOUND for a volume or path that is not there;
 // FAILED_PRECONDITION for a device that holds something we will not format or a volume that is
@@ -124,6 +126,9 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   grpc::ServerUnaryReactor* NodeGetInfo(grpc::CallbackServerContext* ctx,
                                         const ::csi::v1::NodeGetInfoRequest* req,
                                         ::csi::v1::NodeGetInfoResponse* resp) override;
+
+  // Calls queued and not started yet.
+  size_t QueuedForTest() { return queue_.Waiting(); }
 
   // What a volume's context names; parsed and checked on the gRPC thread.
   struct Target {

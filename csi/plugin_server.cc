@@ -111,9 +111,9 @@ Result<std::unique_ptr<PluginServer>> PluginServer::Start(
 
 PluginServer::~PluginServer() { Shutdown(); }
 
-void PluginServer::Shutdown() {
+void PluginServer::Shutdown(std::chrono::milliseconds grace) {
   if (!server_) return;
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_.reset();
   services_.clear();
   if (endpoint_.kind == Endpoint::Kind::kUnix) (void)::unlink(endpoint_.address.c_str());

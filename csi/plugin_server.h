@@ -12,6 +12,7 @@
 #include <grpcpp/impl/codegen/service_type.h>
 #include <grpcpp/server.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,9 +47,11 @@ class PluginServer {
 
   // The bound endpoint, a tcp port 0 replaced by the chosen port.
   const Endpoint& endpoint() const { return endpoint_; }
-  // Stops accepting calls, waits (bounded) for running ones, then destroys the services and
-  // removes the unix socket file. Idempotent.
-  void Shutdown();
+  // Stops accepting calls, gives the calls in flight `grace` to finish and then cancels them
+  // (a cancelled call's work that has not started is not started: node_service.h), waits for
+  // their handlers to return, then destroys the services and removes the unix socket file.
+  // Idempotent.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(5));
 
  private:
   PluginServer() = default;

@@ -50,6 +50,11 @@ KeyedWorkQueue::Admit KeyedWorkQueue::Submit(const std::string& key, Job job) {
   return Admit::kQueued;
 }
 
+size_t KeyedWorkQueue::Waiting() {
+  std::lock_guard lock(mu_);
+  return queued_;
+}
+
 void KeyedWorkQueue::Work() {
   std::unique_lock lock(mu_);
   for (;;) {

@@ -41,6 +41,8 @@ class KeyedWorkQueue {
 
   // kQueued: the job will run (or be cancelled) exactly once. Otherwise it was dropped unrun.
   [[nodiscard]] Admit Submit(const std::string& key, Job job);
+  // Jobs queued and not started yet.
+  size_t Waiting();
 
  private:
   struct KeyState {

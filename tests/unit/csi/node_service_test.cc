@@ -655,6 +655,32 @@ TEST_F(NodeServiceTest, RefusesRelativePathsAndMalformedTargetNamesBeforeAnyComm
   }
 }
 
+TEST_F(NodeServiceTest, ShutdownDoesNotStartQueuedWork) {
+  server_.reset();
+  Start("", [](NodeOptions& o) { o.workers = 1; });
+  fake_->Hold("iscsiadm -m session");
+  std::thread running([&] { (void)Stage(StageRequest()); });
+  ASSERT_TRUE(Eventually([&] { return fake_->Holding(); }));
+  // A second volume's stage waits behind the first on the one worker.
+  auto req = StageRequest();
+  req.set_volume_id("pvc-2");
+  req.set_staging_target_path("/stage/pvc-2");
+  (*req.mutable_volume_context())["targetIqn"] = "iqn.2026-11.io.iscsigw:pvc-2";
+  grpc::Status queued_status;
+  std::thread queued([&] { queued_status = Stage(req); });
+  ASSERT_TRUE(Eventually([&] { return node_->QueuedForTest() == 1; }));
+  // The server gives up on both calls at once; the running one is left to end, the queued one
+  // must not start.
+  std::thread stopper([&] { server_->Shutdown(std::chrono::milliseconds(0)); });
+  queued.join();
+  EXPECT_FALSE(queued_status.ok());
+  fake_->Release();
+  running.join();
+  stopper.join();
+  for (const auto& c : fake_->Take()) EXPECT_EQ(c.find("pvc-2"), std::string::npos) << c;
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-2.json"));
+}
+
 TEST(RedactedCommandLine, HidesPasswordValuesOnly) {
   EXPECT_EQ(RedactedCommandLine({"iscsiadm", "-m", "node", "-o", "update", "-n",
                                  "node.session.auth.password_in", "-v", "x"}),
