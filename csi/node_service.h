@@ -30,6 +30,13 @@
 //   NodeGetVolumeStats statvfs of the path (bytes and inodes), or BLKGETSIZE64 for a raw block
 //                      path. These two are the only calls made in the plugin's own mount
 //                      namespace: kubelet's paths reach the pod through mount propagation.
+//                      They run on a thread of their own per call, not on the workers below: on
+//                      a hung mount (a session gone, I/O queued with no path) they may never
+//                      return, and an answer (DEADLINE_EXCEEDED) is given after stats_timeout
+//                      while that thread is left to end when the kernel lets it. A process
+//                      through HostExec would not do: one in uninterruptible sleep outlives
+//                      SIGKILL, and HostExec waits for it. At most max_stats_probes such threads
+//                      at once; beyond, UNAVAILABLE.
 // Every call is idempotent, as CSI requires: repeating one that succeeded succeeds and changes
 // nothing.
 //
@@ -60,7 +67,9 @@
 // after the server has shut down: queued calls are answered UNAVAILABLE, running ones finish.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -72,6 +81,21 @@
 #include "csi/work_queue.h"
 
 namespace iscsigw::csi {
+
+// What NodeGetVolumeStats reports of a path.
+struct VolumeStats {
+  bool block = false;  // a block device: only bytes_total is known
+  int64_t bytes_total = 0;
+  int64_t bytes_available = 0;
+  int64_t bytes_used = 0;
+  int64_t inodes_total = 0;
+  int64_t inodes_available = 0;
+  int64_t inodes_used = 0;
+};
+
+// statvfs of `path`, or BLKGETSIZE64 when it is a block device; NOT_FOUND when there is nothing
+// there. Blocks for as long as the kernel does.
+Result<VolumeStats> StatVolumePath(const std::string& path);
 
 struct NodeOptions {
   // Reported by NodeGetInfo as is; empty: the host's InitiatorName.
@@ -87,6 +111,11 @@ struct NodeOptions {
   std::chrono::milliseconds attach_timeout{60'000};
   // How often those waits look again.
   std::chrono::milliseconds poll_interval{200};
+  // How NodeGetVolumeStats looks at a path; unset: StatVolumePath (tests inject a fake).
+  std::function<Result<VolumeStats>(const std::string& path)> stat_volume;
+  // Longest wait for one (or the call's deadline, if sooner), and how many may be unanswered.
+  std::chrono::milliseconds stats_timeout{10'000};
+  size_t max_stats_probes = 8;
   // Worker threads for host work, jobs allowed to wait, and jobs allowed to wait per volume.
   size_t workers = 4;
   size_t max_queued = 64;
@@ -150,12 +179,16 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   void Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
              const std::string& key, std::function<grpc::Status()> work);
 
-  class Host;  // the host commands the RPCs are made of (node_service.cc)
+  class Host;        // the host commands the RPCs are made of (node_service.cc)
+  struct StatsCall;  // one NodeGetVolumeStats call between its probe and its alarm
 
   const NodeOptions options_;
   const std::shared_ptr<HostExec> exec_;  // options_.host_exec, or one for host_exec_mode
   const RecordStore records_;
   std::unique_ptr<Host> host_;
+  const std::function<Result<VolumeStats>(const std::string&)> stat_volume_;
+  // NodeGetVolumeStats threads still running; shared with them, as they may outlive the service.
+  const std::shared_ptr<std::atomic<size_t>> stats_probes_;
   // Last member: destroyed first, so no job outlives what it uses.
   KeyedWorkQueue queue_;
 };

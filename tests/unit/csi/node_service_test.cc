@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -530,6 +531,44 @@ TEST_F(NodeServiceTest, StatsReportBytesAndInodesOrNotFound) {
   req.set_volume_path((dir_ / "gone").string());
   grpc::ClientContext ctx2;
   EXPECT_EQ(stub_->NodeGetVolumeStats(&ctx2, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(NodeServiceTest, StatsOfAHungMountAnswerInTimeAndBlockNoWorker) {
+  // A probe that never returns until the test ends, as statvfs on a mount whose I/O hangs.
+  auto gate = std::make_shared<std::promise<void>>();
+  std::shared_future<void> open = gate->get_future().share();
+  server_.reset();
+  Start("", [open](NodeOptions& o) {
+    o.workers = 1;
+    o.stats_timeout = std::chrono::milliseconds(200);
+    o.max_stats_probes = 2;
+    o.stat_volume = [open](const std::string& path) -> Result<VolumeStats> {
+      if (path == "/hung") open.wait();
+      VolumeStats v;
+      v.bytes_total = 1000;
+      return v;
+    };
+  });
+  auto stats = [&](const std::string& path) {
+    ::csi::v1::NodeGetVolumeStatsRequest req;
+    req.set_volume_id("pvc-1");
+    req.set_volume_path(path);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ::csi::v1::NodeGetVolumeStatsResponse resp;
+    return stub_->NodeGetVolumeStats(&ctx, req, &resp);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(stats("/hung").error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // The volume's other calls, on the one worker, are not held up by it.
+  EXPECT_TRUE(Stage(StageRequest()).ok());
+  EXPECT_TRUE(stats("/pods/uid/volumes/pvc-1").ok());
+  // Two hung probes are the most allowed: a third call is refused at once.
+  EXPECT_EQ(stats("/hung").error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(stats("/pods/uid/volumes/pvc-1").error_code(), grpc::StatusCode::UNAVAILABLE);
+  gate->set_value();
+  EXPECT_TRUE(Eventually([&] { return stats("/pods/uid/volumes/pvc-1").ok(); }));
 }
 
 TEST_F(NodeServiceTest, InfoIsTheHostsInitiatorNameAndCapabilitiesAreFixed) {
