@@ -317,9 +317,17 @@ class NodeService::Host {
   // blkid -p: the file system on `device` ("" when it has none). A partition table or a
   // signature blkid cannot settle counts as "something": never formatted over.
   Result<std::string> FileSystemOn(const std::string& device) {
-    auto r = Check({"blkid", "-p", "-o", "export", device}, {0, 2});
+    const std::vector<std::string> argv = {"blkid", "-p", "-o", "export", device};
+    auto r = Check(argv, {0, 2});
     if (!r.ok()) return r.status();
-    if (r->exit_code == 2) return std::string();
+    if (r->exit_code == 2) {
+      // Exit 2 is "nothing found" and also "could not open or read the device"; only the
+      // latter says something on stderr. A device we could not read is not a blank one.
+      if (!Trim(r->stderr_data).empty()) {
+        return Internal(RedactedCommandLine(argv) + ": " + r->Describe());
+      }
+      return std::string();
+    }
     std::string type, pttype;
     for (const auto& line : Split(r->stdout_data, '\n')) {
       if (line.starts_with("TYPE=")) type = line.substr(5);
@@ -528,6 +536,12 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   }
   auto fs = host_->FileSystemOn(rec.device);
   if (!fs.ok()) return fs.status();
+  if (fs->empty()) {
+    // mkfs destroys whatever a probe missed, so it runs only on two probes that agree, the
+    // second right before it (a device just logged in to may answer its first reads late).
+    fs = host_->FileSystemOn(rec.device);
+    if (!fs.ok()) return fs.status();
+  }
   if (fs->empty()) {
     log::Ctl().info("volume {}: {} is blank: mkfs.{}", rec.volume_id, rec.device, rec.fs_type);
     std::vector<std::string> mkfs = {"mkfs." + rec.fs_type};

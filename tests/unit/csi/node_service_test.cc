@@ -276,13 +276,13 @@ const std::string kNode = std::string("iscsiadm -m node -T ") + kIqn + " -p " + 
 
 TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
   ASSERT_TRUE(Stage(StageRequest()).ok());
-  EXPECT_EQ(fake_->Take(),
-            Concat({{"iscsiadm -m session"},
-                    LoginCommands(kPortal),
-                    {kNode + " --login", std::string("readlink -e ") + kByPath,
-                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                     "blkid -p -o export /dev/sdb", "mkfs.ext4 -F -q /dev/sdb",
-                     "mkdir -p -- /stage/pvc-1", "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
+  EXPECT_EQ(fake_->Take(), Concat({{"iscsiadm -m session"},
+                                   LoginCommands(kPortal),
+                                   {kNode + " --login", std::string("readlink -e ") + kByPath,
+                                    "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                    "blkid -p -o export /dev/sdb", "blkid -p -o export /dev/sdb",
+                                    "mkfs.ext4 -F -q /dev/sdb", "mkdir -p -- /stage/pvc-1",
+                                    "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
   std::ifstream record(dir_ / "state" / "volumes" / "pvc-1.json");
   std::stringstream text;
   text << record.rdbuf();
@@ -299,18 +299,18 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
   sec["node.session.auth.password_in"] = kSecretIn;
   ASSERT_TRUE(Stage(req).ok());
   const std::string update = kNode + " -o update -n ";
-  EXPECT_EQ(fake_->Take(),
-            Concat({{"iscsiadm -m session"},
-                    LoginCommands(kPortal),
-                    {update + "node.session.auth.authmethod -v CHAP",
-                     update + "node.session.auth.username -v node-user",
-                     update + "node.session.auth.password -v " + kSecret,
-                     update + "node.session.auth.username_in -v gw-user",
-                     update + "node.session.auth.password_in -v " + kSecretIn, kNode + " --login",
-                     std::string("readlink -e ") + kByPath,
-                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                     "blkid -p -o export /dev/sdb", "mkfs.xfs -q /dev/sdb",
-                     "mkdir -p -- /stage/pvc-1", "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
+  EXPECT_EQ(fake_->Take(), Concat({{"iscsiadm -m session"},
+                                   LoginCommands(kPortal),
+                                   {update + "node.session.auth.authmethod -v CHAP",
+                                    update + "node.session.auth.username -v node-user",
+                                    update + "node.session.auth.password -v " + kSecret,
+                                    update + "node.session.auth.username_in -v gw-user",
+                                    update + "node.session.auth.password_in -v " + kSecretIn,
+                                    kNode + " --login", std::string("readlink -e ") + kByPath,
+                                    "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                    "blkid -p -o export /dev/sdb", "blkid -p -o export /dev/sdb",
+                                    "mkfs.xfs -q /dev/sdb", "mkdir -p -- /stage/pvc-1",
+                                    "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
   const std::string logs = Logs();
   EXPECT_EQ(logs.find(kSecret), std::string::npos) << logs;
   EXPECT_EQ(logs.find(kSecretIn), std::string::npos) << logs;
@@ -353,6 +353,31 @@ TEST_F(NodeServiceTest, FormatsOnlyABlankDevice) {
   EXPECT_NE(s.error_message().find("blkid -p -o export /dev/sdb: exit status 4"), std::string::npos)
       << s.error_message();
   for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("mkfs")) << c;
+}
+
+TEST_F(NodeServiceTest, BlkidThatCannotReadTheDeviceIsNotABlankDevice) {
+  // blkid -p exits 2 for "nothing found" and for "cannot open"; only the latter says why.
+  fake_->Answer("blkid -p -o export /dev/sdb",
+                Exit(2, "", "blkid: error: /dev/sdb: No medium found\n"));
+  const grpc::Status s = Stage(StageRequest());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("blkid -p -o export /dev/sdb: exit status 2: blkid: error: "
+                                   "/dev/sdb: No medium found"),
+            std::string::npos)
+      << s.error_message();
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("mkfs")) << c;
+}
+
+TEST_F(NodeServiceTest, ASecondProbeRightBeforeMkfsMustAgreeTheDeviceIsBlank) {
+  // The first probe saw nothing (the device's first reads came back empty), the second one the
+  // file system that is there: it is mounted, not formatted over.
+  fake_->AnswerOnce("blkid -p -o export /dev/sdb", Exit(2));
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=ext4\n"));
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  const auto cmds = fake_->Take();
+  EXPECT_EQ(std::count(cmds.begin(), cmds.end(), "blkid -p -o export /dev/sdb"), 2) << cmds.size();
+  for (const auto& c : cmds) EXPECT_FALSE(c.starts_with("mkfs")) << c;
+  EXPECT_EQ(cmds.back(), "mount -t ext4 /dev/sdb /stage/pvc-1");
 }
 
 TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
@@ -421,8 +446,9 @@ TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
                std::string("readlink -e ") + kByPath2, "ls /sys/block/sdb/holders",
                "cat /sys/block/dm-0/dm/name", "readlink -e /dev/mapper/mpatha",
                "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-               "blkid -p -o export /dev/mapper/mpatha", "mkfs.ext4 -F -q /dev/mapper/mpatha",
-               "mkdir -p -- /stage/pvc-1", "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
+               "blkid -p -o export /dev/mapper/mpatha", "blkid -p -o export /dev/mapper/mpatha",
+               "mkfs.ext4 -F -q /dev/mapper/mpatha", "mkdir -p -- /stage/pvc-1",
+               "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
   fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/mapper/mpatha\n"));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
