@@ -536,6 +536,14 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   }
   auto fs = host_->FileSystemOn(rec.device);
   if (!fs.ok()) return fs.status();
+  if (fs->empty() && ReadOnly(cap)) {
+    // A read-only volume is one to read what is on it: a blank one is a mistake (the wrong
+    // volume, a copy not made yet), not a request for a file system nobody may write to.
+    return FailedPrecondition("volume " + rec.volume_id + ": " + rec.device +
+                              " holds no file system and the volume's access mode " +
+                              VolumeCapability::AccessMode::Mode_Name(cap.access_mode().mode()) +
+                              " is read-only; not formatting it");
+  }
   if (fs->empty()) {
     // mkfs destroys whatever a probe missed, so it runs only on two probes that agree, the
     // second right before it (a device just logged in to may answer its first reads late).

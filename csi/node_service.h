@@ -16,8 +16,10 @@
 //                      /dev/disk/by-path/ip-PORTAL-iscsi-IQN-lun-N; several portals: the
 //                      dm-multipath map over them (the sd devices' holder), else the sd device.
 //                      Mount access: mkfs (ext4 by default, or xfs) only when `blkid -p` finds no
-//                      file system and no partition table, then mount at the staging path (ro for
-//                      read-only access modes). Block access: nothing is mounted.
+//                      file system and no partition table, twice (the second right before mkfs),
+//                      and never for a read-only access mode (a blank device there is
+//                      FAILED_PRECONDITION); then mount at the staging path (ro for read-only
+//                      access modes). Block access: nothing is mounted.
 //   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out and delete the
 //                      node record of each portal, forget the volume. Whatever is already gone
 //                      is fine.

@@ -292,6 +292,7 @@ TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
 
 TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
   auto req = StageRequest(Mount("xfs", VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY));
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=xfs\n"));
   auto& sec = *req.mutable_secrets();
   sec["node.session.auth.username"] = "node-user";
   sec["node.session.auth.password"] = kSecret;
@@ -308,8 +309,7 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
                                     update + "node.session.auth.password_in -v " + kSecretIn,
                                     kNode + " --login", std::string("readlink -e ") + kByPath,
                                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                                    "blkid -p -o export /dev/sdb", "blkid -p -o export /dev/sdb",
-                                    "mkfs.xfs -q /dev/sdb", "mkdir -p -- /stage/pvc-1",
+                                    "blkid -p -o export /dev/sdb", "mkdir -p -- /stage/pvc-1",
                                     "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
   const std::string logs = Logs();
   EXPECT_EQ(logs.find(kSecret), std::string::npos) << logs;
@@ -378,6 +378,23 @@ TEST_F(NodeServiceTest, ASecondProbeRightBeforeMkfsMustAgreeTheDeviceIsBlank) {
   EXPECT_EQ(std::count(cmds.begin(), cmds.end(), "blkid -p -o export /dev/sdb"), 2) << cmds.size();
   for (const auto& c : cmds) EXPECT_FALSE(c.starts_with("mkfs")) << c;
   EXPECT_EQ(cmds.back(), "mount -t ext4 /dev/sdb /stage/pvc-1");
+}
+
+TEST_F(NodeServiceTest, NeverFormatsForAReadOnlyAccessMode) {
+  for (auto mode : {VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY,
+                    VolumeCapability::AccessMode::MULTI_NODE_READER_ONLY}) {
+    const grpc::Status s = Stage(StageRequest(Mount("ext4", mode)));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << mode;
+    EXPECT_NE(s.error_message().find("holds no file system"), std::string::npos)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find(VolumeCapability::AccessMode::Mode_Name(mode)),
+              std::string::npos)
+        << s.error_message();
+    for (const auto& c : fake_->Take()) {
+      EXPECT_FALSE(c.starts_with("mkfs") || c.starts_with("mount")) << c;
+    }
+    ASSERT_TRUE(Unstage().ok());
+  }
 }
 
 TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
