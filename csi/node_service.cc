@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grpcpp/alarm.h>
 #include <linux/fs.h>
+#include <netdb.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -114,6 +115,44 @@ Status CheckCapability(const VolumeCapability& cap, bool has_cap) {
 }
 
 grpc::Status Refuse(const Status& s) { return ToGrpcStatus(s); }
+
+// HOST:PORT or [IPv6]:PORT: the host (no brackets) and the port, or nullopt. An IPv6 address
+// without brackets is refused: where it ends and the port begins is a guess.
+std::optional<std::pair<std::string, std::string>> SplitPortal(const std::string& portal) {
+  std::string host, port;
+  if (portal.starts_with('[')) {
+    const auto close = portal.find(']');
+    if (close == std::string::npos || close == 1 || portal.substr(close + 1, 1) != ":") {
+      return std::nullopt;
+    }
+    host = portal.substr(1, close - 1);
+    port = portal.substr(close + 2);
+  } else {
+    const auto colon = portal.rfind(':');
+    if (colon == std::string::npos || colon == 0) return std::nullopt;
+    host = portal.substr(0, colon);
+    port = portal.substr(colon + 1);
+    if (host.find(':') != std::string::npos) return std::nullopt;
+  }
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) == 0 ||
+      std::stoi(port) > 65535) {
+    return std::nullopt;
+  }
+  return std::pair{host, port};
+}
+
+// The by-path link of a LUN behind `address` (IP:PORT or [IPv6]:PORT). udev's path_id names it
+// after the session's persistent_address, which is the address as iscsiadm was given it, without
+// brackets: ip-10.0.2.2:3260-iscsi-IQN-lun-0, ip-fd00::2:3260-iscsi-IQN-lun-0.
+std::string ByPath(const std::string& address, const std::string& iqn, int lun) {
+  std::string addr = address;
+  if (addr.starts_with('[')) {
+    const auto close = addr.find(']');
+    addr = addr.substr(1, close - 1) + addr.substr(close + 1);
+  }
+  return "/dev/disk/by-path/ip-" + addr + "-iscsi-" + iqn + "-lun-" + std::to_string(lun);
+}
 
 // kubelet's paths are absolute; anything else would be taken relative to wherever a host command
 // happens to run, and one starting with '-' as an option of it.
@@ -364,6 +403,7 @@ NodeService::NodeService(NodeOptions options)
       records_(options_.state_dir + "/volumes"),
       host_(std::make_unique<Host>(*exec_, options_)),
       stat_volume_(options_.stat_volume ? options_.stat_volume : StatVolumePath),
+      resolve_host_(options_.resolve_host ? options_.resolve_host : ResolveHost),
       stats_probes_(std::make_shared<std::atomic<size_t>>(0)),
       queue_(options_.workers, options_.max_queued, options_.max_queued_per_volume) {}
 
@@ -440,10 +480,9 @@ grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerConte
   if (portals != nullptr) target.portals = Split(*portals, ',');
   if (target.portals.empty()) return refuse(where + "volume_context.portals is required");
   for (const auto& p : target.portals) {
-    const auto colon = p.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() ||
-        p.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
-      return refuse(where + "volume_context.portals: " + p + " is not HOST:PORT");
+    if (!SplitPortal(p)) {
+      return refuse(where + "volume_context.portals: " + p +
+                    " is not HOST:PORT (an IPv6 address as [ADDR]:PORT)");
     }
   }
   if (const auto* lun = Lookup(req->volume_context(), req->publish_context(), kCtxLun)) {
@@ -478,6 +517,28 @@ grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerConte
   return reactor;
 }
 
+Result<std::vector<std::string>> NodeService::ResolvePortals(
+    const std::vector<std::string>& portals) {
+  std::vector<std::string> addresses;
+  for (const auto& portal : portals) {
+    const auto split = SplitPortal(portal);  // checked on the gRPC thread
+    const auto& [host, port] = *split;
+    auto addr = resolve_host_(host);
+    if (!addr.ok()) return addr.status();
+    // A wildcard is where a server listens, not an address to reach it at.
+    if (addr.value() == "0.0.0.0" || addr.value() == "::") {
+      return InvalidArgument("volume_context.portals: " + portal + ": " + host +
+                             " is a wildcard address (" + addr.value() + "), not a portal's");
+    }
+    const bool v6 = addr->find(':') != std::string::npos;
+    addresses.push_back((v6 ? "[" + addr.value() + "]" : addr.value()) + ":" + port);
+    if (addresses.back() != portal) {
+      log::Ctl().debug("portal {} is at {}", portal, addresses.back());
+    }
+  }
+  return addresses;
+}
+
 Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Target& target) {
   const VolumeCapability& cap = req.volume_capability();
   VolumeRecord rec;
@@ -494,21 +555,27 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
     rec.device = old.value()->device;
     rec.multipath_map = old.value()->multipath_map;
   }
+  if (old.value() && old.value()->portals == rec.portals) {
+    // Staged before: its sessions are at the addresses the names had then.
+    rec.addresses = old.value()->addresses;
+  } else {
+    auto addresses = ResolvePortals(target.portals);
+    if (!addresses.ok()) return addresses.status();
+    rec.addresses = std::move(addresses.value());
+  }
   // Before the first login: a stage that fails half way can still be unstaged.
   if (Status s = records_.Save(rec); !s.ok()) return s;
 
   auto logged_in = host_->SessionPortals(target.iqn);
   if (!logged_in.ok()) return logged_in.status();
-  for (const auto& portal : target.portals) {
-    if (logged_in->contains(portal)) continue;
-    if (Status s = host_->Login(target.iqn, portal, req.secrets()); !s.ok()) return s;
+  for (const auto& address : rec.addresses) {
+    if (logged_in->contains(address)) continue;
+    if (Status s = host_->Login(target.iqn, address, req.secrets()); !s.ok()) return s;
   }
   const auto deadline = Clock::now() + options_.attach_timeout;
   std::vector<std::string> paths;
-  for (const auto& portal : target.portals) {
-    auto dev = host_->WaitFor("/dev/disk/by-path/ip-" + portal + "-iscsi-" + target.iqn + "-lun-" +
-                                  std::to_string(target.lun),
-                              deadline);
+  for (const auto& address : rec.addresses) {
+    auto dev = host_->WaitFor(ByPath(address, target.iqn, target.lun), deadline);
     if (!dev.ok()) return dev.status();
     paths.push_back(dev.value());
   }
@@ -615,8 +682,8 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
       if (auto f = host_->Check({"multipath", "-f", r.multipath_map}); !f.ok()) return f.status();
     }
   }
-  for (const auto& portal : r.portals) {
-    if (Status s = host_->Logout(r.target_iqn, portal); !s.ok()) return s;
+  for (const auto& address : r.addresses) {
+    if (Status s = host_->Logout(r.target_iqn, address); !s.ok()) return s;
   }
   return records_.Remove(req.volume_id());
 }
@@ -751,8 +818,9 @@ Result<int64_t> NodeService::Expand(const ::csi::v1::NodeExpandVolumeRequest& re
     return NotFound("volume " + req.volume_id() + " is not staged on this node");
   }
   const VolumeRecord& rec = *loaded.value();
-  for (const auto& portal : rec.portals) {
-    if (auto r = host_->Check({"iscsiadm", "-m", "node", "-T", rec.target_iqn, "-p", portal, "-R"});
+  for (const auto& address : rec.addresses) {
+    if (auto r =
+            host_->Check({"iscsiadm", "-m", "node", "-T", rec.target_iqn, "-p", address, "-R"});
         !r.ok()) {
       return r.status();
     }
@@ -877,6 +945,24 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
                  nullptr);
   }
   return reactor;
+}
+
+Result<std::string> ResolveHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    const std::string why = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+    return Status(StatusCode::kUnavailable, "portal host " + host + " does not resolve: " + why);
+  }
+  char text[NI_MAXHOST];
+  const int ni = ::getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof text, nullptr, 0,
+                               NI_NUMERICHOST);
+  ::freeaddrinfo(found);
+  if (ni != 0) return Internal("portal host " + host + ": " + ::gai_strerror(ni));
+  return std::string(text);
 }
 
 Result<VolumeStats> StatVolumePath(const std::string& path) {

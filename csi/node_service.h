@@ -10,10 +10,14 @@
 //
 // What a volume needs comes from the controller in the volume context (the publish context may
 // carry the same keys): targetIqn, lun ("0": one gateway target per volume), portals
-// (HOST:PORT,HOST:PORT) and blockSize. The RPCs:
+// (HOST:PORT,HOST:PORT; an IPv6 address as [ADDR]:PORT) and blockSize. A portal's host may be a
+// name: NodeStageVolume resolves it here (the node pod has the host's network), because the
+// kernel names the session's device after the address (/dev/disk/by-path/ip-ADDR:PORT-...) and
+// iscsiadm lists sessions by address; the address is what iscsiadm is given, and the record
+// keeps it so that a re-stage, unstage and expand use the same one. The RPCs:
 //   NodeStageVolume    per portal: node record (`-o new`), node.startup manual, CHAP from the
 //                      secrets, login (a portal already logged in is left alone); waits for
-//                      /dev/disk/by-path/ip-PORTAL-iscsi-IQN-lun-N; several portals: the
+//                      /dev/disk/by-path/ip-ADDR:PORT-iscsi-IQN-lun-N; several portals: the
 //                      dm-multipath map over them (the sd devices' holder), else the sd device.
 //                      Mount access: mkfs (ext4 by default, or xfs) only when `blkid -p` finds no
 //                      file system and no partition table, twice (the second right before mkfs),
@@ -84,6 +88,10 @@
 
 namespace iscsigw::csi {
 
+// One numeric address of `host` (getaddrinfo's first, in its RFC 6724 order), as getnameinfo
+// writes it: "10.0.2.2", "fd00::2" (no brackets). UNAVAILABLE when it does not resolve.
+Result<std::string> ResolveHost(const std::string& host);
+
 // What NodeGetVolumeStats reports of a path.
 struct VolumeStats {
   bool block = false;  // a block device: only bytes_total is known
@@ -106,6 +114,8 @@ struct NodeOptions {
   HostExecMode host_exec_mode = HostExecMode::kDirect;
   // Set: used instead of a HostExec made from host_exec_mode (tests inject a fake).
   std::shared_ptr<HostExec> host_exec;
+  // How a portal's host name becomes an address; unset: ResolveHost (tests inject a fake).
+  std::function<Result<std::string>(const std::string& host)> resolve_host;
   // The node plugin's own files (per-volume records); created when missing.
   std::string state_dir = "/var/lib/iscsigw-csi";
   // Longest wait for a device after login: its by-path link, the multipath map over its paths,
@@ -165,10 +175,12 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   struct Target {
     std::string iqn;
     int lun = 0;
-    std::vector<std::string> portals;
+    std::vector<std::string> portals;  // as given
   };
 
  private:
+  // Each portal's host resolved: IP:PORT or [IPv6]:PORT, in order.
+  Result<std::vector<std::string>> ResolvePortals(const std::vector<std::string>& portals);
   // The work of each RPC; run on a worker, one volume at a time.
   Status Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Target& target);
   Status Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req);
@@ -189,6 +201,7 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   const RecordStore records_;
   std::unique_ptr<Host> host_;
   const std::function<Result<VolumeStats>(const std::string&)> stat_volume_;
+  const std::function<Result<std::string>(const std::string&)> resolve_host_;
   // NodeGetVolumeStats threads still running; shared with them, as they may outlive the service.
   const std::shared_ptr<std::atomic<size_t>> stats_probes_;
   // Last member: destroyed first, so no job outlives what it uses.

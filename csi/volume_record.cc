@@ -122,6 +122,8 @@ Status RecordStore::Save(const VolumeRecord& r) const {
   f["lun"].set_number_value(r.lun);
   auto* portals = f["portals"].mutable_list_value();
   for (const auto& p : r.portals) portals->add_values()->set_string_value(p);
+  auto* addresses = f["addresses"].mutable_list_value();
+  for (const auto& a : r.addresses) addresses->add_values()->set_string_value(a);
   f["stagingPath"].set_string_value(r.staging_path);
   f["block"].set_bool_value(r.block);
   f["fsType"].set_string_value(r.fs_type);
@@ -171,6 +173,13 @@ Result<std::optional<VolumeRecord>> RecordStore::Load(const std::string& volume_
   }
   if (auto it = s.fields().find("portals"); it != s.fields().end()) {
     for (const Value& v : it->second.list_value().values()) r.portals.push_back(v.string_value());
+  }
+  if (auto it = s.fields().find("addresses"); it != s.fields().end()) {
+    for (const Value& v : it->second.list_value().values()) {
+      r.addresses.push_back(v.string_value());
+    }
+  } else {
+    r.addresses = r.portals;
   }
   r.staging_path = StringField(s, "stagingPath");
   if (auto it = s.fields().find("block"); it != s.fields().end()) r.block = it->second.bool_value();

@@ -24,6 +24,10 @@ struct VolumeRecord {
   std::string target_iqn;
   int lun = 0;
   std::vector<std::string> portals;  // HOST:PORT, as the volume context gave them
+  // Each portal with its host resolved, in the same order: IP:PORT or [IPv6]:PORT, what iscsiadm
+  // was given and what its session list shows. A record from before names were resolved: the
+  // portals themselves.
+  std::vector<std::string> addresses;
   std::string staging_path;
   bool block = false;         // raw block access: nothing is mounted at staging_path
   std::string fs_type;        // mount access: ext4 or xfs

@@ -162,6 +162,12 @@ class NodeServiceTest : public ::testing::Test {
     o.state_dir = (dir_ / "state").string();
     o.attach_timeout = std::chrono::milliseconds(300);
     o.poll_interval = std::chrono::milliseconds(5);
+    // Two names a DNS server would answer; numeric hosts go through the real getaddrinfo.
+    o.resolve_host = [](const std::string& host) -> Result<std::string> {
+      if (host == "gw.example") return std::string("10.0.2.2");
+      if (host == "gw6.example") return std::string("fd00::2");
+      return ResolveHost(host);
+    };
     if (more) more(o);
     std::vector<std::unique_ptr<grpc::Service>> services;
     auto node = std::make_unique<NodeService>(std::move(o));
@@ -665,6 +671,65 @@ TEST_F(NodeServiceTest, RefusesIncompleteRequests) {
   EXPECT_TRUE(fake_->Take().empty());  // nothing reached the host
   EXPECT_EQ(Unstage("", "/x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Unstage("pvc-1", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(NodeServiceTest, APortalGivenByNameIsUsedAtItsAddress) {
+  ASSERT_TRUE(Stage(StageRequest(Mount(), "gw.example:3260")).ok());
+  auto cmds = fake_->Take();
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --login"), cmds.end());
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), std::string("readlink -e ") + kByPath), cmds.end());
+  for (const auto& c : cmds) EXPECT_EQ(c.find("gw.example"), std::string::npos) << c;
+  std::ifstream record(dir_ / "state" / "volumes" / "pvc-1.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  EXPECT_NE(text.str().find("\"gw.example:3260\""), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\"10.0.2.2:3260\""), std::string::npos) << text.str();
+
+  // iscsiadm lists the session by address: the name's portal is found logged in.
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, std::string("tcp: [3] 10.0.2.2:3260,1 ") + kIqn + " (non-flash)\n"));
+  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  ASSERT_TRUE(Stage(StageRequest(Mount(), "gw.example:3260")).ok());
+  for (const auto& c : fake_->Take()) EXPECT_EQ(c.find("--login"), std::string::npos) << c;
+  ASSERT_TRUE(Unstage().ok());
+  cmds = fake_->Take();
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --logout"), cmds.end());
+}
+
+TEST_F(NodeServiceTest, AnIpv6PortalIsBracketedForIscsiadmAndBareInTheByPathName) {
+  const std::string node = std::string("iscsiadm -m node -T ") + kIqn + " -p [fd00::2]:3260";
+  fake_->Answer(
+      std::string("readlink -e /dev/disk/by-path/ip-fd00::2:3260-iscsi-") + kIqn + "-lun-0",
+      Exit(0, "/dev/sdd\n"));
+  for (const std::string portal : {"[fd00::2]:3260", "gw6.example:3260", "[fd00:0::2]:3260"}) {
+    ASSERT_TRUE(Stage(StageRequest(Block(), portal)).ok()) << portal;
+    auto cmds = fake_->Take();
+    EXPECT_NE(std::find(cmds.begin(), cmds.end(), node + " --login"), cmds.end()) << portal;
+    ASSERT_TRUE(Unstage().ok());
+    cmds = fake_->Take();
+    EXPECT_NE(std::find(cmds.begin(), cmds.end(), node + " --logout"), cmds.end()) << portal;
+  }
+}
+
+TEST_F(NodeServiceTest, RefusesAWildcardOrUnbracketedIpv6Portal) {
+  for (const std::string portal : {"0.0.0.0:3260", "[::]:3260", "[0::0]:3260"}) {
+    const grpc::Status s = Stage(StageRequest(Mount(), portal));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << portal;
+    EXPECT_NE(s.error_message().find(portal + ": "), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("wildcard"), std::string::npos) << s.error_message();
+  }
+  for (const std::string portal : {"fd00::2:3260", "[fd00::2]3260", "10.0.2.2:0", "[]:3260"}) {
+    EXPECT_EQ(Stage(StageRequest(Mount(), portal)).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << portal;
+  }
+  for (const auto& c : fake_->Take()) EXPECT_EQ(c.find("--login"), std::string::npos) << c;
+}
+
+TEST(ResolveHost, WritesNumericAddressesTheCanonicalWay) {
+  EXPECT_EQ(ResolveHost("10.0.2.2").value(), "10.0.2.2");
+  EXPECT_EQ(ResolveHost("fd00:0:0::2").value(), "fd00::2");
+  EXPECT_EQ(ResolveHost("0.0.0.0").value(), "0.0.0.0");
+  EXPECT_EQ(ResolveHost("::").value(), "::");
 }
 
 TEST_F(NodeServiceTest, RefusesRelativePathsAndMalformedTargetNamesBeforeAnyCommand) {

@@ -68,6 +68,22 @@ TEST_F(RecordStoreTest, SavesAndLoadsARecord) {
   EXPECT_FALSE(store.Load("pvc-1").value().has_value());
 }
 
+TEST_F(RecordStoreTest, KeepsResolvedAddressesAndReadsOlderRecordsWithout) {
+  RecordStore store((dir_ / "volumes").string());
+  VolumeRecord r = Record("pvc-1");
+  r.portals = {"gw.example:3260", "[fd00::2]:3260"};
+  r.addresses = {"10.0.2.2:3260", "[fd00::2]:3260"};
+  ASSERT_TRUE(store.Save(r).ok());
+  EXPECT_EQ(store.Load("pvc-1").value()->addresses, r.addresses);
+  // Written before portals were resolved: the portals were the addresses.
+  std::ofstream(store.PathOf("pvc-2"))
+      << R"({"volumeId": "pvc-2", "targetIqn": "iqn.2026-11.io.iscsigw:pvc-2", "lun": 0,
+            "portals": ["10.0.2.2:3260"], "stagingPath": "/stage/pvc-2", "device": "/dev/sdc"})";
+  auto old = store.Load("pvc-2");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old.value()->addresses, std::vector<std::string>{"10.0.2.2:3260"});
+}
+
 TEST_F(RecordStoreTest, AVolumeIdTooLongForAFileNameIsHashed) {
   RecordStore store((dir_ / "volumes").string());
   // 128 bytes of '/' escape to 384: longer than any file name may be.
