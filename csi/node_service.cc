@@ -116,6 +116,10 @@ Status CheckCapability(const VolumeCapability& cap, bool has_cap) {
 
 grpc::Status Refuse(const Status& s) { return ToGrpcStatus(s); }
 
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
 // HOST:PORT or [IPv6]:PORT: the host (no brackets) and the port, or nullopt. An IPv6 address
 // without brackets is refused: where it ends and the port begins is a guess.
 std::optional<std::pair<std::string, std::string>> SplitPortal(const std::string& portal) {
@@ -218,6 +222,27 @@ std::string RedactedCommandLine(const std::vector<std::string>& argv) {
   return out;
 }
 
+// Holds one target's session decisions for the life of a scope; other targets go on.
+class NodeService::TargetLock {
+ public:
+  TargetLock(NodeService& node, std::string iqn) : node_(node), iqn_(std::move(iqn)) {
+    std::unique_lock lock(node_.targets_mu_);
+    node_.targets_cv_.wait(lock, [&] { return !node_.busy_targets_.contains(iqn_); });
+    node_.busy_targets_.insert(iqn_);
+  }
+  ~TargetLock() {
+    std::lock_guard lock(node_.targets_mu_);
+    node_.busy_targets_.erase(iqn_);
+    node_.targets_cv_.notify_all();
+  }
+  TargetLock(const TargetLock&) = delete;
+  TargetLock& operator=(const TargetLock&) = delete;
+
+ private:
+  NodeService& node_;
+  const std::string iqn_;
+};
+
 // The host commands the RPCs are made of. Every one goes through HostExec, is logged at debug
 // with its secrets redacted, and fails with a message naming the (redacted) command and what it
 // printed on stderr.
@@ -269,8 +294,18 @@ class NodeService::Host {
     return portals;
   }
 
+  // Whether open-iscsi has a node record for `iqn` at `portal`.
+  Result<bool> NodeRecordExists(const std::string& iqn, const std::string& portal) {
+    auto r = Check({"iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-o", "show"},
+                   {0, kIscsiErrNoObjsFound});
+    if (!r.ok()) return r.status();
+    return r->exit_code == 0;
+  }
+
+  // new_record: make the node record (`-o new`, startup manual); else it is someone else's and
+  // only gets the volume's CHAP settings, which the login needs.
   Status Login(const std::string& iqn, const std::string& portal,
-               const google::protobuf::Map<std::string, std::string>& secrets) {
+               const google::protobuf::Map<std::string, std::string>& secrets, bool new_record) {
     const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
     auto with = [&](std::initializer_list<std::string> more) {
       std::vector<std::string> argv = node;
@@ -280,8 +315,10 @@ class NodeService::Host {
     auto update = [&](const std::string& key, const std::string& value) {
       return Check(with({"-o", "update", "-n", key, "-v", value})).status();
     };
-    if (auto r = Check(with({"-o", "new"})); !r.ok()) return r.status();
-    if (Status s = update("node.startup", "manual"); !s.ok()) return s;
+    if (new_record) {
+      if (auto r = Check(with({"-o", "new"})); !r.ok()) return r.status();
+      if (Status s = update("node.startup", "manual"); !s.ok()) return s;
+    }
     auto user = secrets.find(kChapUser);
     if (user != secrets.end()) {
       if (Status s = update("node.session.auth.authmethod", "CHAP"); !s.ok()) return s;
@@ -296,15 +333,15 @@ class NodeService::Host {
   }
 
   Status Logout(const std::string& iqn, const std::string& portal) {
-    const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
-    auto logout = node;
-    logout.push_back("--logout");
-    if (auto r = Check(logout, {0, kIscsiErrNoObjsFound}, kLoginTimeout); !r.ok()) {
-      return r.status();
-    }
-    auto del = node;
-    del.insert(del.end(), {"-o", "delete"});
-    return Check(del, {0, kIscsiErrNoObjsFound}).status();
+    return Check({"iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "--logout"},
+                 {0, kIscsiErrNoObjsFound}, kLoginTimeout)
+        .status();
+  }
+
+  Status DeleteNodeRecord(const std::string& iqn, const std::string& portal) {
+    return Check({"iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-o", "delete"},
+                 {0, kIscsiErrNoObjsFound})
+        .status();
   }
 
   // What `path` resolves to once it exists (readlink -e), polled until the deadline.
@@ -563,14 +600,52 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
     if (!addresses.ok()) return addresses.status();
     rec.addresses = std::move(addresses.value());
   }
-  // Before the first login: a stage that fails half way can still be unstaged.
-  if (Status s = records_.Save(rec); !s.ok()) return s;
-
-  auto logged_in = host_->SessionPortals(target.iqn);
-  if (!logged_in.ok()) return logged_in.status();
-  for (const auto& address : rec.addresses) {
-    if (logged_in->contains(address)) continue;
-    if (Status s = host_->Login(target.iqn, address, req.secrets()); !s.ok()) return s;
+  {
+    // Who owns each session is decided and written down under the target's lock, so an
+    // unstage of another volume on the target cannot log out of one this stage counts on.
+    TargetLock lock(*this, target.iqn);
+    auto sessions = host_->SessionPortals(target.iqn);
+    if (!sessions.ok()) return sessions.status();
+    std::optional<std::vector<VolumeRecord>> others;
+    std::vector<std::string> login;
+    for (const auto& address : rec.addresses) {
+      const bool has_session = sessions->contains(address);
+      // A stage again keeps what it owned.
+      const bool again = old.value() && Contains(old.value()->addresses, address);
+      bool made = again && Contains(old.value()->made_node_records, address);
+      bool logged_in = again && Contains(old.value()->logged_in, address);
+      if (!has_session) {
+        // Ours to make: the session, and the node record unless one is there.
+        logged_in = true;
+        if (!made) {
+          auto exists = host_->NodeRecordExists(target.iqn, address);
+          if (!exists.ok()) return exists.status();
+          made = !exists.value();
+        }
+        login.push_back(address);
+      } else if (!again) {
+        // Someone's session, used as it is: ours only if this plugin made it for another
+        // volume on the target (then it ends with the last volume that uses it).
+        if (!others) {
+          auto all = records_.LoadAll();
+          if (!all.ok()) return all.status();
+          others = std::move(all.value());
+        }
+        for (const auto& o : *others) {
+          if (o.volume_id == rec.volume_id || o.target_iqn != rec.target_iqn) continue;
+          made = made || Contains(o.made_node_records, address);
+          logged_in = logged_in || Contains(o.logged_in, address);
+        }
+      }
+      if (made) rec.made_node_records.push_back(address);
+      if (logged_in) rec.logged_in.push_back(address);
+    }
+    // Before the first login: a stage that fails half way can still be unstaged.
+    if (Status s = records_.Save(rec); !s.ok()) return s;
+    for (const auto& address : login) {
+      const bool ours = Contains(rec.made_node_records, address);
+      if (Status s = host_->Login(target.iqn, address, req.secrets(), ours); !s.ok()) return s;
+    }
   }
   const auto deadline = Clock::now() + options_.attach_timeout;
   std::vector<std::string> paths;
@@ -682,8 +757,29 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
       if (auto f = host_->Check({"multipath", "-f", r.multipath_map}); !f.ok()) return f.status();
     }
   }
+  TargetLock lock(*this, r.target_iqn);
+  auto all = records_.LoadAll();
+  if (!all.ok()) return all.status();
   for (const auto& address : r.addresses) {
-    if (Status s = host_->Logout(r.target_iqn, address); !s.ok()) return s;
+    // Only what this plugin made, and not while another volume on the target still uses it.
+    const VolumeRecord* user = nullptr;
+    for (const auto& o : all.value()) {
+      if (o.volume_id != r.volume_id && o.target_iqn == r.target_iqn &&
+          Contains(o.addresses, address)) {
+        user = &o;
+      }
+    }
+    if (user != nullptr) {
+      log::Ctl().info("volume {}: session {} {} kept: volume {} uses it too", r.volume_id,
+                      r.target_iqn, address, user->volume_id);
+      continue;
+    }
+    if (Contains(r.logged_in, address)) {
+      if (Status s = host_->Logout(r.target_iqn, address); !s.ok()) return s;
+    }
+    if (Contains(r.made_node_records, address)) {
+      if (Status s = host_->DeleteNodeRecord(r.target_iqn, address); !s.ok()) return s;
+    }
   }
   return records_.Remove(req.volume_id());
 }

@@ -15,8 +15,9 @@
 // kernel names the session's device after the address (/dev/disk/by-path/ip-ADDR:PORT-...) and
 // iscsiadm lists sessions by address; the address is what iscsiadm is given, and the record
 // keeps it so that a re-stage, unstage and expand use the same one. The RPCs:
-//   NodeStageVolume    per portal: node record (`-o new`), node.startup manual, CHAP from the
-//                      secrets, login (a portal already logged in is left alone); waits for
+//   NodeStageVolume    per portal not logged in: node record (`-o new`, unless one is there),
+//                      node.startup manual, CHAP from the secrets, login (a session that is
+//                      there is used as it is, and is not ours: see Unstage); waits for
 //                      /dev/disk/by-path/ip-ADDR:PORT-iscsi-IQN-lun-N; several portals: the
 //                      dm-multipath map over them (the sd devices' holder), else the sd device.
 //                      Mount access: mkfs (ext4 by default, or xfs) only when `blkid -p` finds no
@@ -24,9 +25,11 @@
 //                      and never for a read-only access mode (a blank device there is
 //                      FAILED_PRECONDITION); then mount at the staging path (ro for read-only
 //                      access modes). Block access: nothing is mounted.
-//   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out and delete the
-//                      node record of each portal, forget the volume. Whatever is already gone
-//                      is fine.
+//   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out of each
+//                      portal's session and delete its node record, but only those this plugin
+//                      made (an administrator's session, or one made before us, stays), and
+//                      neither while another staged volume on the target (another LUN) uses
+//                      it; forget the volume. Whatever is already gone is fine.
 //   NodePublishVolume  bind mount the staging path (mount) or the device (block: onto a file
 //                      created at target_path) to target_path; ro honoured.
 //   NodeUnpublishVolume unmount and remove target_path.
@@ -75,9 +78,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -195,11 +201,17 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
 
   class Host;        // the host commands the RPCs are made of (node_service.cc)
   struct StatsCall;  // one NodeGetVolumeStats call between its probe and its alarm
+  class TargetLock;  // one target's session decisions at a time
 
   const NodeOptions options_;
   const std::shared_ptr<HostExec> exec_;  // options_.host_exec, or one for host_exec_mode
   const RecordStore records_;
   std::unique_ptr<Host> host_;
+  // Targets whose sessions a stage or unstage is deciding about: whether to log in, whose a
+  // session is, whether to log out. Other workers' calls on the same target wait.
+  std::mutex targets_mu_;
+  std::condition_variable targets_cv_;
+  std::set<std::string> busy_targets_;  // protected by targets_mu_
   const std::function<Result<VolumeStats>(const std::string&)> stat_volume_;
   const std::function<Result<std::string>(const std::string&)> resolve_host_;
   // NodeGetVolumeStats threads still running; shared with them, as they may outlive the service.

@@ -124,6 +124,10 @@ Status RecordStore::Save(const VolumeRecord& r) const {
   for (const auto& p : r.portals) portals->add_values()->set_string_value(p);
   auto* addresses = f["addresses"].mutable_list_value();
   for (const auto& a : r.addresses) addresses->add_values()->set_string_value(a);
+  auto* made = f["madeNodeRecords"].mutable_list_value();
+  for (const auto& a : r.made_node_records) made->add_values()->set_string_value(a);
+  auto* logged_in = f["loggedIn"].mutable_list_value();
+  for (const auto& a : r.logged_in) logged_in->add_values()->set_string_value(a);
   f["stagingPath"].set_string_value(r.staging_path);
   f["block"].set_bool_value(r.block);
   f["fsType"].set_string_value(r.fs_type);
@@ -161,8 +165,38 @@ Result<std::optional<VolumeRecord>> RecordStore::Load(const std::string& volume_
     if (text.status().code() == StatusCode::kNotFound) return std::optional<VolumeRecord>();
     return text.status();
   }
+  auto r = Parse(path, text.value());
+  if (!r.ok()) return r.status();
+  if (r->volume_id != volume_id) {
+    return Internal(path + ": not the record of volume " + volume_id);
+  }
+  return std::optional<VolumeRecord>(std::move(r.value()));
+}
+
+Result<std::vector<VolumeRecord>> RecordStore::LoadAll() const {
+  std::vector<VolumeRecord> all;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir_, ec);
+  if (ec == std::errc::no_such_file_or_directory) return all;
+  if (ec) return Internal("list " + dir_ + ": " + ec.message());
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with('.') || !name.ends_with(kSuffix)) continue;  // temporary files
+    const std::string path = it->path().string();
+    auto text = ReadFile(path);
+    if (!text.ok() && text.status().code() == StatusCode::kNotFound) continue;  // just removed
+    if (!text.ok()) return text.status();
+    auto r = Parse(path, text.value());
+    if (!r.ok()) return r.status();
+    all.push_back(std::move(r.value()));
+  }
+  if (ec) return Internal("list " + dir_ + ": " + ec.message());
+  return all;
+}
+
+Result<VolumeRecord> RecordStore::Parse(const std::string& path, const std::string& text) {
   Struct s;
-  if (!google::protobuf::util::JsonStringToMessage(text.value(), &s).ok()) {
+  if (!google::protobuf::util::JsonStringToMessage(text, &s).ok()) {
     return Internal(path + ": not a volume record (invalid JSON)");
   }
   VolumeRecord r;
@@ -181,15 +215,25 @@ Result<std::optional<VolumeRecord>> RecordStore::Load(const std::string& volume_
   } else {
     r.addresses = r.portals;
   }
+  auto strings = [&](const char* key, std::vector<std::string>* out) {
+    auto it = s.fields().find(key);
+    if (it == s.fields().end()) {
+      *out = r.addresses;
+      return;
+    }
+    for (const Value& v : it->second.list_value().values()) out->push_back(v.string_value());
+  };
+  strings("madeNodeRecords", &r.made_node_records);
+  strings("loggedIn", &r.logged_in);
   r.staging_path = StringField(s, "stagingPath");
   if (auto it = s.fields().find("block"); it != s.fields().end()) r.block = it->second.bool_value();
   r.fs_type = StringField(s, "fsType");
   r.device = StringField(s, "device");
   r.multipath_map = StringField(s, "multipathMap");
-  if (r.volume_id != volume_id || r.target_iqn.empty()) {
-    return Internal(path + ": not the record of volume " + volume_id);
+  if (r.volume_id.empty() || r.target_iqn.empty()) {
+    return Internal(path + ": not a volume record (no volumeId or targetIqn)");
   }
-  return std::optional<VolumeRecord>(std::move(r));
+  return r;
 }
 
 Status RecordStore::Remove(const std::string& volume_id) const {

@@ -28,6 +28,12 @@ struct VolumeRecord {
   // was given and what its session list shows. A record from before names were resolved: the
   // portals themselves.
   std::vector<std::string> addresses;
+  // The addresses whose open-iscsi node record, and whose session, this plugin made (or shares
+  // with another volume's record that made it). Only those are deleted and logged out of on
+  // unstage: a session or node record that was there before is someone else's. A record from
+  // before they were kept: every address, as the plugin that wrote it treated them.
+  std::vector<std::string> made_node_records;
+  std::vector<std::string> logged_in;
   std::string staging_path;
   bool block = false;         // raw block access: nothing is mounted at staging_path
   std::string fs_type;        // mount access: ext4 or xfs
@@ -43,6 +49,9 @@ class RecordStore {
   Status Save(const VolumeRecord& record) const;
   // nullopt when the volume has no record; an error when one exists and cannot be read.
   Result<std::optional<VolumeRecord>> Load(const std::string& volume_id) const;
+  // Every volume's record (none when the directory does not exist yet); an error names the
+  // first file that cannot be read.
+  Result<std::vector<VolumeRecord>> LoadAll() const;
   // Missing is fine.
   Status Remove(const std::string& volume_id) const;
 
@@ -53,6 +62,8 @@ class RecordStore {
   std::string PathOf(const std::string& volume_id) const;
 
  private:
+  static Result<VolumeRecord> Parse(const std::string& path, const std::string& text);
+
   const std::string dir_;
 };
 

@@ -145,6 +145,10 @@ class NodeServiceTest : public ::testing::Test {
     // A host with nothing logged in and nothing mounted, where the device appears at once and
     // holds no file system.
     fake_->Answer("iscsiadm -m session", Exit(21));
+    for (const char* portal : {kPortal, kPortal2}) {
+      fake_->Answer(std::string("iscsiadm -m node -T ") + kIqn + " -p " + portal + " -o show",
+                    Exit(21));
+    }
     fake_->Answer(std::string("readlink -e ") + kByPath, Exit(0, "/dev/sdb\n"));
     fake_->Answer(std::string("readlink -e ") + kByPath2, Exit(0, "/dev/sdc\n"));
     fake_->Answer("findmnt", Exit(1));
@@ -256,6 +260,10 @@ class NodeServiceTest : public ::testing::Test {
     return stub_->NodeUnpublishVolume(&ctx, req, &resp);
   }
 
+  // Looking for a node record, and making one.
+  std::vector<std::string> ShowCommand(const std::string& portal) {
+    return {std::string("iscsiadm -m node -T ") + kIqn + " -p " + portal + " -o show"};
+  }
   std::vector<std::string> LoginCommands(const std::string& portal) {
     const std::string node = std::string("iscsiadm -m node -T ") + kIqn + " -p " + portal;
     return {node + " -o new", node + " -o update -n node.startup -v manual"};
@@ -283,6 +291,7 @@ const std::string kNode = std::string("iscsiadm -m node -T ") + kIqn + " -p " + 
 TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
   ASSERT_TRUE(Stage(StageRequest()).ok());
   EXPECT_EQ(fake_->Take(), Concat({{"iscsiadm -m session"},
+                                   ShowCommand(kPortal),
                                    LoginCommands(kPortal),
                                    {kNode + " --login", std::string("readlink -e ") + kByPath,
                                     "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
@@ -307,6 +316,7 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
   ASSERT_TRUE(Stage(req).ok());
   const std::string update = kNode + " -o update -n ";
   EXPECT_EQ(fake_->Take(), Concat({{"iscsiadm -m session"},
+                                   ShowCommand(kPortal),
                                    LoginCommands(kPortal),
                                    {update + "node.session.auth.authmethod -v CHAP",
                                     update + "node.session.auth.username -v node-user",
@@ -453,6 +463,75 @@ TEST_F(NodeServiceTest, UnstageToleratesWhatIsAlreadyGone) {
       << s.error_message();
 }
 
+TEST_F(NodeServiceTest, ASessionThatWasThereBeforeIsNotLoggedOutOrDeleted) {
+  // An administrator's session and node record for the target.
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, std::string("tcp: [1] ") + kPortal + ",1 " + kIqn + " (non-flash)\n"));
+  fake_->Answer(kNode + " -o show", Exit(0, "node.name = iqn...\n"));
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  for (const auto& c : fake_->Take()) {
+    EXPECT_FALSE(c.starts_with("iscsiadm -m node")) << c;  // used as it is
+  }
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1"});
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
+
+  // Staged on it again, and meanwhile the administrator logged out and deleted the record: the
+  // stage makes its own, which are then ours to end.
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  fake_->Answer("iscsiadm -m session", Exit(21));
+  fake_->Answer(kNode + " -o show", Exit(21));
+  fake_->Take();
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  auto cmds = fake_->Take();
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " -o new"), cmds.end());
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --login"), cmds.end());
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      kNode + " --logout", kNode + " -o delete"}));
+}
+
+TEST_F(NodeServiceTest, ANodeRecordThatWasThereBeforeOutlivesOurSession) {
+  // No session, but a node record (made by discovery, say): logged in to, not made anew.
+  fake_->Answer(kNode + " -o show", Exit(0, "node.name = iqn...\n"));
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  auto cmds = fake_->Take();
+  EXPECT_EQ(std::find(cmds.begin(), cmds.end(), kNode + " -o new"), cmds.end());
+  EXPECT_EQ(std::find(cmds.begin(), cmds.end(), kNode + " -o update -n node.startup -v manual"),
+            cmds.end());
+  EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --login"), cmds.end());
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                      kNode + " --logout"}));
+}
+
+TEST_F(NodeServiceTest, TwoVolumesOnOneTargetShareItsSessionUntilTheLastUnstages) {
+  auto second = StageRequest(Block());
+  second.set_volume_id("pvc-2");
+  second.set_staging_target_path("/stage/pvc-2");
+  (*second.mutable_volume_context())["lun"] = "1";
+  fake_->Answer(
+      std::string("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-") + kIqn + "-lun-1",
+      Exit(0, "/dev/sdc\n"));
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  // pvc-1's login made the session pvc-2 finds.
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, std::string("tcp: [1] ") + kPortal + ",1 " + kIqn + " (non-flash)\n"));
+  ASSERT_TRUE(Stage(second).ok());
+  fake_->Take();
+  // pvc-1 goes first: pvc-2 still reads through the session.
+  ASSERT_TRUE(Unstage().ok());
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("iscsiadm")) << c;
+  // The last volume on the target ends what the plugin made.
+  ASSERT_TRUE(Unstage("pvc-2", "/stage/pvc-2").ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-2",
+                                      kNode + " --logout", kNode + " -o delete"}));
+}
+
 TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
   fake_->Answer("ls /sys/block/sdb/holders", Exit(0, "dm-0\n"));
   fake_->Answer("cat /sys/block/dm-0/dm/name", Exit(0, "mpatha\n"));
@@ -462,6 +541,8 @@ TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
   EXPECT_EQ(
       fake_->Take(),
       Concat({{"iscsiadm -m session"},
+              ShowCommand(kPortal),
+              ShowCommand(kPortal2),
               LoginCommands(kPortal),
               {kNode + " --login"},
               LoginCommands(kPortal2),

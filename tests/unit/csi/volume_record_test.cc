@@ -82,6 +82,30 @@ TEST_F(RecordStoreTest, KeepsResolvedAddressesAndReadsOlderRecordsWithout) {
   auto old = store.Load("pvc-2");
   ASSERT_TRUE(old.ok()) << old.status().message();
   EXPECT_EQ(old.value()->addresses, std::vector<std::string>{"10.0.2.2:3260"});
+  // ... and the plugin that wrote it took every session and node record for its own.
+  EXPECT_EQ(old.value()->logged_in, std::vector<std::string>{"10.0.2.2:3260"});
+  EXPECT_EQ(old.value()->made_node_records, std::vector<std::string>{"10.0.2.2:3260"});
+}
+
+TEST_F(RecordStoreTest, LoadsEveryRecordAndSkipsTemporaryFiles) {
+  RecordStore store((dir_ / "volumes").string());
+  auto none = store.LoadAll();
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none.value().empty());
+  VolumeRecord r = Record("pvc-1");
+  r.addresses = r.portals;
+  r.logged_in = r.portals;
+  ASSERT_TRUE(store.Save(r).ok());
+  ASSERT_TRUE(store.Save(Record("pvc-2")).ok());
+  std::ofstream(dir_ / "volumes" / ".tmp-abcdef") << "{";
+  auto all = store.LoadAll();
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_EQ(all.value().size(), 2u);
+  for (const auto& got : all.value()) {
+    EXPECT_EQ(got.logged_in, got.volume_id == "pvc-1" ? r.portals : std::vector<std::string>{});
+  }
+  std::ofstream(dir_ / "volumes" / "broken.json") << "{";
+  EXPECT_FALSE(store.LoadAll().ok());
 }
 
 TEST_F(RecordStoreTest, AVolumeIdTooLongForAFileNameIsHashed) {
