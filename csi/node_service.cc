@@ -380,14 +380,40 @@ class NodeService::Host {
     }
   }
 
-  // The source mounted at `path` (first word of findmnt's SOURCE), or nullopt when nothing is.
+  struct Mount {
+    std::string source;  // findmnt's SOURCE: /dev/sdb, or /dev/sdb[/dir] for a bind of a dir
+    bool read_only = false;
+    std::string Describe() const { return source + (read_only ? " (ro)" : " (rw)"); }
+  };
+
+  // What is mounted at `path` (the last mount, when several are stacked), or nullopt.
   // The path is the argument of --mountpoint, which findmnt never reads as an option; after
   // `--` it would be a positional one, matched against sources as well.
-  Result<std::optional<std::string>> MountedAt(const std::string& path) {
-    auto r = Check({"findmnt", "-n", "-o", "SOURCE", "--mountpoint", path}, {0, 1});
+  Result<std::optional<Mount>> MountedAt(const std::string& path) {
+    auto r = Check({"findmnt", "-n", "-o", "SOURCE,OPTIONS", "--mountpoint", path}, {0, 1});
     if (!r.ok()) return r.status();
-    if (r->exit_code != 0) return std::optional<std::string>();
-    return std::optional<std::string>(Trim(r->stdout_data.substr(0, r->stdout_data.find('\n'))));
+    const auto lines = Split(r->exit_code == 0 ? r->stdout_data : "", '\n');
+    if (lines.empty()) return std::optional<Mount>();
+    std::istringstream words(lines.back());
+    Mount m;
+    std::string options;
+    words >> m.source >> options;
+    m.read_only = Contains(Split(options, ','), "ro");
+    return std::optional<Mount>(std::move(m));
+  }
+
+  // Whether `a` and `b` are (or lead to) the same device node: their major:minor.
+  Result<bool> SameDevice(const std::string& a, const std::string& b) {
+    auto numbers = [&](const std::string& path) -> Result<std::string> {
+      auto r = Check({"stat", "-L", "-c", "%t:%T", "--", path});
+      if (!r.ok()) return r.status();
+      return Trim(r->stdout_data);
+    };
+    auto na = numbers(a);
+    if (!na.ok()) return na.status();
+    auto nb = numbers(b);
+    if (!nb.ok()) return nb.status();
+    return !na->empty() && na.value() == nb.value();
   }
 
   // blkid -p: the file system on `device` ("" when it has none). A partition table or a
@@ -554,6 +580,45 @@ grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerConte
   return reactor;
 }
 
+namespace {
+
+// OK when `now` asks for what `staged` is; else ALREADY_EXISTS naming the first difference.
+Status SameStage(const VolumeRecord& staged, const VolumeRecord& now) {
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto differs = [&](const std::string& what, const std::string& was, const std::string& is) {
+    return AlreadyExists("volume " + now.volume_id + " is staged on this node with " + what + " " +
+                         was + ", not " + is + " (NodeUnstageVolume first)");
+  };
+  auto access = [](bool block, const std::string& fs) { return block ? "block" : "mount " + fs; };
+  if (staged.target_iqn != now.target_iqn) {
+    return differs("targetIqn", staged.target_iqn, now.target_iqn);
+  }
+  if (staged.lun != now.lun) {
+    return differs("lun", std::to_string(staged.lun), std::to_string(now.lun));
+  }
+  if (sorted(staged.portals) != sorted(now.portals)) {
+    return differs("portals", Join(staged.portals, ","), Join(now.portals, ","));
+  }
+  if (staged.block != now.block || staged.fs_type != now.fs_type) {
+    return differs("access", access(staged.block, staged.fs_type), access(now.block, now.fs_type));
+  }
+  if (!staged.access_known) return Status::Ok();  // a record from before these were kept
+  if (staged.read_only != now.read_only) {
+    return differs("access mode", staged.read_only ? "read-only" : "read-write",
+                   now.read_only ? "read-only" : "read-write");
+  }
+  if (sorted(staged.mount_flags) != sorted(now.mount_flags)) {
+    return differs("mount_flags", "[" + Join(staged.mount_flags, ",") + "]",
+                   "[" + Join(now.mount_flags, ",") + "]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> NodeService::ResolvePortals(
     const std::vector<std::string>& portals) {
   std::vector<std::string> addresses;
@@ -586,13 +651,22 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   rec.staging_path = req.staging_target_path();
   rec.block = cap.has_block();
   rec.fs_type = rec.block ? "" : (cap.mount().fs_type().empty() ? "ext4" : cap.mount().fs_type());
+  rec.read_only = ReadOnly(cap);
+  if (!rec.block) {
+    rec.mount_flags.assign(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
+  }
   auto old = records_.Load(rec.volume_id);
   if (!old.ok()) return old.status();
+  if (old.value()) {
+    // CSI: staged already with another target or capability is ALREADY_EXISTS; the record of
+    // what was staged stays as it is, or its unstage would undo the wrong thing.
+    if (Status s = SameStage(*old.value(), rec); !s.ok()) return s;
+  }
   if (old.value() && !old.value()->device.empty()) {
     rec.device = old.value()->device;
     rec.multipath_map = old.value()->multipath_map;
   }
-  if (old.value() && old.value()->portals == rec.portals) {
+  if (old.value()) {
     // Staged before: its sessions are at the addresses the names had then.
     rec.addresses = old.value()->addresses;
   } else {
@@ -672,9 +746,11 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   auto mounted = host_->MountedAt(staging);
   if (!mounted.ok()) return mounted.status();
   if (mounted.value()) {
-    if (*mounted.value() == rec.device) return Status::Ok();
-    return AlreadyExists("staging_target_path " + staging + " has " + *mounted.value() +
-                         " mounted, not this volume's " + rec.device);
+    const auto& m = *mounted.value();
+    if (m.source == rec.device && m.read_only == rec.read_only) return Status::Ok();
+    return AlreadyExists("staging_target_path " + staging + " has " + m.Describe() +
+                         " mounted, not this volume's " + rec.device +
+                         (rec.read_only ? " (ro)" : " (rw)"));
   }
   auto fs = host_->FileSystemOn(rec.device);
   if (!fs.ok()) return fs.status();
@@ -704,8 +780,8 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
                               " the volume capability asks for");
   }
   if (auto r = host_->Check({"mkdir", "-p", "--", staging}); !r.ok()) return r.status();
-  std::vector<std::string> opts(cap.mount().mount_flags().begin(), cap.mount().mount_flags().end());
-  if (ReadOnly(cap)) opts.push_back("ro");
+  std::vector<std::string> opts = rec.mount_flags;
+  if (rec.read_only) opts.push_back("ro");
   std::vector<std::string> mount = {"mount", "-t", rec.fs_type};
   if (!opts.empty()) mount.insert(mount.end(), {"-o", Join(opts, ",")});
   mount.insert(mount.end(), {rec.device, staging});
@@ -822,8 +898,8 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
   const std::string& target = req.target_path();
   auto mounted = host_->MountedAt(target);
   if (!mounted.ok()) return mounted.status();
-  if (mounted.value()) return Status::Ok();
   const bool ro = req.readonly() || ReadOnly(req.volume_capability());
+  const std::string want = std::string(ro ? " (ro)" : " (rw)");
   std::vector<std::string> mount = {"mount", "--bind"};
   if (ro) mount.insert(mount.end(), {"-o", "ro"});
   if (req.volume_capability().has_block()) {
@@ -832,6 +908,16 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
     if (!rec.value() || rec.value()->device.empty()) {
       return FailedPrecondition("volume " + req.volume_id() +
                                 " is not staged on this node (NodeStageVolume first)");
+    }
+    const std::string& device = rec.value()->device;
+    if (mounted.value()) {
+      // Published before, or something else is there: a device node bound onto the file
+      // shows in findmnt as devtmpfs[/sdX], so the device numbers tell which.
+      auto same = host_->SameDevice(device, target);
+      if (!same.ok()) return same.status();
+      if (same.value() && mounted.value()->read_only == ro) return Status::Ok();
+      return AlreadyExists("target_path " + target + " has " + mounted.value()->Describe() +
+                           " mounted, not volume " + req.volume_id() + "'s " + device + want);
     }
     if (auto r = host_->Check({"mkdir", "-p", "--", Dirname(target)}); !r.ok()) return r.status();
     if (auto r = host_->Check({"touch", "--", target}); !r.ok()) return r.status();
@@ -843,6 +929,16 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
   if (!staged.value()) {
     return FailedPrecondition("volume " + req.volume_id() + ": nothing is mounted at " +
                               req.staging_target_path() + " (NodeStageVolume first)");
+  }
+  if (mounted.value()) {
+    // A bind of the staging mount shows the same source; a bind of another file system, or of
+    // a directory inside this one (source[/dir]), does not.
+    if (mounted.value()->source == staged.value()->source && mounted.value()->read_only == ro) {
+      return Status::Ok();
+    }
+    return AlreadyExists("target_path " + target + " has " + mounted.value()->Describe() +
+                         " mounted, not volume " + req.volume_id() + "'s staging mount of " +
+                         staged.value()->source + want);
   }
   if (auto r = host_->Check({"mkdir", "-p", "--", target}); !r.ok()) return r.status();
   mount.insert(mount.end(), {req.staging_target_path(), target});

@@ -24,14 +24,18 @@
 //                      file system and no partition table, twice (the second right before mkfs),
 //                      and never for a read-only access mode (a blank device there is
 //                      FAILED_PRECONDITION); then mount at the staging path (ro for read-only
-//                      access modes). Block access: nothing is mounted.
+//                      access modes). Block access: nothing is mounted. A volume staged already
+//                      with another targetIqn, lun, portals or capability (block or mount, fs
+//                      type, read-only, mount flags): ALREADY_EXISTS, and its record untouched.
 //   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out of each
 //                      portal's session and delete its node record, but only those this plugin
 //                      made (an administrator's session, or one made before us, stays), and
 //                      neither while another staged volume on the target (another LUN) uses
 //                      it; forget the volume. Whatever is already gone is fine.
 //   NodePublishVolume  bind mount the staging path (mount) or the device (block: onto a file
-//                      created at target_path) to target_path; ro honoured.
+//                      created at target_path) to target_path; ro honoured. Already mounted
+//                      there: OK if it is that (the staging mount's source, or the device's
+//                      numbers, and the same ro flag), else ALREADY_EXISTS.
 //   NodeUnpublishVolume unmount and remove target_path.
 //   NodeExpandVolume   rescan each portal's session, `multipathd resize map`, then resize2fs
 //                      (ext4) or xfs_growfs on the mount (xfs); block: rescan only. Answers the

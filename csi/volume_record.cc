@@ -131,6 +131,9 @@ Status RecordStore::Save(const VolumeRecord& r) const {
   f["stagingPath"].set_string_value(r.staging_path);
   f["block"].set_bool_value(r.block);
   f["fsType"].set_string_value(r.fs_type);
+  f["readOnly"].set_bool_value(r.read_only);
+  auto* flags = f["mountFlags"].mutable_list_value();
+  for (const auto& m : r.mount_flags) flags->add_values()->set_string_value(m);
   f["device"].set_string_value(r.device);
   f["multipathMap"].set_string_value(r.multipath_map);
   std::string json;
@@ -228,6 +231,16 @@ Result<VolumeRecord> RecordStore::Parse(const std::string& path, const std::stri
   r.staging_path = StringField(s, "stagingPath");
   if (auto it = s.fields().find("block"); it != s.fields().end()) r.block = it->second.bool_value();
   r.fs_type = StringField(s, "fsType");
+  if (auto it = s.fields().find("readOnly"); it != s.fields().end()) {
+    r.read_only = it->second.bool_value();
+    if (auto m = s.fields().find("mountFlags"); m != s.fields().end()) {
+      for (const Value& v : m->second.list_value().values()) {
+        r.mount_flags.push_back(v.string_value());
+      }
+    }
+  } else {
+    r.access_known = false;
+  }
   r.device = StringField(s, "device");
   r.multipath_map = StringField(s, "multipathMap");
   if (r.volume_id.empty() || r.target_iqn.empty()) {

@@ -35,8 +35,13 @@ struct VolumeRecord {
   std::vector<std::string> made_node_records;
   std::vector<std::string> logged_in;
   std::string staging_path;
-  bool block = false;         // raw block access: nothing is mounted at staging_path
-  std::string fs_type;        // mount access: ext4 or xfs
+  bool block = false;   // raw block access: nothing is mounted at staging_path
+  std::string fs_type;  // mount access: ext4 or xfs
+  // The rest of the capability it was staged with, which a re-stage must ask for as well;
+  // access_known is false for a record from before they were kept.
+  bool access_known = true;
+  bool read_only = false;  // a read-only access mode
+  std::vector<std::string> mount_flags;
   std::string device;         // what is mounted or bound: /dev/sdX, or /dev/mapper/NAME
   std::string multipath_map;  // the dm-multipath map's name when there are several portals
 };

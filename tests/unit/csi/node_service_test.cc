@@ -294,7 +294,7 @@ TEST_F(NodeServiceTest, StagesABlankVolumeWithoutChap) {
                                    ShowCommand(kPortal),
                                    LoginCommands(kPortal),
                                    {kNode + " --login", std::string("readlink -e ") + kByPath,
-                                    "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                    "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                     "blkid -p -o export /dev/sdb", "blkid -p -o export /dev/sdb",
                                     "mkfs.ext4 -F -q /dev/sdb", "mkdir -p -- /stage/pvc-1",
                                     "mount -t ext4 /dev/sdb /stage/pvc-1"}}));
@@ -324,7 +324,7 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
                                     update + "node.session.auth.username_in -v gw-user",
                                     update + "node.session.auth.password_in -v " + kSecretIn,
                                     kNode + " --login", std::string("readlink -e ") + kByPath,
-                                    "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+                                    "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                     "blkid -p -o export /dev/sdb", "mkdir -p -- /stage/pvc-1",
                                     "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
   const std::string logs = Logs();
@@ -420,28 +420,28 @@ TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
   fake_->Answer("iscsiadm -m session",
                 Exit(0, std::string("tcp: [3] ") + kPortal + ",1 " + kIqn + " (non-flash)\n" +
                             "tcp: [4] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:other (non-flash)\n"));
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
   ASSERT_TRUE(Stage(StageRequest()).ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{"iscsiadm -m session", std::string("readlink -e ") + kByPath,
-                                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1"}));
+                                      "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"}));
   // Something else mounted at the staging path: ALREADY_EXISTS.
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdz\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(0, "/dev/sdz\n"));
   EXPECT_EQ(Stage(StageRequest()).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
   fake_->Take();
 
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                       "umount -- /stage/pvc-1", kNode + " --logout",
                                       kNode + " -o delete"}));
   EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
   // Again: nothing mounted, no record, nothing logged out.
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(1));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(1));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1"});
+            std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"});
 }
 
 TEST_F(NodeServiceTest, UnstageToleratesWhatIsAlreadyGone) {
@@ -452,7 +452,7 @@ TEST_F(NodeServiceTest, UnstageToleratesWhatIsAlreadyGone) {
   fake_->Answer(kNode + " -o delete", Exit(21));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                       kNode + " --logout", kNode + " -o delete"}));
   // Any other failure is an error naming the command.
   ASSERT_TRUE(Stage(StageRequest(Block())).ok());
@@ -474,7 +474,7 @@ TEST_F(NodeServiceTest, ASessionThatWasThereBeforeIsNotLoggedOutOrDeleted) {
   }
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1"});
+            std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"});
   EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
 
   // Staged on it again, and meanwhile the administrator logged out and deleted the record: the
@@ -504,7 +504,7 @@ TEST_F(NodeServiceTest, ANodeRecordThatWasThereBeforeOutlivesOurSession) {
   EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --login"), cmds.end());
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                       kNode + " --logout"}));
 }
 
@@ -528,7 +528,7 @@ TEST_F(NodeServiceTest, TwoVolumesOnOneTargetShareItsSessionUntilTheLastUnstages
   // The last volume on the target ends what the plugin made.
   ASSERT_TRUE(Unstage("pvc-2", "/stage/pvc-2").ok());
   EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /stage/pvc-2",
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-2",
                                       kNode + " --logout", kNode + " -o delete"}));
 }
 
@@ -549,15 +549,16 @@ TEST_F(NodeServiceTest, StagesAndUnstagesAMultipathMapOverSeveralPortals) {
               {node2 + " --login", std::string("readlink -e ") + kByPath,
                std::string("readlink -e ") + kByPath2, "ls /sys/block/sdb/holders",
                "cat /sys/block/dm-0/dm/name", "readlink -e /dev/mapper/mpatha",
-               "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
+               "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                "blkid -p -o export /dev/mapper/mpatha", "blkid -p -o export /dev/mapper/mpatha",
                "mkfs.ext4 -F -q /dev/mapper/mpatha", "mkdir -p -- /stage/pvc-1",
                "mount -t ext4 /dev/mapper/mpatha /stage/pvc-1"}}));
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/mapper/mpatha\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                Exit(0, "/dev/mapper/mpatha\n"));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{
-                "findmnt -n -o SOURCE --mountpoint /stage/pvc-1", "umount -- /stage/pvc-1",
+                "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", "umount -- /stage/pvc-1",
                 "readlink -e /dev/mapper/mpatha", "multipath -f mpatha", kNode + " --logout",
                 kNode + " -o delete", node2 + " --logout", node2 + " -o delete"}));
 }
@@ -587,27 +588,105 @@ TEST_F(NodeServiceTest, PublishesAndUnpublishesAFileSystemIdempotently) {
   // Not staged yet: nothing mounted at the staging path.
   EXPECT_EQ(Publish(Mount()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   fake_->Take();
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                Exit(0, "/dev/sdb rw,relatime\n"));
   ASSERT_TRUE(Publish(Mount(), /*readonly=*/true).ok());
-  EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "findmnt -n -o SOURCE --mountpoint /stage/pvc-1",
-                                      "mkdir -p -- /pods/uid/volumes/pvc-1",
-                                      "mount --bind -o ro /stage/pvc-1 /pods/uid/volumes/pvc-1"}));
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(0, "/dev/sdb\n"));
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                               "mkdir -p -- /pods/uid/volumes/pvc-1",
+                               "mount --bind -o ro /stage/pvc-1 /pods/uid/volumes/pvc-1"}));
+  // Published: the staging mount's source, read-only as asked.
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
+                Exit(0, "/dev/sdb ro,relatime\n"));
   ASSERT_TRUE(Publish(Mount(), true).ok());
-  EXPECT_EQ(fake_->Take(),
-            std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1"});
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"}));
   ASSERT_TRUE(Unpublish().ok());
   EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "umount -- /pods/uid/volumes/pvc-1",
-                                      "rm -df -- /pods/uid/volumes/pvc-1"}));
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1", Exit(1));
+            (std::vector<std::string>{
+                "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
+                "umount -- /pods/uid/volumes/pvc-1", "rm -df -- /pods/uid/volumes/pvc-1"}));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1", Exit(1));
   ASSERT_TRUE(Unpublish().ok());
-  EXPECT_EQ(fake_->Take(),
-            (std::vector<std::string>{"findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
-                                      "rm -df -- /pods/uid/volumes/pvc-1"}));
+  EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
+                               "rm -df -- /pods/uid/volumes/pvc-1"}));
+}
+
+TEST_F(NodeServiceTest, PublishRefusesWhatElseIsMountedAtTheTarget) {
+  const std::string target = "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1";
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                Exit(0, "/dev/sdb rw,relatime\n"));
+  // Another file system, a directory of this one, this one read-only when rw is asked for.
+  for (const std::string other :
+       {"/dev/sdz rw,relatime", "/dev/sdb[/lost+found] rw,relatime", "/dev/sdb ro,relatime"}) {
+    fake_->Answer(target, Exit(0, other + "\n"));
+    const grpc::Status s = Publish(Mount());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << other;
+    EXPECT_NE(s.error_message().find("target_path /pods/uid/volumes/pvc-1 has "), std::string::npos)
+        << s.error_message();
+  }
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("mount")) << c;
+  fake_->Answer(target, Exit(0, "/dev/sdb rw,relatime\n"));
+  EXPECT_TRUE(Publish(Mount()).ok());
+
+  // Raw block: the device node bound onto the file shows as devtmpfs[/sdX]; its numbers say
+  // whether it is this volume's.
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  fake_->Answer(target, Exit(0, "udev[/sdz] rw,nosuid\n"));
+  fake_->Answer("stat -L -c %t:%T -- /dev/sdb", Exit(0, "8:10\n"));
+  fake_->Answer("stat -L -c %t:%T -- /pods/uid/volumes/pvc-1", Exit(0, "41:90\n"));
+  fake_->Take();
+  EXPECT_EQ(Publish(Block()).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  fake_->Answer("stat -L -c %t:%T -- /pods/uid/volumes/pvc-1", Exit(0, "8:10\n"));
+  EXPECT_EQ(Publish(Block(), /*readonly=*/true).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_TRUE(Publish(Block()).ok());
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.starts_with("mount")) << c;
+}
+
+TEST_F(NodeServiceTest, RestagingWithAnythingElseIsAlreadyExistsAndKeepsTheRecord) {
+  auto staged = StageRequest(Mount("ext4"));
+  (*staged.mutable_volume_capability()->mutable_mount()->add_mount_flags()) = "noatime";
+  ASSERT_TRUE(Stage(staged).ok());
+  const fs::path record = dir_ / "state" / "volumes" / "pvc-1.json";
+  std::stringstream before;
+  before << std::ifstream(record).rdbuf();
+  fake_->Take();
+  std::vector<std::pair<std::string, ::csi::v1::NodeStageVolumeRequest>> others;
+  auto with = [&](std::string what, auto change) {
+    auto req = staged;
+    change(req);
+    others.emplace_back(std::move(what), std::move(req));
+  };
+  with("targetIqn", [](auto& r) {
+    (*r.mutable_volume_context())["targetIqn"] = "iqn.2026-11.io.iscsigw:pvc-9";
+  });
+  with("lun", [](auto& r) { (*r.mutable_volume_context())["lun"] = "1"; });
+  with("portals", [](auto& r) { (*r.mutable_volume_context())["portals"] = kPortal2; });
+  with("access", [](auto& r) { *r.mutable_volume_capability() = Block(); });
+  with("access",
+       [](auto& r) { r.mutable_volume_capability()->mutable_mount()->set_fs_type("xfs"); });
+  with("access mode", [](auto& r) {
+    r.mutable_volume_capability()->mutable_access_mode()->set_mode(
+        VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY);
+  });
+  with("mount_flags",
+       [](auto& r) { r.mutable_volume_capability()->mutable_mount()->clear_mount_flags(); });
+  for (const auto& [what, req] : others) {
+    const grpc::Status s = Stage(req);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << what;
+    EXPECT_NE(s.error_message().find("staged on this node with " + what + " "), std::string::npos)
+        << s.error_message();
+    std::stringstream after;
+    after << std::ifstream(record).rdbuf();
+    EXPECT_EQ(after.str(), before.str()) << what;
+  }
+  EXPECT_TRUE(fake_->Take().empty());  // decided before anything reached the host
+  // The same again, ext4 being the default: fine.
+  staged.mutable_volume_capability()->mutable_mount()->clear_fs_type();
+  EXPECT_TRUE(Stage(staged).ok());
 }
 
 TEST_F(NodeServiceTest, PublishesARawBlockDeviceOntoAFile) {
@@ -619,7 +698,7 @@ TEST_F(NodeServiceTest, PublishesARawBlockDeviceOntoAFile) {
   }
   ASSERT_TRUE(Publish(Block()).ok());
   EXPECT_EQ(fake_->Take(), (std::vector<std::string>{
-                               "findmnt -n -o SOURCE --mountpoint /pods/uid/volumes/pvc-1",
+                               "findmnt -n -o SOURCE,OPTIONS --mountpoint /pods/uid/volumes/pvc-1",
                                "mkdir -p -- /pods/uid/volumes", "touch -- /pods/uid/volumes/pvc-1",
                                "mount --bind /dev/sdb /pods/uid/volumes/pvc-1"}));
 }
@@ -769,7 +848,7 @@ TEST_F(NodeServiceTest, APortalGivenByNameIsUsedAtItsAddress) {
   // iscsiadm lists the session by address: the name's portal is found logged in.
   fake_->Answer("iscsiadm -m session",
                 Exit(0, std::string("tcp: [3] 10.0.2.2:3260,1 ") + kIqn + " (non-flash)\n"));
-  fake_->Answer("findmnt -n -o SOURCE --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(0, "/dev/sdb\n"));
   ASSERT_TRUE(Stage(StageRequest(Mount(), "gw.example:3260")).ok());
   for (const auto& c : fake_->Take()) EXPECT_EQ(c.find("--login"), std::string::npos) << c;
   ASSERT_TRUE(Unstage().ok());

@@ -52,6 +52,8 @@ TEST_F(RecordStoreTest, SavesAndLoadsARecord) {
   VolumeRecord r = Record("pvc-1");
   r.lun = 3;
   r.multipath_map = "mpatha";
+  r.read_only = true;
+  r.mount_flags = {"noatime", "discard"};
   ASSERT_TRUE(store.Save(r).ok());
   auto got = store.Load("pvc-1");
   ASSERT_TRUE(got.ok()) << got.status().message();
@@ -60,6 +62,9 @@ TEST_F(RecordStoreTest, SavesAndLoadsARecord) {
   EXPECT_EQ(got.value()->portals, r.portals);
   EXPECT_EQ(got.value()->device, "/dev/sdb");
   EXPECT_EQ(got.value()->multipath_map, "mpatha");
+  EXPECT_TRUE(got.value()->access_known);
+  EXPECT_TRUE(got.value()->read_only);
+  EXPECT_EQ(got.value()->mount_flags, r.mount_flags);
   auto none = store.Load("pvc-2");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none.value().has_value());
@@ -85,6 +90,8 @@ TEST_F(RecordStoreTest, KeepsResolvedAddressesAndReadsOlderRecordsWithout) {
   // ... and the plugin that wrote it took every session and node record for its own.
   EXPECT_EQ(old.value()->logged_in, std::vector<std::string>{"10.0.2.2:3260"});
   EXPECT_EQ(old.value()->made_node_records, std::vector<std::string>{"10.0.2.2:3260"});
+  // ... and did not write down its read-only flag and mount flags: a re-stage cannot check them.
+  EXPECT_FALSE(old.value()->access_known);
 }
 
 TEST_F(RecordStoreTest, LoadsEveryRecordAndSkipsTemporaryFiles) {
