@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -445,6 +446,61 @@ class NodeService::Host {
                               "formatting it");
   }
 
+  struct FileSystemSize {
+    int64_t bytes = 0;
+    int64_t block = 0;
+  };
+
+  // The size of the file system on `device`, mounted at `mount`, as its superblock says:
+  // dumpe2fs -h (ext4: Block count, Block size), xfs_info (its data section: blocks, bsize).
+  Result<FileSystemSize> SizeOfFileSystem(const std::string& fs_type, const std::string& device,
+                                          const std::string& mount) {
+    const bool xfs = fs_type == "xfs";
+    const std::vector<std::string> argv = xfs ? std::vector<std::string>{"xfs_info", mount}
+                                              : std::vector<std::string>{"dumpe2fs", "-h", device};
+    auto r = Check(argv);
+    if (!r.ok()) return r.status();
+    auto number_after = [](const std::string& line, const std::string& key) -> int64_t {
+      const auto at = line.find(key);
+      if (at == std::string::npos) return 0;
+      const auto from = line.find_first_not_of(' ', at + key.size());
+      if (from == std::string::npos) return 0;
+      int64_t n = 0;
+      for (size_t i = from; i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]));
+           ++i) {
+        if (n > (INT64_MAX - 9) / 10) return 0;
+        n = n * 10 + (line[i] - '0');
+      }
+      return n;
+    };
+    int64_t blocks = 0, block = 0;
+    for (const auto& line : Split(r->stdout_data, '\n')) {
+      if (xfs && line.starts_with("data ")) {
+        // "data     =                       bsize=4096   blocks=65536, imaxpct=25"
+        blocks = number_after(line, "blocks=");
+        block = number_after(line, "bsize=");
+      } else if (!xfs && line.starts_with("Block count:")) {
+        blocks = number_after(line, "Block count:");
+      } else if (!xfs && line.starts_with("Block size:")) {
+        block = number_after(line, "Block size:");
+      }
+    }
+    if (blocks <= 0 || block <= 0 || blocks > INT64_MAX / block) {
+      return Internal(RedactedCommandLine(argv) + ": no block count and block size in its output");
+    }
+    return FileSystemSize{blocks * block, block};
+  }
+
+  // Grows the file system to its device: resize2fs on the device (ext4, online), xfs_growfs -d
+  // on its mount point (xfs grows only mounted).
+  Status GrowFileSystem(const std::string& fs_type, const std::string& device,
+                        const std::string& mount) {
+    const std::vector<std::string> argv = fs_type == "xfs"
+                                              ? std::vector<std::string>{"xfs_growfs", "-d", mount}
+                                              : std::vector<std::string>{"resize2fs", device};
+    return Check(argv, {0}, kLongTimeout).status();
+  }
+
   Result<int64_t> SizeOf(const std::string& device) {
     auto r = Check({"blockdev", "--getsize64", device});
     if (!r.ok()) return r.status();
@@ -747,7 +803,8 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   if (!mounted.ok()) return mounted.status();
   if (mounted.value()) {
     const auto& m = *mounted.value();
-    if (m.source == rec.device && m.read_only == rec.read_only) return Status::Ok();
+    // Mounted by an earlier try, which may have stopped before the file system was grown.
+    if (m.source == rec.device && m.read_only == rec.read_only) return GrowToDevice(rec);
     return AlreadyExists("staging_target_path " + staging + " has " + m.Describe() +
                          " mounted, not this volume's " + rec.device +
                          (rec.read_only ? " (ro)" : " (rw)"));
@@ -768,7 +825,8 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
     fs = host_->FileSystemOn(rec.device);
     if (!fs.ok()) return fs.status();
   }
-  if (fs->empty()) {
+  const bool blank = fs->empty();
+  if (blank) {
     log::Ctl().info("volume {}: {} is blank: mkfs.{}", rec.volume_id, rec.device, rec.fs_type);
     std::vector<std::string> mkfs = {"mkfs." + rec.fs_type};
     if (rec.fs_type == "ext4") mkfs.insert(mkfs.end(), {"-F", "-q"});
@@ -782,10 +840,31 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
   if (auto r = host_->Check({"mkdir", "-p", "--", staging}); !r.ok()) return r.status();
   std::vector<std::string> opts = rec.mount_flags;
   if (rec.read_only) opts.push_back("ro");
+  // A clone staged on the node of its source has the source's UUID, and xfs refuses a second
+  // mount of a UUID it knows unless told not to check.
+  if (rec.fs_type == "xfs" && !Contains(opts, "nouuid")) opts.push_back("nouuid");
   std::vector<std::string> mount = {"mount", "-t", rec.fs_type};
   if (!opts.empty()) mount.insert(mount.end(), {"-o", Join(opts, ",")});
   mount.insert(mount.end(), {rec.device, staging});
-  return host_->Check(mount).status();
+  if (auto r = host_->Check(mount); !r.ok()) return r.status();
+  // mkfs made it as large as the device.
+  return blank ? Status::Ok() : GrowToDevice(rec);
+}
+
+Status NodeService::GrowToDevice(const VolumeRecord& rec) {
+  // A volume restored from a snapshot or cloned into a larger size holds the source's file
+  // system; the workload must see the size it asked for (CSI CreateVolume), and kubelet calls
+  // no NodeExpandVolume for it. A read-only mount cannot be grown: it stays as it is.
+  if (rec.read_only) return Status::Ok();
+  auto device = host_->SizeOf(rec.device);
+  if (!device.ok()) return device.status();
+  auto fs = host_->SizeOfFileSystem(rec.fs_type, rec.device, rec.staging_path);
+  if (!fs.ok()) return fs.status();
+  // Less than a block to spare is all a file system of whole blocks can fill.
+  if (device.value() - fs->bytes < fs->block) return Status::Ok();
+  log::Ctl().info("volume {}: the {} file system is {} bytes on a device of {}: growing it",
+                  rec.volume_id, rec.fs_type, fs->bytes, device.value());
+  return host_->GrowFileSystem(rec.fs_type, rec.device, rec.staging_path);
 }
 
 grpc::ServerUnaryReactor* NodeService::NodeUnstageVolume(
@@ -1041,15 +1120,9 @@ Result<int64_t> NodeService::Expand(const ::csi::v1::NodeExpandVolumeRequest& re
   }
   const bool block = req.has_volume_capability() ? req.volume_capability().has_block() : rec.block;
   if (block) return size;
-  if (rec.fs_type == "xfs") {
-    // xfs grows through its mount point; the published path is one.
-    if (auto r = host_->Check({"xfs_growfs", req.volume_path()}, {0}, kLongTimeout); !r.ok()) {
-      return r.status();
-    }
-  } else {
-    if (auto r = host_->Check({"resize2fs", rec.device}, {0}, kLongTimeout); !r.ok()) {
-      return r.status();
-    }
+  // xfs grows through a mount point; the published path is one.
+  if (Status s = host_->GrowFileSystem(rec.fs_type, rec.device, req.volume_path()); !s.ok()) {
+    return s;
   }
   return size;
 }

@@ -24,7 +24,10 @@
 //                      file system and no partition table, twice (the second right before mkfs),
 //                      and never for a read-only access mode (a blank device there is
 //                      FAILED_PRECONDITION); then mount at the staging path (ro for read-only
-//                      access modes). Block access: nothing is mounted. A volume staged already
+//                      access modes; xfs with nouuid, as a clone shares its source's UUID), and
+//                      grow a writable file system smaller than its device (a snapshot restored
+//                      or a volume cloned into a larger size: kubelet calls no NodeExpand for
+//                      it). Block access: nothing is mounted. A volume staged already
 //                      with another targetIqn, lun, portals or capability (block or mount, fs
 //                      type, read-only, mount flags): ALREADY_EXISTS, and its record untouched.
 //   NodeUnstageVolume  unmount the staging path, flush the multipath map, log out of each
@@ -189,6 +192,8 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   };
 
  private:
+  // Grows a mounted, writable file system that is smaller than its device.
+  Status GrowToDevice(const VolumeRecord& rec);
   // Each portal's host resolved: IP:PORT or [IPv6]:PORT, in order.
   Result<std::vector<std::string>> ResolvePortals(const std::vector<std::string>& portals);
   // The work of each RPC; run on a worker, one volume at a time.

@@ -154,6 +154,13 @@ class NodeServiceTest : public ::testing::Test {
     fake_->Answer("findmnt", Exit(1));
     fake_->Answer("blkid -p", Exit(2));
     fake_->Answer("blockdev --getsize64", Exit(0, "2147483648\n"));
+    // ... and whatever file system it holds fills it.
+    fake_->Answer("dumpe2fs -h", Exit(0,
+                                      "Block count:              524288\n"
+                                      "Block size:               4096\n"));
+    fake_->Answer("xfs_info", Exit(0,
+                                   "data     =                       bsize=4096   "
+                                   "blocks=524288, imaxpct=25\n"));
     fake_->Answer("cat /etc/iscsi/initiatorname.iscsi",
                   Exit(0, "## generated\nInitiatorName=iqn.1993-08.org.debian:01:node-a\n"));
     Start();
@@ -326,7 +333,7 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
                                     kNode + " --login", std::string("readlink -e ") + kByPath,
                                     "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
                                     "blkid -p -o export /dev/sdb", "mkdir -p -- /stage/pvc-1",
-                                    "mount -t xfs -o ro /dev/sdb /stage/pvc-1"}}));
+                                    "mount -t xfs -o ro,nouuid /dev/sdb /stage/pvc-1"}}));
   const std::string logs = Logs();
   EXPECT_EQ(logs.find(kSecret), std::string::npos) << logs;
   EXPECT_EQ(logs.find(kSecretIn), std::string::npos) << logs;
@@ -352,7 +359,9 @@ TEST_F(NodeServiceTest, FormatsOnlyABlankDevice) {
   ASSERT_TRUE(Stage(StageRequest()).ok());
   auto cmds = fake_->Take();
   for (const auto& c : cmds) EXPECT_FALSE(c.starts_with("mkfs")) << c;
-  EXPECT_EQ(cmds.back(), "mount -t ext4 /dev/sdb /stage/pvc-1");
+  EXPECT_EQ(std::vector<std::string>(cmds.end() - 3, cmds.end()),
+            (std::vector<std::string>{"mount -t ext4 /dev/sdb /stage/pvc-1",
+                                      "blockdev --getsize64 /dev/sdb", "dumpe2fs -h /dev/sdb"}));
 
   // Another file system than the capability asks for: refused, not formatted over.
   fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=xfs\n"));
@@ -393,7 +402,9 @@ TEST_F(NodeServiceTest, ASecondProbeRightBeforeMkfsMustAgreeTheDeviceIsBlank) {
   const auto cmds = fake_->Take();
   EXPECT_EQ(std::count(cmds.begin(), cmds.end(), "blkid -p -o export /dev/sdb"), 2) << cmds.size();
   for (const auto& c : cmds) EXPECT_FALSE(c.starts_with("mkfs")) << c;
-  EXPECT_EQ(cmds.back(), "mount -t ext4 /dev/sdb /stage/pvc-1");
+  EXPECT_EQ(std::vector<std::string>(cmds.end() - 3, cmds.end()),
+            (std::vector<std::string>{"mount -t ext4 /dev/sdb /stage/pvc-1",
+                                      "blockdev --getsize64 /dev/sdb", "dumpe2fs -h /dev/sdb"}));
 }
 
 TEST_F(NodeServiceTest, NeverFormatsForAReadOnlyAccessMode) {
@@ -413,6 +424,54 @@ TEST_F(NodeServiceTest, NeverFormatsForAReadOnlyAccessMode) {
   }
 }
 
+TEST_F(NodeServiceTest, AFileSystemSmallerThanItsDeviceIsGrownWhenStaged) {
+  // A 1 GiB file system restored or cloned onto a 2 GiB volume.
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=ext4\n"));
+  fake_->Answer("dumpe2fs -h /dev/sdb", Exit(0,
+                                             "Block count:              262144\n"
+                                             "Block size:               4096\n"));
+  ASSERT_TRUE(Stage(StageRequest()).ok());
+  auto cmds = fake_->Take();
+  EXPECT_EQ(std::vector<std::string>(cmds.end() - 4, cmds.end()),
+            (std::vector<std::string>{"mount -t ext4 /dev/sdb /stage/pvc-1",
+                                      "blockdev --getsize64 /dev/sdb", "dumpe2fs -h /dev/sdb",
+                                      "resize2fs /dev/sdb"}));
+  ASSERT_TRUE(Unstage().ok());
+
+  // xfs grows through its mount, which has nouuid: a clone shares its source's UUID.
+  fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "TYPE=xfs\n"));
+  fake_->Answer("xfs_info /stage/pvc-1", Exit(0,
+                                              "meta-data=/dev/sdb  isize=512  agcount=4\n"
+                                              "data     =          bsize=4096   "
+                                              "blocks=262144, imaxpct=25\n"));
+  fake_->Take();
+  ASSERT_TRUE(Stage(StageRequest(Mount("xfs"))).ok());
+  cmds = fake_->Take();
+  EXPECT_EQ(std::vector<std::string>(cmds.end() - 4, cmds.end()),
+            (std::vector<std::string>{"mount -t xfs -o nouuid /dev/sdb /stage/pvc-1",
+                                      "blockdev --getsize64 /dev/sdb", "xfs_info /stage/pvc-1",
+                                      "xfs_growfs -d /stage/pvc-1"}));
+  ASSERT_TRUE(Unstage().ok());
+
+  // A retry that finds it mounted by the try before still grows it.
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                Exit(0, "/dev/sdb rw,relatime\n"));
+  ASSERT_TRUE(Stage(StageRequest(Mount("xfs"))).ok());
+  cmds = fake_->Take();
+  EXPECT_EQ(cmds.back(), "xfs_growfs -d /stage/pvc-1");
+  ASSERT_TRUE(Unstage().ok());
+
+  // Read-only: nothing can be grown, and nothing is tried.
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(1));
+  fake_->Take();
+  ASSERT_TRUE(
+      Stage(StageRequest(Mount("xfs", VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY)))
+          .ok());
+  for (const auto& c : fake_->Take()) {
+    EXPECT_FALSE(c.starts_with("xfs_growfs") || c.starts_with("xfs_info")) << c;
+  }
+}
+
 TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
   ASSERT_TRUE(Stage(StageRequest()).ok());
   fake_->Take();
@@ -424,7 +483,8 @@ TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
   ASSERT_TRUE(Stage(StageRequest()).ok());
   EXPECT_EQ(fake_->Take(),
             (std::vector<std::string>{"iscsiadm -m session", std::string("readlink -e ") + kByPath,
-                                      "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"}));
+                                      "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      "blockdev --getsize64 /dev/sdb", "dumpe2fs -h /dev/sdb"}));
   // Something else mounted at the staging path: ALREADY_EXISTS.
   fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(0, "/dev/sdz\n"));
   EXPECT_EQ(Stage(StageRequest()).error_code(), grpc::StatusCode::ALREADY_EXISTS);
