@@ -56,7 +56,8 @@
 // Every call is idempotent, as CSI requires: repeating one that succeeded succeeds and changes
 // nothing.
 //
-// What was staged (IQN, portals, device, map) is kept in a per-volume JSON file under
+// What was staged (IQN, portals and their addresses, which node records and sessions are ours,
+// the capability, device, map) is kept in a per-volume JSON file under
 // NodeOptions.state_dir (csi/volume_record.h), so Unstage, Publish (block), Expand and Stats work
 // after a plugin restart. It is written before the first login, so an attach that fails half way
 // can still be undone by NodeUnstageVolume.
@@ -77,9 +78,12 @@
 // CANCELLED without running: no mkfs or login starts for nobody. A full queue answers
 // RESOURCE_EXHAUSTED, too many calls waiting for one volume ABORTED.
 // Errors cross the edge as grpc::Status, never as exceptions: INVALID_ARGUMENT for a missing id,
-// path, capability or context key; NOT_FOUND for a volume or path that is not there;
-// FAILED_PRECONDITION for a device that holds something we will not format or a volume that is
-// not staged; INTERNAL naming the host command and its stderr when one fails. Destroy the service
+// path, capability or context key, a path that is not absolute, a targetIqn that is not an iSCSI
+// name, a portal that is not HOST:PORT or is a wildcard; NOT_FOUND for a volume or path that is
+// not there; ALREADY_EXISTS for a volume staged or published as something else;
+// FAILED_PRECONDITION for a device that holds something we will not format (or is blank for a
+// read-only access mode) or a volume that is not staged; UNAVAILABLE for a portal host that does
+// not resolve; INTERNAL naming the host command and its stderr when one fails. Destroy the service
 // after the server has shut down: queued calls are answered UNAVAILABLE, running ones finish.
 #pragma once
 
