@@ -81,6 +81,36 @@ bool IsAlias(const gw::Target& t, const std::string& csi_name) {
 }
 bool IsVolume(const gw::Target& t) { return t.alias().starts_with(kVolumeAliasPrefix); }
 
+// What nodes are told to log in to: --advertise, else the portals the gateway listens on.
+const google::protobuf::RepeatedPtrField<std::string>& Portals(const gw::GatewayInfo& info) {
+  return info.advertised().empty() ? info.portals() : info.advertised();
+}
+
+std::string PortalList(const gw::GatewayInfo& info) {
+  std::string joined;
+  for (const auto& p : Portals(info)) joined += (joined.empty() ? "" : ",") + p;
+  return joined;
+}
+
+// A wildcard portal in a volume_context would send every node to log in to itself.
+grpc::Status CheckPortals(const gw::GatewayInfo& info) {
+  for (const auto& p : Portals(info)) {
+    if (!IsUnspecifiedPortal(p)) continue;
+    if (info.advertised().empty()) {
+      return {StatusCode::FAILED_PRECONDITION,
+              "the gateway listens on " + p +
+                  " and advertises nothing: start iscsigwd with --advertise"};
+    }
+    return {StatusCode::FAILED_PRECONDITION,
+            "the gateway advertises " + p +
+                ", an unspecified address: give iscsigwd --advertise the address nodes reach"};
+  }
+  if (Portals(info).empty()) {
+    return {StatusCode::FAILED_PRECONDITION, "the gateway has no iSCSI portal to hand out"};
+  }
+  return grpc::Status::OK;
+}
+
 const gw::Lun* Lun0(const gw::Target& t) {
   for (const auto& l : t.luns()) {
     if (l.id() == 0) return &l;
@@ -200,15 +230,12 @@ ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
 // ----------------------------------------------------------------------------------------------
 // Gateway helpers
 
-void ControllerService::FillVolumeContext(const gw::GatewayInfo& info,
-                                          const std::string& target_iqn, uint32_t block_size,
+void ControllerService::FillVolumeContext(const std::string& portals, const std::string& target_iqn,
+                                          uint32_t block_size,
                                           google::protobuf::Map<std::string, std::string>* ctx) {
-  const auto& portals = info.advertised().empty() ? info.portals() : info.advertised();
-  std::string joined;
-  for (const auto& p : portals) joined += (joined.empty() ? "" : ",") + p;
   (*ctx)[kCtxTargetIqn] = target_iqn;
   (*ctx)[kCtxLun] = "0";
-  (*ctx)[kCtxPortals] = joined;
+  (*ctx)[kCtxPortals] = portals;
   (*ctx)[kCtxBlockSize] = std::to_string(block_size ? block_size : 512);
 }
 
@@ -326,6 +353,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     return {StatusCode::FAILED_PRECONDITION,
             "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
   }
+  if (grpc::Status s = CheckPortals(info); !s.ok()) return s;
 
   gw::Target target;
   bool created_target = false;
@@ -440,7 +468,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   auto* v = resp->mutable_volume();
   v->set_volume_id(volume_id);
   v->set_capacity_bytes(ToInt64(lun.size_bytes()));
-  FillVolumeContext(info, target.name(), lun.block_size(), v->mutable_volume_context());
+  FillVolumeContext(PortalList(info), target.name(), lun.block_size(), v->mutable_volume_context());
   if (has_source) *v->mutable_content_source() = source;
   return grpc::Status::OK;
 }
@@ -593,7 +621,7 @@ grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
     const gw::Lun* l = Lun0(v->target);
     e->mutable_volume()->set_volume_id(v->id);
     e->mutable_volume()->set_capacity_bytes(l ? ToInt64(l->size_bytes()) : 0);
-    FillVolumeContext(info, v->target.name(), l ? l->block_size() : 512,
+    FillVolumeContext(PortalList(info), v->target.name(), l ? l->block_size() : 512,
                       e->mutable_volume()->mutable_volume_context());
     for (const auto& a : v->target.acl())
       e->mutable_status()->add_published_node_ids(a.initiator());

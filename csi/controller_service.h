@@ -111,8 +111,8 @@ class ControllerService final : public ::csi::v1::Controller::CallbackService {
   grpc::Status ListAllTargets(std::vector<iscsigw::v1::Target>* out);
   grpc::Status ListAllSnapshots(const iscsigw::v1::ListSnapshotsRequest& filter,
                                 std::vector<iscsigw::v1::Snapshot>* out);
-  // The volume_context of a target, from the gateway's portals.
-  void FillVolumeContext(const iscsigw::v1::GatewayInfo& info, const std::string& target_iqn,
+  // The volume_context of a target; `portals` comma-separated (PortalList in the .cc).
+  void FillVolumeContext(const std::string& portals, const std::string& target_iqn,
                          uint32_t block_size, google::protobuf::Map<std::string, std::string>* ctx);
 
   // A ClientContext for one gateway call, its deadline gateway_timeout from now.

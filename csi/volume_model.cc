@@ -1,7 +1,10 @@
 #include "csi/volume_model.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/sha.h>
 
+#include <cstring>
 #include <limits>
 
 namespace iscsigw::csi {
@@ -72,6 +75,27 @@ std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn) {
 }
 
 std::string BackingPathFor(std::string_view volume_id) { return std::string(volume_id) + ".img"; }
+
+bool IsUnspecifiedPortal(std::string_view portal) {
+  std::string_view host = portal;
+  if (host.starts_with('[')) {
+    const size_t end = host.find(']');
+    host = host.substr(1, end == std::string_view::npos ? std::string_view::npos : end - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host.empty()) return true;
+  const std::string text(host);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) return v4.s_addr == 0;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_UNSPECIFIED(&v6)) return true;
+    static constexpr unsigned char kMappedZero[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return std::memcmp(v6.s6_addr, kMappedZero, sizeof kMappedZero) == 0;
+  }
+  return false;  // a DNS name
+}
 
 Result<VolumeParams> ParseVolumeParameters(
     const google::protobuf::Map<std::string, std::string>& p) {

@@ -60,6 +60,10 @@ std::string SnapshotIdForName(std::string_view name);
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn);
 // The relative path of a volume's backing file (resolved under the gateway's --lun-dir).
 std::string BackingPathFor(std::string_view volume_id);
+// A HOST:PORT portal (host an IPv4 address, [IPv6] or a DNS name) whose host is empty or the
+// unspecified address (0.0.0.0, [::], [::ffff:0.0.0.0]): a node told to log in there would
+// connect to itself.
+bool IsUnspecifiedPortal(std::string_view portal);
 
 // CreateVolume's (and GetCapacity's) StorageClass parameters.
 struct VolumeParams {

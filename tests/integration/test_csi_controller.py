@@ -2,6 +2,9 @@
 (idempotency) and their error codes, and what each does on the gateway (targets, aliases, ACLs,
 CHAP, files in the LUN directory, sizes), through stubs generated from proto/.
 
+A gateway that listens on a wildcard address and advertises nothing gets no volumes (every node
+would log in to itself).
+
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
 RESOURCE_EXHAUSTED when its queue of calls is full.
@@ -569,6 +572,43 @@ class WithoutLunDirTest(Base):
             self.assertIn("--lun-dir", self.assertCode(Code.FAILED_PRECONDITION, ctl.GetCapacity,
                                                        csi_pb2.GetCapacityRequest()))
         self.assertNotIn("pvc-nodir", d.ctl("target", "list").stdout)
+
+
+class WildcardPortalTest(Base):
+    def test_a_gateway_on_a_wildcard_address_must_advertise(self):
+        lun_dir = tempfile.mkdtemp(prefix="iscsigw-csi-luns-")
+        self.addCleanup(shutil.rmtree, lun_dir, True)
+        # 127.0.0.1 (the harness's portal) and 0.0.0.0: a volume_context would hand out both.
+        d = Daemon(extra_args=["--lun-dir", lun_dir, "--portal", "0.0.0.0:0"])
+        self.addCleanup(d.cleanup)
+        d.start()
+        plugin = CsiPlugin(mode="controller", gateway=d.grpc).start()
+        self.addCleanup(plugin.cleanup)
+        with grpc.insecure_channel(plugin.target) as ch:
+            ctl = csi_grpc.ControllerStub(ch)
+            msg = self.assertCode(Code.FAILED_PRECONDITION, ctl.CreateVolume,
+                                  create_request("pvc-wild"))
+            self.assertRegex(msg, r"the gateway listens on 0\.0\.0\.0:\d+ and advertises "
+                                  r"nothing: start iscsigwd with --advertise")
+        self.assertNotIn("pvc-wild", d.ctl("target", "list").stdout)
+        self.assertFalse(os.path.exists(os.path.join(lun_dir, "pvc-wild.img")))
+        self.assertEqual(plugin.stop(), 0)
+        d.stop()
+
+        # Told what to advertise, the gateway's volumes name that address.
+        d = Daemon(extra_args=["--lun-dir", lun_dir, "--portal", "0.0.0.0:0",
+                               "--advertise", "192.0.2.10:3260"])
+        self.addCleanup(d.cleanup)
+        d.start()
+        plugin = CsiPlugin(mode="controller", gateway=d.grpc).start()
+        self.addCleanup(plugin.cleanup)
+        with grpc.insecure_channel(plugin.target) as ch:
+            ctl = csi_grpc.ControllerStub(ch)
+            v = ctl.CreateVolume(create_request("pvc-wild"), timeout=30).volume
+            self.assertEqual(v.volume_context["portals"], "192.0.2.10:3260")
+            ctl.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=v.volume_id), timeout=30)
+        self.assertEqual(plugin.stop(), 0)
+        d.stop()
 
 
 class FullLunDirTest(Base):

@@ -59,6 +59,17 @@ TEST(SnapshotId, IsTheNameWhenTheGatewayTakesIt) {
   }
 }
 
+TEST(Portal, UnspecifiedHostsAreTheWildcards) {
+  for (const char* p : {"0.0.0.0:3260", "[::]:3260", "[0:0:0:0:0:0:0:0]:3260",
+                        "[::ffff:0.0.0.0]:3260", ":3260", "[]:3260", "0.0.0.0"}) {
+    EXPECT_TRUE(IsUnspecifiedPortal(p)) << p;
+  }
+  for (const char* p : {"127.0.0.1:3260", "192.0.2.10:3260", "[::1]:3260", "[fd00::5]:3260",
+                        "gw.example.com:3260", "iscsigw-iscsi.storage.svc:3260", "10.0.0.0:1"}) {
+    EXPECT_FALSE(IsUnspecifiedPortal(p)) << p;
+  }
+}
+
 CapacityRange Range(int64_t required, int64_t limit) {
   CapacityRange r;
   r.set_required_bytes(required);
