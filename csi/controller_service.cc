@@ -500,8 +500,14 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   if (std::string why = UnsupportedCapability(req.volume_capability()); !why.empty()) {
     return Invalid(why);
   }
+  // An ACL entry lets its node write: publishing read-only would be a promise the gateway does
+  // not keep (and PUBLISH_READONLY is not among the capabilities).
+  if (req.readonly()) {
+    return Invalid("read-only publish is not supported: the gateway has no read-only ACL entry");
+  }
   gw::Target target;
   if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
+  // The same node again is the same request (readonly is refused above): published already.
   for (const auto& e : target.acl()) {
     if (e.initiator() == req.node_id()) return grpc::Status::OK;
   }

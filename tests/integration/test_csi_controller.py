@@ -4,6 +4,7 @@ CHAP, files in the LUN directory, sizes), through stubs generated from proto/.
 
 A gateway that listens on a wildcard address and advertises nothing gets no volumes (every node
 would log in to itself).
+Read-only publish is refused: the gateway has no read-only ACL entry.
 
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
@@ -172,6 +173,8 @@ class ControllerTest(Base):
                          {Rpc.CREATE_DELETE_VOLUME, Rpc.PUBLISH_UNPUBLISH_VOLUME, Rpc.LIST_VOLUMES,
                           Rpc.GET_CAPACITY, Rpc.CREATE_DELETE_SNAPSHOT, Rpc.LIST_SNAPSHOTS,
                           Rpc.CLONE_VOLUME, Rpc.EXPAND_VOLUME, Rpc.LIST_VOLUMES_PUBLISHED_NODES})
+        # No read-only ACL on the gateway: read-only publish is not offered.
+        self.assertNotIn(Rpc.PUBLISH_READONLY, {c.rpc.type for c in resp.capabilities})
 
     # -- CreateVolume / DeleteVolume
     def test_a_volume_is_a_target_with_lun_0_on_a_file_in_the_lun_dir(self):
@@ -310,7 +313,7 @@ class ControllerTest(Base):
             login_status(self.daemon.portal, INITIATOR, IQN_PREFIX + v.volume_id), 0)
         resp = self.publish(v.volume_id)
         self.assertEqual(dict(resp.publish_context), {})
-        self.publish(v.volume_id, readonly=True)  # the same node again: OK
+        self.publish(v.volume_id)  # the same request again: OK
         acl = self.gw.ListAclEntries(gateway_pb2.ListAclEntriesRequest(target=v.volume_id),
                                      timeout=10)
         self.assertEqual([e.initiator for e in acl.entries], [INITIATOR])
@@ -345,6 +348,20 @@ class ControllerTest(Base):
                                                                node_id=INITIATOR))
         self.assertCode(Code.INVALID_ARGUMENT, self.ctl.ControllerUnpublishVolume,
                         csi_pb2.ControllerUnpublishVolumeRequest(node_id=INITIATOR))
+
+    def test_read_only_publish_is_refused(self):
+        # The gateway has no read-only ACL entry: a node published "read-only" could write.
+        v = self.create("pvc-readonly")
+        self.assertIn("read-only publish is not supported",
+                      self.assertCode(Code.INVALID_ARGUMENT, self.publish, v.volume_id,
+                                      readonly=True))
+        self.assertEqual(len(self.target(v.volume_id).acl), 0)
+        # Nor is a node already in the ACL published again read-only.
+        self.publish(v.volume_id)
+        self.assertCode(Code.INVALID_ARGUMENT, self.publish, v.volume_id, readonly=True)
+        self.assertEqual([e.initiator for e in self.target(v.volume_id).acl], [INITIATOR])
+        self.unpublish(v.volume_id)
+        self.delete(v.volume_id)
 
     # -- ValidateVolumeCapabilities
     def test_validate_confirms_single_node_capabilities_only(self):
