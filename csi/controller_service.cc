@@ -481,15 +481,35 @@ grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   // CSI spec: deleting a volume that is not there is success (the call is idempotent).
   if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return s;
+  // A node that still has the volume would lose what it writes: a CO unpublishes before it
+  // deletes (CSI spec: FAILED_PRECONDITION for a volume in use).
+  if (!target.acl().empty()) {
+    std::string nodes;
+    for (const auto& e : target.acl()) nodes += (nodes.empty() ? "" : ", ") + e.initiator();
+    return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is published to node " + nodes +
+                                                 ": ControllerUnpublishVolume it first"};
+  }
+  gw::ListSessionsRequest ls;
+  ls.set_target(id);
+  gw::ListSessionsResponse sessions;
+  s = gateway_->ListSessions(GatewayCtx().get(), ls, &sessions);
+  if (!s.ok()) return FromGateway("ListSessions " + id, s);
+  for (const auto& session : sessions.sessions()) {
+    if (session.discovery()) continue;
+    return {StatusCode::FAILED_PRECONDITION,
+            "volume " + id + " has a session from " + session.initiator_name() + " (tsih " +
+                std::to_string(session.tsih()) + "): it is in use; log the node out first"};
+  }
   gw::DeleteTargetRequest del;
   del.set_name(id);
-  del.set_force(true);  // a node that did not log out must not keep the volume alive
+  // No force: a session that logged in since the look above makes the gateway refuse
+  // (FAILED_PRECONDITION) rather than drop it.
   gw::DeleteTargetResponse out;
   s = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
   if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return FromGateway("DeleteTarget " + id, s);
-  log::Ctl().info("DeleteVolume: volume {} ({}) deleted, {} session(s) ended, {} file(s) removed",
-                  id, target.alias(), out.sessions_terminated(), out.backing_files_removed());
+  log::Ctl().info("DeleteVolume: volume {} ({}) deleted, {} file(s) removed", id, target.alias(),
+                  out.backing_files_removed());
   return grpc::Status::OK;
 }
 

@@ -5,6 +5,7 @@ CHAP, files in the LUN directory, sizes), through stubs generated from proto/.
 A gateway that listens on a wildcard address and advertises nothing gets no volumes (every node
 would log in to itself).
 Read-only publish is refused: the gateway has no read-only ACL entry.
+A volume still published, or with a session, is not deleted.
 
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
@@ -300,6 +301,7 @@ class ControllerTest(Base):
         c.logout()
         c.close()
         self.assertEqual(self.create("pvc-chap", secrets=CHAP), v)
+        self.unpublish(v.volume_id)
         self.delete(v.volume_id)
         for secret in ("csi-secret-0123", "csi-mutual-4567"):
             self.assertNotIn(secret, self.plugin.read_log())
@@ -362,6 +364,40 @@ class ControllerTest(Base):
         self.assertEqual([e.initiator for e in self.target(v.volume_id).acl], [INITIATOR])
         self.unpublish(v.volume_id)
         self.delete(v.volume_id)
+
+    def test_delete_refuses_a_volume_in_use(self):
+        v = self.create("pvc-in-use")
+        self.publish(v.volume_id)
+        self.write(v.volume_id, 10, OLD)
+        c = self.session(v.volume_id)
+        # Published: the node may still have it mounted; nothing is dropped.
+        self.assertIn(INITIATOR, self.assertCode(Code.FAILED_PRECONDITION, self.ctl.DeleteVolume,
+                                                 csi_pb2.DeleteVolumeRequest(
+                                                     volume_id=v.volume_id)))
+        self.assertTrue(self.target_exists(v.volume_id))
+        self.assertTrue(os.path.exists(self.file(v.volume_id)))
+        self.assertEqual(len(self.gw.ListSessions(gateway_pb2.ListSessionsRequest(
+            target=v.volume_id), timeout=10).sessions), 1)
+        self.assertEqual(c.read(0, 10, 8)[1], OLD)  # the session still works
+        c.logout()
+        c.close()
+        self.unpublish(v.volume_id)
+
+        # Not published, but a session (an operator opened the target): still in use.
+        self.gw.SetAllowAnyInitiator(gateway_pb2.SetAllowAnyInitiatorRequest(
+            target=v.volume_id, allow_any_initiator=True), timeout=10)
+        c = self.session(v.volume_id)
+        self.assertIn("session", self.assertCode(Code.FAILED_PRECONDITION, self.ctl.DeleteVolume,
+                                                 csi_pb2.DeleteVolumeRequest(
+                                                     volume_id=v.volume_id)))
+        self.assertTrue(self.target_exists(v.volume_id))
+        c.logout()
+        c.close()
+        wait_for(lambda: not self.gw.ListSessions(gateway_pb2.ListSessionsRequest(
+            target=v.volume_id), timeout=10).sessions, what="the session to end")
+        self.delete(v.volume_id)
+        self.assertFalse(self.target_exists(v.volume_id))
+        self.assertFalse(os.path.exists(self.file(v.volume_id)))
 
     # -- ValidateVolumeCapabilities
     def test_validate_confirms_single_node_capabilities_only(self):
@@ -463,6 +499,7 @@ class ControllerTest(Base):
             volume_id="no-such-volume", capacity_range=csi_pb2.CapacityRange(required_bytes=1)))
         self.assertCode(Code.INVALID_ARGUMENT, expand,
                         csi_pb2.ControllerExpandVolumeRequest(volume_id=v.volume_id))
+        self.unpublish(v.volume_id)
         self.delete(v.volume_id)
 
     # -- GetCapacity
@@ -558,6 +595,7 @@ class ControllerTest(Base):
                         csi_pb2.ListSnapshotsRequest(starting_token="invalid-token"))
 
         # The snapshot outlives its source volume; deleting it removes its file.
+        self.unpublish(src.volume_id)
         self.delete(src.volume_id)
         self.assertEqual(listed(snapshot_id=snap.snapshot_id)[0].size_bytes, 16 * MiB)
         for s in (snap, odd):
@@ -571,6 +609,7 @@ class ControllerTest(Base):
         self.assertCode(Code.INVALID_ARGUMENT, self.ctl.DeleteSnapshot,
                         csi_pb2.DeleteSnapshotRequest())
         for v in (from_snap, bigger, clone):
+            self.unpublish(v.volume_id)
             self.delete(v.volume_id)
             self.assertFalse(os.path.exists(self.file(v.volume_id)))
 
