@@ -714,8 +714,12 @@ grpc::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshot
 grpc::Status ControllerService::DoDeleteSnapshot(const ::csi::v1::DeleteSnapshotRequest& req) {
   const std::string& id = req.snapshot_id();
   if (id.empty()) return Invalid("snapshot_id is empty");
-  // A name the gateway cannot hold names no snapshot: deleted already (CSI spec: OK).
-  if (!IsGatewaySnapshotName(id)) return grpc::Status::OK;
+  // An id this driver cannot have made names none of its snapshots: deleted already (CSI spec:
+  // OK). An operator's own gateway snapshot of that name is not the driver's to delete.
+  if (!IsCsiSnapshotId(id)) {
+    log::Ctl().info("DeleteSnapshot: {} is not a snapshot of this driver; nothing deleted", id);
+    return grpc::Status::OK;
+  }
   gw::DeleteSnapshotRequest del;
   del.set_name(id);
   gw::DeleteSnapshotResponse out;
@@ -736,7 +740,7 @@ grpc::Status ControllerService::DoListSnapshots(const ::csi::v1::ListSnapshotsRe
             "starting_token '" + req.starting_token() + "' is not one of ours"};
   }
   // CSI spec: filters that match nothing give an empty list, not an error.
-  if (!req.snapshot_id().empty() && !IsGatewaySnapshotName(req.snapshot_id())) {
+  if (!req.snapshot_id().empty() && !IsCsiSnapshotId(req.snapshot_id())) {
     return grpc::Status::OK;
   }
   if (!req.source_volume_id().empty() && !IsPlainVolumeName(req.source_volume_id())) {
@@ -750,6 +754,10 @@ grpc::Status ControllerService::DoListSnapshots(const ::csi::v1::ListSnapshotsRe
   }
   std::vector<gw::Snapshot> all;
   if (grpc::Status s = ListAllSnapshots(filter, &all); !s.ok()) return s;
+  // Only the driver's snapshots, each of a volume (its source_volume_id): not an operator's.
+  std::erase_if(all, [](const gw::Snapshot& sn) {
+    return !IsCsiSnapshotId(sn.name()) || !VolumeIdOfTarget(sn.source_target());
+  });
   std::sort(all.begin(), all.end(),
             [](const gw::Snapshot& a, const gw::Snapshot& b) { return a.name() < b.name(); });
   std::vector<const gw::Snapshot*> page;

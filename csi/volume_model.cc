@@ -63,8 +63,14 @@ bool IsGatewaySnapshotName(std::string_view name) {
 }
 
 std::string SnapshotIdForName(std::string_view name) {
-  if (IsGatewaySnapshotName(name)) return std::string(name);
-  return "snap-" + Sha256Hex(name);
+  std::string id = std::string(kSnapshotIdPrefix) + std::string(name);
+  if (!name.empty() && IsGatewaySnapshotName(id)) return id;
+  return std::string(kSnapshotIdPrefix) + "snap-" + Sha256Hex(name);
+}
+
+bool IsCsiSnapshotId(std::string_view id) {
+  return id.starts_with(kSnapshotIdPrefix) && id.size() > kSnapshotIdPrefix.size() &&
+         IsGatewaySnapshotName(id);
 }
 
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn) {

@@ -10,7 +10,9 @@
 //   - The backing is a file the gateway creates, `<volume_id>.img` relative to its --lun-dir.
 //   - volume_context: targetIqn, lun ("0"), portals (comma-separated HOST:PORT), blockSize.
 //   - CHAP comes from the secrets under kChap* keys (the provisioner's and the node-stage secret).
-//   - snapshot_id is the gateway snapshot's name (SnapshotIdForName).
+//   - snapshot_id is the gateway snapshot's name (SnapshotIdForName), always under
+//     kSnapshotIdPrefix: only snapshots so named are the driver's to list and delete, so an
+//     operator's own gateway snapshots stay out of its reach.
 #pragma once
 
 #include <google/protobuf/map.h>
@@ -29,6 +31,7 @@ namespace iscsigw::csi {
 // The gateway's default IQN prefix (DESIGN.md contracts): a short target name lives under it.
 inline constexpr std::string_view kGatewayIqnPrefix = "iqn.2026-11.io.iscsigw:";
 inline constexpr std::string_view kVolumeAliasPrefix = "csi:";
+inline constexpr std::string_view kSnapshotIdPrefix = "csi-";
 inline constexpr uint64_t kDefaultVolumeBytes = uint64_t{1} << 30;
 // CSI spec "Size Limits": a CO keeps names and ids within 128 bytes.
 inline constexpr size_t kMaxNameBytes = 128;
@@ -54,8 +57,11 @@ bool IsPlainVolumeName(std::string_view name);
 std::string VolumeIdForName(std::string_view name);
 // The gateway's snapshot name rule: 1..128 of [A-Za-z0-9._-], not starting with '.'.
 bool IsGatewaySnapshotName(std::string_view name);
-// The snapshot_id of the snapshot named `name`: the name, or "snap-" + 64 hex digits of SHA-256.
+// The snapshot_id of the snapshot named `name`: kSnapshotIdPrefix + the name when the gateway
+// takes that, else kSnapshotIdPrefix + "snap-" + 64 hex digits of the name's SHA-256.
 std::string SnapshotIdForName(std::string_view name);
+// A gateway snapshot name SnapshotIdForName can have made: one of the driver's snapshots.
+bool IsCsiSnapshotId(std::string_view id);
 // The volume_id of a gateway target name, if it is a short name under kGatewayIqnPrefix.
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn);
 // The relative path of a volume's backing file (resolved under the gateway's --lun-dir).

@@ -6,6 +6,7 @@ A gateway that listens on a wildcard address and advertises nothing gets no volu
 would log in to itself).
 Read-only publish is refused: the gateway has no read-only ACL entry.
 A volume still published, or with a session, is not deleted.
+The driver lists and deletes only its own snapshots, never an operator's.
 
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
@@ -523,7 +524,7 @@ class ControllerTest(Base):
         snap_req = csi_pb2.CreateSnapshotRequest(source_volume_id=src.volume_id,
                                                  name="snapshot-6f1c0f9e-1")
         snap = self.ctl.CreateSnapshot(snap_req, timeout=30).snapshot
-        self.assertEqual(snap.snapshot_id, "snapshot-6f1c0f9e-1")
+        self.assertEqual(snap.snapshot_id, "csi-snapshot-6f1c0f9e-1")
         self.assertEqual(snap.source_volume_id, src.volume_id)
         self.assertEqual(snap.size_bytes, 16 * MiB)
         self.assertTrue(snap.ready_to_use)
@@ -570,7 +571,10 @@ class ControllerTest(Base):
         odd = self.ctl.CreateSnapshot(csi_pb2.CreateSnapshotRequest(
             source_volume_id=clone.volume_id, name="snap/of clone"), timeout=30).snapshot
         self.assertEqual(odd.snapshot_id,
-                         "snap-" + hashlib.sha256(b"snap/of clone").hexdigest())
+                         "csi-snap-" + hashlib.sha256(b"snap/of clone").hexdigest())
+        # An operator's own snapshot on the gateway is not the driver's to list or delete.
+        self.gw.CreateSnapshot(gateway_pb2.CreateSnapshotRequest(
+            name="nightly", lun=gateway_pb2.LunRef(target=src.volume_id, id=0)), timeout=30)
 
         # ListSnapshots: filtered, paged.
         def listed(**kw):
@@ -589,6 +593,14 @@ class ControllerTest(Base):
         everything = listed(max_entries=1)
         self.assertEqual(sorted(s.snapshot_id for s in everything),
                          sorted([snap.snapshot_id, odd.snapshot_id]))
+        self.assertEqual({s.snapshot_id: s.source_volume_id for s in everything},
+                         {snap.snapshot_id: src.volume_id, odd.snapshot_id: clone.volume_id})
+        self.assertEqual(listed(snapshot_id="nightly"), [])
+        self.assertEqual([s.snapshot_id for s in listed(source_volume_id=src.volume_id)],
+                         [snap.snapshot_id])
+        self.ctl.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id="nightly"), timeout=30)
+        self.assertEqual([s.name for s in self.gw.ListSnapshots(gateway_pb2.ListSnapshotsRequest(
+            name="nightly"), timeout=10).snapshots], ["nightly"])
         self.assertEqual(listed(snapshot_id="no-such-snapshot"), [])
         self.assertEqual(listed(source_volume_id="no-such-volume"), [])
         self.assertCode(Code.ABORTED, self.ctl.ListSnapshots,
@@ -603,8 +615,9 @@ class ControllerTest(Base):
                                     timeout=30)
             self.ctl.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=s.snapshot_id),
                                     timeout=30)  # idempotent
-        self.assertEqual(os.listdir(os.path.join(self.lun_dir, "snapshots")), [])
+        self.assertEqual(os.listdir(os.path.join(self.lun_dir, "snapshots")), ["nightly"])
         self.assertEqual(listed(), [])
+        self.gw.DeleteSnapshot(gateway_pb2.DeleteSnapshotRequest(name="nightly"), timeout=10)
         self.ctl.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id="no/such"), timeout=30)
         self.assertCode(Code.INVALID_ARGUMENT, self.ctl.DeleteSnapshot,
                         csi_pb2.DeleteSnapshotRequest())

@@ -47,15 +47,27 @@ TEST(VolumeId, RoundTripsThroughTheTargetName) {
   EXPECT_EQ(BackingPathFor("pvc-1"), "pvc-1.img");
 }
 
-TEST(SnapshotId, IsTheNameWhenTheGatewayTakesIt) {
-  EXPECT_EQ(SnapshotIdForName("snapshot-1b2c_X.y"), "snapshot-1b2c_X.y");
-  EXPECT_EQ(SnapshotIdForName(std::string(128, 's')), std::string(128, 's'));
-  for (const std::string& name : {std::string(129, 's'), std::string(".hidden"), std::string("a/b"),
-                                  std::string("a b"), std::string("")}) {
+TEST(SnapshotId, IsTheNameUnderTheDriversPrefixWhenTheGatewayTakesIt) {
+  EXPECT_EQ(SnapshotIdForName("snapshot-1b2c_X.y"), "csi-snapshot-1b2c_X.y");
+  EXPECT_EQ(SnapshotIdForName(std::string(124, 's')), "csi-" + std::string(124, 's'));
+  EXPECT_EQ(SnapshotIdForName(".dot"), "csi-.dot");
+  for (const std::string& name :
+       {std::string(125, 's'), std::string("a/b"), std::string("a b"), std::string("")}) {
     const std::string id = SnapshotIdForName(name);
-    EXPECT_EQ(id.size(), 5u + 64u) << name;
-    EXPECT_TRUE(id.starts_with("snap-")) << name;
+    EXPECT_EQ(id.size(), 4u + 5u + 64u) << name;
+    EXPECT_TRUE(id.starts_with("csi-snap-")) << name;
     EXPECT_TRUE(IsGatewaySnapshotName(id)) << name;
+    EXPECT_TRUE(IsCsiSnapshotId(id)) << name;
+  }
+  // Known answer (sha256 of "a b"): a snapshot_id never changes once a CO records it.
+  EXPECT_EQ(SnapshotIdForName("a b"),
+            "csi-snap-c8687a08aa5d6ed2044328fa6a697ab8e96dc34291e8c2034ae8c38e6fcc6d65");
+}
+
+TEST(SnapshotId, OnlyTheDriversPrefixMarksItsSnapshots) {
+  EXPECT_TRUE(IsCsiSnapshotId("csi-snapshot-1"));
+  for (const char* id : {"snapshot-1", "nightly", "csi-", "csi", "xcsi-1", "csi-a/b", ""}) {
+    EXPECT_FALSE(IsCsiSnapshotId(id)) << id;
   }
 }
 
