@@ -4,10 +4,8 @@
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 #include <limits>
-#include <random>
 
 #include "csi/grpc_status.h"
 #include "csi/volume_model.h"
@@ -66,20 +64,35 @@ grpc::Status Guarded(const std::function<grpc::Status()>& fn) {
   }
 }
 
-// request_id of the gateway creates of one CSI call: a retry within the call (the first answer
-// was lost) gets the first call's result instead of ALREADY_EXISTS. New per CSI call, so that a
-// later CreateVolume after a rollback really creates again.
-std::string NewRequestId(const std::string& what) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
-  return "csi-" + what + "-" + buf;
+bool IsVolume(const gw::Target& t) { return t.alias().starts_with(kVolumeAliasPrefix); }
+
+// A gateway call whose outcome is not known: it may have been done, or may still be under way
+// (a copy goes on past its caller's deadline), or may never have arrived.
+bool Unsettled(const grpc::Status& s) {
+  return s.error_code() == StatusCode::DEADLINE_EXCEEDED ||
+         s.error_code() == StatusCode::UNAVAILABLE || s.error_code() == StatusCode::CANCELLED;
 }
 
-bool IsAlias(const gw::Target& t, const std::string& csi_name) {
-  return t.alias() == std::string(kVolumeAliasPrefix) + csi_name;
+// The answer to a CreateVolume whose gateway create is not settled: a code the CO retries on
+// (CSI spec: ABORTED, an operation pending for the volume; UNAVAILABLE, the gateway not
+// reachable), never a rollback of what may be, or become, the volume.
+grpc::Status Pending(const std::string& what, const std::string& call, const grpc::Status& s) {
+  const std::string msg = what + " (gateway " + call + ": " + s.error_message() + "); retry";
+  if (s.error_code() == StatusCode::UNAVAILABLE || s.error_code() == StatusCode::CANCELLED) {
+    return {StatusCode::UNAVAILABLE, msg};
+  }
+  return {StatusCode::ABORTED, msg};
 }
-bool IsVolume(const gw::Target& t) { return t.alias().starts_with(kVolumeAliasPrefix); }
+
+// The target `t` found under volume_id is the volume this request makes (its alias names it).
+// Else ALREADY_EXISTS: another volume, or not a volume at all.
+grpc::Status CheckOwner(const gw::Target& t, const std::string& volume_id, const std::string& name,
+                        const std::string& alias) {
+  if (t.alias() == alias) return grpc::Status::OK;
+  return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " + t.name() +
+                                          " (alias '" + t.alias() + "'), which is not volume " +
+                                          name};
+}
 
 // What nodes are told to log in to: --advertise, else the portals the gateway listens on.
 const google::protobuf::RepeatedPtrField<std::string>& Portals(const gw::GatewayInfo& info) {
@@ -185,9 +198,11 @@ void ControllerService::WorkerLoop() {
   }
 }
 
-std::unique_ptr<grpc::ClientContext> ControllerService::GatewayCtx() const {
+std::unique_ptr<grpc::ClientContext> ControllerService::GatewayCtx(
+    std::chrono::milliseconds timeout) const {
+  if (timeout == std::chrono::milliseconds::zero()) timeout = options_.gateway_timeout;
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + options_.gateway_timeout);
+  ctx->set_deadline(std::min(std::chrono::system_clock::now() + timeout, call_deadline_));
   return ctx;
 }
 
@@ -206,7 +221,7 @@ ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
                  std::to_string(queue_.size()) + " calls are already queued; retry later"});
       return r;
     }
-    queue_.push_back([ctx, r, rpc, fn = std::move(fn)](bool run) {
+    queue_.push_back([this, ctx, r, rpc, fn = std::move(fn)](bool run) {
       if (!run) {
         r->Finish({StatusCode::UNAVAILABLE, "the plugin is shutting down"});
         return;
@@ -218,7 +233,9 @@ ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
         r->Finish({StatusCode::DEADLINE_EXCEEDED, "the call waited past its deadline"});
         return;
       }
+      call_deadline_ = ctx->deadline();
       const grpc::Status s = Guarded(fn);
+      call_deadline_ = std::chrono::system_clock::time_point::max();
       if (!s.ok()) log::Ctl().info("{}: {}", rpc, s.error_message());
       r->Finish(s);
     });
@@ -284,11 +301,27 @@ grpc::Status ControllerService::ListAllSnapshots(const gw::ListSnapshotsRequest&
 // ----------------------------------------------------------------------------------------------
 // Volumes
 
+// One CreateVolume request, checked and resolved: what the volume must be.
+struct ControllerService::NewVolume {
+  std::string name;
+  std::string volume_id;
+  std::string who;    // "volume ID (NAME)" for messages
+  std::string alias;  // VolumeAlias: the name and the content source
+  VolumeParams params;
+  ChapSecrets chap;
+  const ::csi::v1::CapacityRange* range = nullptr;  // null: none given
+  uint64_t size = 0;  // to ask the gateway for; 0: a copy of its source's size
+  const VolumeContentSource* source = nullptr;
+  bool has_source = false;
+  std::string portals;  // volume_context's
+};
+
 grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequest& req,
                                                ::csi::v1::CreateVolumeResponse* resp) {
-  const std::string& name = req.name();
-  if (name.empty()) return Invalid("name is empty");
-  if (name.size() > kMaxNameBytes) {
+  NewVolume v;
+  v.name = req.name();
+  if (v.name.empty()) return Invalid("name is empty");
+  if (v.name.size() > kMaxNameBytes) {
     return Invalid("name is longer than " + std::to_string(kMaxNameBytes) + " bytes");
   }
   if (req.volume_capabilities().empty()) return Invalid("volume_capabilities is empty");
@@ -299,12 +332,15 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   if (!params.ok()) return ToGrpcStatus(params.status());
   auto chap = ParseChapSecrets(req.secrets());
   if (!chap.ok()) return ToGrpcStatus(chap.status());
-  const std::string volume_id = VolumeIdForName(name);
-  const std::string who = "volume " + volume_id + " (" + name + ")";
+  v.params = params.value();
+  v.chap = chap.value();
+  v.volume_id = VolumeIdForName(v.name);
+  v.who = "volume " + v.volume_id + " (" + v.name + ")";
 
   // The source must exist before anything is made for the copy; its block size is the new
   // volume's unless the StorageClass names one (the gateway refuses a mismatch).
-  const auto& source = req.volume_content_source();
+  v.source = &req.volume_content_source();
+  const auto& source = *v.source;
   uint32_t source_block_size = 0;
   if (source.has_snapshot()) {
     const std::string& id = source.snapshot().snapshot_id();
@@ -330,20 +366,18 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     if (l == nullptr) return {StatusCode::NOT_FOUND, "source volume " + id + " has no LUN 0"};
     source_block_size = l->block_size() ? l->block_size() : 512;
   }
-  const bool has_source = source.type_case() != VolumeContentSource::TYPE_NOT_SET;
-  if (has_source && !req.parameters().contains("blockSize")) {
-    params.value().block_size = source_block_size;
+  v.has_source = source.type_case() != VolumeContentSource::TYPE_NOT_SET;
+  if (v.has_source && !req.parameters().contains("blockSize")) {
+    v.params.block_size = source_block_size;
   }
-  const uint32_t block_size = params.value().block_size;
-  const ::csi::v1::CapacityRange* range =
-      req.has_capacity_range() ? &req.capacity_range() : nullptr;
+  v.range = req.has_capacity_range() ? &req.capacity_range() : nullptr;
   // A copy without a required size takes its source's size (size_bytes 0 to the gateway).
-  uint64_t size = 0;
-  if (!has_source || (range != nullptr && range->required_bytes() > 0)) {
-    auto bytes = VolumeBytes(range, block_size);
+  if (!v.has_source || (v.range != nullptr && v.range->required_bytes() > 0)) {
+    auto bytes = VolumeBytes(v.range, v.params.block_size);
     if (!bytes.ok()) return ToGrpcStatus(bytes.status());
-    size = bytes.value();
+    v.size = bytes.value();
   }
+  v.alias = std::string(kVolumeAliasPrefix) + v.name;
 
   gw::GatewayInfo info;
   if (grpc::Status s = gateway_->GetGatewayInfo(GatewayCtx().get(), {}, &info); !s.ok()) {
@@ -354,122 +388,189 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
             "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
   }
   if (grpc::Status s = CheckPortals(info); !s.ok()) return s;
+  v.portals = PortalList(info);
 
+  // The same name again: the volume an earlier call made (or began), if it is this one.
   gw::Target target;
-  bool created_target = false;
+  bool have_target = false;
   {
     gw::GetTargetRequest get;
-    get.set_name(volume_id);
+    get.set_name(v.volume_id);
     grpc::Status s = gateway_->GetTarget(GatewayCtx().get(), get, &target);
-    if (s.ok() && !IsAlias(target, name)) {
-      return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " +
-                                              target.name() + " (alias '" + target.alias() +
-                                              "'), which is not volume " + name};
-    }
-    if (s.error_code() == StatusCode::NOT_FOUND) {
-      gw::CreateTargetRequest create;
-      create.set_request_id(NewRequestId("target-" + volume_id));
-      auto* t = create.mutable_target();
-      t->set_name(volume_id);
-      t->set_alias(std::string(kVolumeAliasPrefix) + name);
-      if (chap.value().enabled()) {
-        t->mutable_chap()->set_user(chap.value().user);
-        t->mutable_chap()->set_secret(chap.value().secret);
-        t->mutable_chap()->set_mutual_user(chap.value().user_in);
-        t->mutable_chap()->set_mutual_secret(chap.value().secret_in);
-      }
-      s = gateway_->CreateTarget(GatewayCtx().get(), create, &target);
-      if (s.error_code() == StatusCode::UNAVAILABLE ||
-          s.error_code() == StatusCode::DEADLINE_EXCEEDED) {
-        s = gateway_->CreateTarget(GatewayCtx().get(), create, &target);  // same request_id
-      }
-      if (!s.ok()) return FromGateway("CreateTarget " + volume_id, s);
-      created_target = true;
-    } else if (!s.ok()) {
-      return FromGateway("GetTarget " + volume_id, s);
+    if (s.ok()) {
+      if (grpc::Status o = CheckOwner(target, v.volume_id, v.name, v.alias); !o.ok()) return o;
+      if (Lun0(target) != nullptr) return AnswerExisting(v, target, resp);
+      have_target = true;
+    } else if (s.error_code() != StatusCode::NOT_FOUND) {
+      return FromGateway("GetTarget " + v.volume_id, s);
     }
   }
 
-  const gw::Lun* have = Lun0(target);
-  gw::Lun lun;
-  if (have != nullptr) {
-    // The same name again: the volume it made, if it is what this call asks for.
-    const uint32_t have_bs = have->block_size() ? have->block_size() : 512;
-    const bool size_ok = has_source && size == 0 ? true : CapacityFits(have->size_bytes(), range);
-    if (!size_ok || have_bs != block_size || have->file().thick() != params.value().thick ||
-        have->file().direct() != params.value().direct) {
-      return {StatusCode::ALREADY_EXISTS,
-              who + " exists with " + std::to_string(have->size_bytes()) + " bytes, block size " +
-                  std::to_string(have_bs) + ", " + (have->file().thick() ? "thick" : "thin") +
-                  (have->file().direct() ? ", direct" : "") + ": incompatible with this request"};
+  bool created_target = false;
+  if (!have_target) {
+    if (grpc::Status s = MakeTarget(v, &target, &created_target); !s.ok()) return s;
+    if (Lun0(target) != nullptr) return AnswerExisting(v, target, resp);
+  }
+  return MakeLun(v, created_target, resp);
+}
+
+grpc::Status ControllerService::MakeTarget(const NewVolume& v, gw::Target* target, bool* created) {
+  gw::CreateTargetRequest create;
+  auto* t = create.mutable_target();
+  t->set_name(v.volume_id);
+  t->set_alias(v.alias);
+  if (v.chap.enabled()) {
+    t->mutable_chap()->set_user(v.chap.user);
+    t->mutable_chap()->set_mutual_user(v.chap.user_in);
+  }
+  // The id leaves the secrets out: ids reach log lines, and must not carry a digest of one.
+  create.set_request_id(GatewayRequestId("target", create));
+  if (v.chap.enabled()) {
+    t->mutable_chap()->set_secret(v.chap.secret);
+    t->mutable_chap()->set_mutual_secret(v.chap.secret_in);
+  }
+  gw::GetTargetRequest get;
+  get.set_name(v.volume_id);
+  for (int attempt = 0;; ++attempt) {
+    grpc::Status s = gateway_->CreateTarget(GatewayCtx().get(), create, target);
+    if (s.error_code() == StatusCode::UNAVAILABLE) {
+      s = gateway_->CreateTarget(GatewayCtx().get(), create, target);  // same request_id
     }
-    // A retry after a SetChap that did not happen, or a target made before its secret existed.
-    const auto& c = chap.value();
-    if (c.enabled() &&
-        (target.chap().user() != c.user || target.chap().mutual_user() != c.user_in)) {
-      gw::SetChapRequest set;
-      set.set_target(volume_id);
-      set.mutable_chap()->set_user(c.user);
-      set.mutable_chap()->set_secret(c.secret);
-      set.mutable_chap()->set_mutual_user(c.user_in);
-      set.mutable_chap()->set_mutual_secret(c.secret_in);
-      gw::ChapConfig out;
-      if (grpc::Status s = gateway_->SetChap(GatewayCtx().get(), set, &out); !s.ok()) {
-        return FromGateway("SetChap " + volume_id, s);
-      }
+    if (s.error_code() == StatusCode::INVALID_ARGUMENT && !create.request_id().empty()) {
+      // The gateway remembers the ids of creates it did; this id may be a deleted volume's of
+      // the same name whose secrets were others (they are not in the id). Without an id the
+      // request stands on its own: a real refusal comes back as it is.
+      create.clear_request_id();
+      continue;
     }
-    lun = *have;
-  } else {
-    gw::CreateLunRequest create;
-    create.set_target(volume_id);
-    create.set_request_id(NewRequestId("lun-" + volume_id));
-    auto* l = create.mutable_lun();
-    l->set_id(0);
-    l->set_size_bytes(size);
-    l->set_block_size(block_size);
-    auto* file = l->mutable_file();
-    file->set_path(BackingPathFor(volume_id));
-    file->set_create(true);
-    file->set_thick(params.value().thick);
-    file->set_direct(params.value().direct);
-    if (source.has_snapshot()) {
-      create.set_snapshot(source.snapshot().snapshot_id());
-    } else if (source.has_volume()) {
-      create.mutable_lun_source()->set_target(source.volume().volume_id());
-      create.mutable_lun_source()->set_id(0);
+    if (!s.ok() && s.error_code() != StatusCode::ALREADY_EXISTS && !Unsettled(s)) {
+      return FromGateway("CreateTarget " + v.volume_id, s);
     }
-    grpc::Status s = gateway_->CreateLun(GatewayCtx().get(), create, &lun);
-    if (s.error_code() == StatusCode::UNAVAILABLE ||
-        s.error_code() == StatusCode::DEADLINE_EXCEEDED) {
-      s = gateway_->CreateLun(GatewayCtx().get(), create, &lun);  // same request_id
+    // Made, made by an earlier call, or not known: what the gateway has now decides.
+    grpc::Status r = gateway_->GetTarget(GatewayCtx().get(), get, target);
+    if (r.ok()) {
+      if (grpc::Status o = CheckOwner(*target, v.volume_id, v.name, v.alias); !o.ok()) return o;
+      *created = s.ok();
+      return grpc::Status::OK;
     }
-    if (!s.ok()) {
-      // A target without its LUN is no volume: remove it, so that a retry starts clean.
-      if (created_target || target.luns().empty()) {
+    if (r.error_code() == StatusCode::NOT_FOUND && s.ok() && attempt == 0) {
+      // An answer remembered from a deleted volume of the same name and request: make it anew.
+      log::Ctl().info("CreateVolume {}: the gateway answered from an earlier volume; again", v.who);
+      create.clear_request_id();
+      continue;
+    }
+    if (s.ok()) s = r;
+    return Pending(v.who + ": its target is not made yet", "CreateTarget", s);
+  }
+}
+
+grpc::Status ControllerService::MakeLun(const NewVolume& v, bool created_target,
+                                        ::csi::v1::CreateVolumeResponse* resp) {
+  const auto& source = *v.source;
+  gw::CreateLunRequest create;
+  create.set_target(v.volume_id);
+  auto* l = create.mutable_lun();
+  l->set_id(0);
+  l->set_size_bytes(v.size);
+  l->set_block_size(v.params.block_size);
+  auto* file = l->mutable_file();
+  file->set_path(BackingPathFor(v.volume_id));
+  file->set_create(true);
+  file->set_thick(v.params.thick);
+  file->set_direct(v.params.direct);
+  if (source.has_snapshot()) {
+    create.set_snapshot(source.snapshot().snapshot_id());
+  } else if (source.has_volume()) {
+    create.mutable_lun_source()->set_target(source.volume().volume_id());
+    create.mutable_lun_source()->set_id(0);
+  }
+  create.set_request_id(GatewayRequestId("lun", create));
+  // A copy takes as long as its data: its own deadline, so that a large one can finish.
+  const auto timeout = v.has_source ? options_.copy_timeout : options_.gateway_timeout;
+  gw::GetTargetRequest get;
+  get.set_name(v.volume_id);
+  for (int attempt = 0;; ++attempt) {
+    gw::Lun lun;
+    grpc::Status s = gateway_->CreateLun(GatewayCtx(timeout).get(), create, &lun);
+    if (s.error_code() == StatusCode::UNAVAILABLE) {
+      s = gateway_->CreateLun(GatewayCtx(timeout).get(), create, &lun);  // same request_id
+    }
+    if (!s.ok() && s.error_code() != StatusCode::ALREADY_EXISTS && !Unsettled(s)) {
+      // The gateway refused it: no LUN was made. A target this call made for it goes again, so
+      // that nothing is left of a refused volume; an earlier call's target is left for the retry
+      // (or for DeleteVolume): that call may have a LUN on its way to it.
+      if (created_target) {
         gw::DeleteTargetRequest del;
-        del.set_name(volume_id);
-        del.set_force(true);
+        del.set_name(v.volume_id);
         gw::DeleteTargetResponse out;
         grpc::Status d = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
         if (!d.ok() && d.error_code() != StatusCode::NOT_FOUND) {
-          log::Ctl().warn("CreateVolume {}: target not removed after the failed LUN: {}", who,
+          log::Ctl().warn("CreateVolume {}: target not removed after the refused LUN: {}", v.who,
                           d.error_message());
         }
       }
-      return FromGateway("CreateLun " + volume_id, s);
+      return FromGateway("CreateLun " + v.volume_id, s);
     }
-    log::Ctl().info("CreateVolume: {} created: {} bytes, block size {}{}", who, lun.size_bytes(),
-                    block_size,
-                    source.has_snapshot() ? ", from snapshot " + source.snapshot().snapshot_id()
-                    : source.has_volume() ? ", from volume " + source.volume().volume_id()
-                                          : "");
+    // Made, made by an earlier call, or not known (a copy past the deadline goes on, and may
+    // finish): the target as it is now answers, never a rollback.
+    gw::Target now;
+    grpc::Status r = gateway_->GetTarget(GatewayCtx().get(), get, &now);
+    if (r.ok() && Lun0(now) != nullptr) {
+      if (grpc::Status o = CheckOwner(now, v.volume_id, v.name, v.alias); !o.ok()) return o;
+      if (s.ok()) {
+        log::Ctl().info("CreateVolume: {} created: {} bytes, block size {}{}", v.who,
+                        Lun0(now)->size_bytes(), v.params.block_size,
+                        source.has_snapshot() ? ", from snapshot " + source.snapshot().snapshot_id()
+                        : source.has_volume() ? ", from volume " + source.volume().volume_id()
+                                              : "");
+      }
+      return AnswerExisting(v, now, resp);
+    }
+    if (r.ok() && s.ok() && attempt == 0) {
+      // An answer remembered from a deleted volume of the same name and request: make it anew.
+      log::Ctl().info("CreateVolume {}: the gateway answered from an earlier volume; again", v.who);
+      create.clear_request_id();
+      continue;
+    }
+    if (s.ok()) s = r.ok() ? grpc::Status(StatusCode::INTERNAL, "LUN 0 is not there") : r;
+    return Pending(v.who + ": its LUN 0 is not made yet" +
+                       (v.has_source ? std::string(" (the copy of its source may still run)") : ""),
+                   "CreateLun", s);
   }
+}
 
-  auto* v = resp->mutable_volume();
-  v->set_volume_id(volume_id);
-  v->set_capacity_bytes(ToInt64(lun.size_bytes()));
-  FillVolumeContext(PortalList(info), target.name(), lun.block_size(), v->mutable_volume_context());
-  if (has_source) *v->mutable_content_source() = source;
+grpc::Status ControllerService::AnswerExisting(const NewVolume& v, const gw::Target& target,
+                                               ::csi::v1::CreateVolumeResponse* resp) {
+  const gw::Lun* have = Lun0(target);
+  const uint32_t have_bs = have->block_size() ? have->block_size() : 512;
+  const bool size_ok =
+      v.has_source && v.size == 0 ? true : CapacityFits(have->size_bytes(), v.range);
+  if (!size_ok || have_bs != v.params.block_size || have->file().thick() != v.params.thick ||
+      have->file().direct() != v.params.direct) {
+    return {StatusCode::ALREADY_EXISTS,
+            v.who + " exists with " + std::to_string(have->size_bytes()) + " bytes, block size " +
+                std::to_string(have_bs) + ", " + (have->file().thick() ? "thick" : "thin") +
+                (have->file().direct() ? ", direct" : "") + ": incompatible with this request"};
+  }
+  // A retry after a SetChap that did not happen, or a target made before its secret existed.
+  const auto& c = v.chap;
+  if (c.enabled() && (target.chap().user() != c.user || target.chap().mutual_user() != c.user_in)) {
+    gw::SetChapRequest set;
+    set.set_target(v.volume_id);
+    set.mutable_chap()->set_user(c.user);
+    set.mutable_chap()->set_secret(c.secret);
+    set.mutable_chap()->set_mutual_user(c.user_in);
+    set.mutable_chap()->set_mutual_secret(c.secret_in);
+    gw::ChapConfig out;
+    if (grpc::Status s = gateway_->SetChap(GatewayCtx().get(), set, &out); !s.ok()) {
+      return FromGateway("SetChap " + v.volume_id, s);
+    }
+  }
+  auto* vol = resp->mutable_volume();
+  vol->set_volume_id(v.volume_id);
+  vol->set_capacity_bytes(ToInt64(have->size_bytes()));
+  FillVolumeContext(v.portals, target.name(), have->block_size(), vol->mutable_volume_context());
+  if (v.has_source) *vol->mutable_content_source() = *v.source;
   return grpc::Status::OK;
 }
 
@@ -698,12 +799,11 @@ grpc::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshot
   create.mutable_lun()->set_target(req.source_volume_id());
   create.mutable_lun()->set_id(0);
   gw::Snapshot sn;
-  grpc::Status s = gateway_->CreateSnapshot(GatewayCtx().get(), create, &sn);
-  if (s.error_code() == StatusCode::FAILED_PRECONDITION) {
-    return {StatusCode::FAILED_PRECONDITION,
-            "gateway CreateSnapshot: " + s.error_message() +
-                " (snapshots need iscsigwd --lun-dir and a file volume)"};
-  }
+  // A snapshot copies the LUN's data (shared blocks where the file system can): a copy's
+  // deadline. CreateSnapshot is idempotent by name, so a retry after the deadline finds it.
+  // FAILED_PRECONDITION passes through with the gateway's reason: no LUN directory, not a file
+  // LUN, or a LUN in use whose copy could not be a point in time.
+  grpc::Status s = gateway_->CreateSnapshot(GatewayCtx(options_.copy_timeout).get(), create, &sn);
   if (!s.ok()) return FromGateway("CreateSnapshot " + create.name(), s);
   ToCsiSnapshot(sn, resp->mutable_snapshot());
   log::Ctl().info("CreateSnapshot: snapshot {} ({}) of volume {}: {} bytes", sn.name(), req.name(),

@@ -10,7 +10,9 @@
 //
 // Threading: a handler only queues its call and returns; one worker thread owned by the service
 // runs the calls in arrival order, each making synchronous gateway calls bounded by
-// ControllerOptions::gateway_timeout. One at a time keeps the gateway's view consistent within a
+// ControllerOptions::gateway_timeout (copy_timeout for the calls that copy data: a clone, a
+// restore, a snapshot), and never past the deadline of the CSI call they serve, whose caller
+// would not see the answer. One at a time keeps the gateway's view consistent within a
 // call (a retried CreateVolume of the same name finds the first one's volume) without locks. At
 // most max_queued_calls wait; past that a call is answered RESOURCE_EXHAUSTED at once, and a
 // call whose caller gave up while it waited is answered without touching the gateway. Errors
@@ -39,8 +41,11 @@
 namespace iscsigw::csi {
 
 struct ControllerOptions {
-  // Deadline of each call to the gateway.
+  // Deadline of each call to the gateway (--gateway-timeout)...
   std::chrono::milliseconds gateway_timeout{10'000};
+  // ...but a CreateLun that copies a snapshot or a volume, and a CreateSnapshot, which copy a
+  // LUN's data and take as long as the data is large (--copy-timeout).
+  std::chrono::milliseconds copy_timeout{600'000};
   // CSI calls waiting for the worker; past this RESOURCE_EXHAUSTED.
   size_t max_queued_calls = 64;
 };
@@ -84,8 +89,18 @@ class ControllerService final : public ::csi::v1::Controller::CallbackService {
   Reactor* Queued(Ctx* ctx, const char* rpc, std::function<grpc::Status()> fn);
   void WorkerLoop();
 
+  // What CreateVolume asks for, resolved against the gateway; see the .cc.
+  struct NewVolume;
+
   // The handlers' bodies; worker thread only.
   grpc::Status DoCreateVolume(const ::csi::v1::CreateVolumeRequest& req,
+                              ::csi::v1::CreateVolumeResponse* resp);
+  // CreateVolume's steps: the target (made, or found from an earlier call), LUN 0 on it, and
+  // the answer from a target that has its LUN 0 (NewVolume's or ALREADY_EXISTS).
+  grpc::Status MakeTarget(const NewVolume& v, iscsigw::v1::Target* target, bool* created);
+  grpc::Status MakeLun(const NewVolume& v, bool created_target,
+                       ::csi::v1::CreateVolumeResponse* resp);
+  grpc::Status AnswerExisting(const NewVolume& v, const iscsigw::v1::Target& target,
                               ::csi::v1::CreateVolumeResponse* resp);
   grpc::Status DoDeleteVolume(const ::csi::v1::DeleteVolumeRequest& req);
   grpc::Status DoPublish(const ::csi::v1::ControllerPublishVolumeRequest& req);
@@ -115,11 +130,17 @@ class ControllerService final : public ::csi::v1::Controller::CallbackService {
   void FillVolumeContext(const std::string& portals, const std::string& target_iqn,
                          uint32_t block_size, google::protobuf::Map<std::string, std::string>* ctx);
 
-  // A ClientContext for one gateway call, its deadline gateway_timeout from now.
-  std::unique_ptr<grpc::ClientContext> GatewayCtx() const;
+  // A ClientContext for one gateway call, its deadline `timeout` (gateway_timeout: 0) from now
+  // or the CSI call's deadline, whichever comes first. Worker thread only.
+  std::unique_ptr<grpc::ClientContext> GatewayCtx(
+      std::chrono::milliseconds timeout = std::chrono::milliseconds::zero()) const;
 
   const ControllerOptions options_;
   const std::shared_ptr<iscsigw::v1::GatewayService::Stub> gateway_;
+
+  // Worker thread only: the deadline of the CSI call the worker runs.
+  std::chrono::system_clock::time_point call_deadline_ =
+      std::chrono::system_clock::time_point::max();
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,6 +1,8 @@
 #include "csi/volume_model.h"
 
 #include <arpa/inet.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <netinet/in.h>
 #include <openssl/sha.h>
 
@@ -101,6 +103,19 @@ bool IsUnspecifiedPortal(std::string_view portal) {
     return std::memcmp(v6.s6_addr, kMappedZero, sizeof kMappedZero) == 0;
   }
   return false;  // a DNS name
+}
+
+std::string GatewayRequestId(std::string_view kind, const google::protobuf::MessageLite& key) {
+  // Deterministic serialization: the same request always hashes the same, whatever the order
+  // its fields were set in.
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    (void)key.SerializeToCodedStream(&coded);
+  }
+  return "csi-" + std::string(kind) + "-" + Sha256Hex(bytes).substr(0, 32);
 }
 
 Result<VolumeParams> ParseVolumeParameters(

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <google/protobuf/map.h>
+#include <google/protobuf/message_lite.h>
 #include <google/protobuf/repeated_ptr_field.h>
 
 #include <cstdint>
@@ -70,6 +71,11 @@ std::string BackingPathFor(std::string_view volume_id);
 // unspecified address (0.0.0.0, [::], [::ffff:0.0.0.0]): a node told to log in there would
 // connect to itself.
 bool IsUnspecifiedPortal(std::string_view portal);
+// The request_id of a gateway create: "csi-" + kind + "-" + 32 hex digits of the SHA-256 of
+// `key`, the request itself with request_id and every secret cleared. The same CSI request
+// makes the same gateway request and so the same id, in this call, in the CO's retry or in a
+// restarted controller, so the gateway answers a repeat with the first one's result.
+std::string GatewayRequestId(std::string_view kind, const google::protobuf::MessageLite& key);
 
 // CreateVolume's (and GetCapacity's) StorageClass parameters.
 struct VolumeParams {

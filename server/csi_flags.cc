@@ -25,6 +25,15 @@ int ParseCsiFlags(int argc, char** argv, CsiFlags* f) {
   app.add_option("--tls-server-name", f->tls_server_name,
                  "Name to verify in the gateway's certificate instead of the --gateway host")
       ->envname("ISCSIGW_CSI_TLS_SERVER_NAME");
+  app.add_option("--gateway-timeout", f->gateway_timeout_s,
+                 "Seconds each call to the gateway may take (controller)")
+      ->envname("ISCSIGW_CSI_GATEWAY_TIMEOUT")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--copy-timeout", f->copy_timeout_s,
+                 "Seconds a gateway call that copies data (a clone, a restore from a snapshot, a "
+                 "snapshot) may take; never past the deadline of the CSI call (controller)")
+      ->envname("ISCSIGW_CSI_COPY_TIMEOUT")
+      ->check(CLI::Range(1u, 86400u));
   app.add_option("--node-id", f->node_id,
                  "Node id NodeGetInfo reports (default: InitiatorName from the host's "
                  "/etc/iscsi/initiatorname.iscsi)")

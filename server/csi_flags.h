@@ -19,6 +19,8 @@ struct CsiFlags {
   std::string state_dir = "/var/lib/iscsigw-csi";
   std::string log_level = "info";
   std::string log_format = "text";
+  unsigned gateway_timeout_s = 10;  // deadline of a call to the gateway
+  unsigned copy_timeout_s = 600;    // ... of one that copies data: a clone, a restore, a snapshot
 };
 
 // Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).

@@ -5,6 +5,7 @@
 // SIGINT/SIGTERM and shut down: the server first, then the services and their checks.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -60,8 +61,10 @@ int Run(int argc, char** argv) {
       return 2;
     }
     checks.push_back(csi::MakeGatewayCheck(channel.value(), flags.gateway));
-    services.push_back(
-        std::make_unique<csi::ControllerService>(channel.value(), csi::ControllerOptions{}));
+    csi::ControllerOptions copts;
+    copts.gateway_timeout = std::chrono::seconds(flags.gateway_timeout_s);
+    copts.copy_timeout = std::chrono::seconds(flags.copy_timeout_s);
+    services.push_back(std::make_unique<csi::ControllerService>(channel.value(), copts));
   }
   if (node) {
     std::shared_ptr<csi::HostExec> exec = csi::MakeHostExec(exec_mode);

@@ -7,6 +7,9 @@ would log in to itself).
 Read-only publish is refused: the gateway has no read-only ACL entry.
 A volume still published, or with a session, is not deleted.
 The driver lists and deletes only its own snapshots, never an operator's.
+A volume deleted and made again with the very same request is made again.
+A snapshot or a copy the gateway refuses (a volume in use, where blocks cannot be shared) is
+FAILED_PRECONDITION with the gateway's reason.
 
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
@@ -216,6 +219,14 @@ class ControllerTest(Base):
         self.assertFalse(self.target_exists(name))
         self.assertFalse(os.path.exists(self.file(name)))
         self.delete(name)  # idempotent
+        # Made again with the very same request: the gateway remembers the first one's
+        # request_ids, and must not answer from that memory of a deleted volume.
+        again = self.create(name, required=10 * MiB + 1)
+        self.assertEqual(again, v)
+        self.assertEqual([lun.id for lun in self.target(name).luns], [0])
+        self.assertEqual(os.path.getsize(self.file(name)), 10 * MiB + 512)
+        self.delete(name)
+        self.assertFalse(self.target_exists(name))
         self.delete("no-such-volume")
         self.delete("Not A Volume Id")
         self.assertCode(Code.INVALID_ARGUMENT, self.ctl.DeleteVolume,
@@ -625,6 +636,33 @@ class ControllerTest(Base):
             self.unpublish(v.volume_id)
             self.delete(v.volume_id)
             self.assertFalse(os.path.exists(self.file(v.volume_id)))
+
+    def test_a_volume_in_use_is_copied_only_where_blocks_are_shared(self):
+        # A sparse copy of a LUN that a node may be writing is no point in time: where the LUN
+        # directory cannot share blocks the gateway refuses it, and the CO is told why.
+        if self.gw.GetCapacity(gateway_pb2.GetCapacityRequest(), timeout=10).shares_blocks:
+            self.skipTest("the LUN directory shares blocks here")
+        src = self.create("pvc-busy-src")
+        self.publish(src.volume_id)
+        c = self.session(src.volume_id)
+        snap_req = csi_pb2.CreateSnapshotRequest(source_volume_id=src.volume_id,
+                                                 name="snapshot-busy")
+        self.assertIn("in use by 1 session(s)", self.assertCode(
+            Code.FAILED_PRECONDITION, self.ctl.CreateSnapshot, snap_req))
+        self.assertIn("not a point in time", self.assertCode(
+            Code.FAILED_PRECONDITION, self.ctl.CreateVolume,
+            create_request("pvc-busy-clone", required=None, volume=src.volume_id)))
+        self.assertFalse(self.target_exists("pvc-busy-clone"))
+        self.assertFalse(os.path.exists(self.file("pvc-busy-clone")))
+        c.logout()
+        c.close()
+        wait_for(lambda: not self.gw.ListSessions(gateway_pb2.ListSessionsRequest(
+            target=src.volume_id), timeout=10).sessions, what="the session to end")
+        snap = self.ctl.CreateSnapshot(snap_req, timeout=30).snapshot
+        self.ctl.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
+                                timeout=30)
+        self.unpublish(src.volume_id)
+        self.delete(src.volume_id)
 
 
 class WithoutLunDirTest(Base):

@@ -82,6 +82,19 @@ TEST(Portal, UnspecifiedHostsAreTheWildcards) {
   }
 }
 
+TEST(GatewayRequestId, IsTheSameForTheSameRequestOnly) {
+  ::csi::v1::CapacityRange a;
+  a.set_required_bytes(1 << 20);
+  ::csi::v1::CapacityRange b = a;
+  const std::string id = GatewayRequestId("lun", a);
+  EXPECT_EQ(id, GatewayRequestId("lun", b));  // across calls and restarts
+  EXPECT_EQ(id.size(), 8u + 32u);
+  EXPECT_TRUE(id.starts_with("csi-lun-")) << id;
+  b.set_limit_bytes(2 << 20);
+  EXPECT_NE(id, GatewayRequestId("lun", b));
+  EXPECT_NE(id, GatewayRequestId("target", a));
+}
+
 CapacityRange Range(int64_t required, int64_t limit) {
   CapacityRange r;
   r.set_required_bytes(required);
