@@ -84,11 +84,17 @@ grpc::Status Pending(const std::string& what, const std::string& call, const grp
   return {StatusCode::ABORTED, msg};
 }
 
-// The target `t` found under volume_id is the volume this request makes (its alias names it).
-// Else ALREADY_EXISTS: another volume, or not a volume at all.
+// The target `t` found under volume_id is the volume this request makes: the same name from
+// the same source (VolumeAlias). Else ALREADY_EXISTS: another volume, or not a volume at all.
 grpc::Status CheckOwner(const gw::Target& t, const std::string& volume_id, const std::string& name,
                         const std::string& alias) {
   if (t.alias() == alias) return grpc::Status::OK;
+  const std::string mine = std::string(kVolumeAliasPrefix) + name;
+  if (t.alias() == mine || t.alias().starts_with(mine + " <")) {
+    return {StatusCode::ALREADY_EXISTS,
+            "volume " + volume_id + " (" + name + ") exists as '" + t.alias() +
+                "'; this request, with another content source, would make '" + alias + "'"};
+  }
   return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " + t.name() +
                                           " (alias '" + t.alias() + "'), which is not volume " +
                                           name};
@@ -313,6 +319,7 @@ struct ControllerService::NewVolume {
   uint64_t size = 0;  // to ask the gateway for; 0: a copy of its source's size
   const VolumeContentSource* source = nullptr;
   bool has_source = false;
+  uint64_t source_bytes = 0;
   std::string portals;  // volume_context's
 };
 
@@ -342,6 +349,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   v.source = &req.volume_content_source();
   const auto& source = *v.source;
   uint32_t source_block_size = 0;
+  std::string source_what;
   if (source.has_snapshot()) {
     const std::string& id = source.snapshot().snapshot_id();
     if (id.empty()) return Invalid("volume_content_source.snapshot.snapshot_id is empty");
@@ -353,6 +361,8 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     }
     if (found.empty()) return {StatusCode::NOT_FOUND, "source snapshot " + id + " not found"};
     source_block_size = found[0].block_size();
+    v.source_bytes = found[0].size_bytes();
+    source_what = "snapshot " + id;
   } else if (source.has_volume()) {
     const std::string& id = source.volume().volume_id();
     if (id.empty()) return Invalid("volume_content_source.volume.volume_id is empty");
@@ -365,6 +375,8 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     const gw::Lun* l = Lun0(src);
     if (l == nullptr) return {StatusCode::NOT_FOUND, "source volume " + id + " has no LUN 0"};
     source_block_size = l->block_size() ? l->block_size() : 512;
+    v.source_bytes = l->size_bytes();
+    source_what = "volume " + id;
   }
   v.has_source = source.type_case() != VolumeContentSource::TYPE_NOT_SET;
   if (v.has_source && !req.parameters().contains("blockSize")) {
@@ -377,7 +389,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     if (!bytes.ok()) return ToGrpcStatus(bytes.status());
     v.size = bytes.value();
   }
-  v.alias = std::string(kVolumeAliasPrefix) + v.name;
+  v.alias = VolumeAlias(v.name, source);
 
   gw::GatewayInfo info;
   if (grpc::Status s = gateway_->GetGatewayInfo(GatewayCtx().get(), {}, &info); !s.ok()) {
@@ -403,6 +415,22 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       have_target = true;
     } else if (s.error_code() != StatusCode::NOT_FOUND) {
       return FromGateway("GetTarget " + v.volume_id, s);
+    }
+  }
+
+  // Checked before anything is made, so that a refusal leaves nothing behind.
+  if (v.has_source) {
+    const int64_t limit = v.range ? v.range->limit_bytes() : 0;
+    if (limit > 0 && v.source_bytes > static_cast<uint64_t>(limit)) {
+      return {StatusCode::OUT_OF_RANGE,
+              "source " + source_what + " has " + std::to_string(v.source_bytes) +
+                  " bytes, over capacity_range.limit_bytes " + std::to_string(limit)};
+    }
+    if (v.size != 0 && v.size < v.source_bytes) {
+      return {StatusCode::OUT_OF_RANGE,
+              "capacity_range.required_bytes " + std::to_string(v.range->required_bytes()) +
+                  " is smaller than the " + std::to_string(v.source_bytes) + " bytes of source " +
+                  source_what};
     }
   }
 
@@ -543,8 +571,8 @@ grpc::Status ControllerService::AnswerExisting(const NewVolume& v, const gw::Tar
                                                ::csi::v1::CreateVolumeResponse* resp) {
   const gw::Lun* have = Lun0(target);
   const uint32_t have_bs = have->block_size() ? have->block_size() : 512;
-  const bool size_ok =
-      v.has_source && v.size == 0 ? true : CapacityFits(have->size_bytes(), v.range);
+  // A copy of its source's size (no required_bytes) is checked against limit_bytes only.
+  const bool size_ok = CapacityFits(have->size_bytes(), v.range);
   if (!size_ok || have_bs != v.params.block_size || have->file().thick() != v.params.thick ||
       have->file().direct() != v.params.direct) {
     return {StatusCode::ALREADY_EXISTS,

@@ -75,6 +75,23 @@ bool IsCsiSnapshotId(std::string_view id) {
          IsGatewaySnapshotName(id);
 }
 
+std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source) {
+  std::string alias = std::string(kVolumeAliasPrefix) + std::string(name);
+  std::string kind, id;
+  if (source.has_snapshot()) {
+    kind = "snapshot";
+    id = source.snapshot().snapshot_id();
+  } else if (source.has_volume()) {
+    kind = "volume";
+    id = source.volume().volume_id();
+  } else {
+    return alias;
+  }
+  const std::string head = alias + " <from " + kind + " ";
+  if (head.size() + id.size() + 1 > kMaxAliasBytes) id = "sha256:" + Sha256Hex(id).substr(0, 32);
+  return head + id + ">";
+}
+
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn) {
   if (!target_iqn.starts_with(kGatewayIqnPrefix)) return std::nullopt;
   std::string_view id = target_iqn.substr(kGatewayIqnPrefix.size());

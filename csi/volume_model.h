@@ -6,7 +6,10 @@
 //   - One gateway target per volume, its LUN 0. volume_id is the target's short name: the CSI
 //     name itself when it is a plain IQN suffix (VolumeIdForName), else "vol-" + 32 hex digits of
 //     its SHA-256. The target's full IQN is kGatewayIqnPrefix + volume_id; its alias is
-//     kVolumeAliasPrefix + the CSI name (only such targets are volumes).
+//     VolumeAlias: kVolumeAliasPrefix + the CSI name, and for a copy the source it was made from
+//     (only targets so named are volumes). The alias is the volume's record of its origin, kept in
+//     the gateway's state across restarts; initiators see it only as the TargetAlias text key,
+//     never as SCSI identity (each LUN's serial and device id stay its own).
 //   - The backing is a file the gateway creates, `<volume_id>.img` relative to its --lun-dir.
 //   - volume_context: targetIqn, lun ("0"), portals (comma-separated HOST:PORT), blockSize.
 //   - CHAP comes from the secrets under kChap* keys (the provisioner's and the node-stage secret).
@@ -33,6 +36,8 @@ namespace iscsigw::csi {
 inline constexpr std::string_view kGatewayIqnPrefix = "iqn.2026-11.io.iscsigw:";
 inline constexpr std::string_view kVolumeAliasPrefix = "csi:";
 inline constexpr std::string_view kSnapshotIdPrefix = "csi-";
+// RFC 7143 13.6: TargetAlias is a text value of at most 255 bytes (the gateway's limit too).
+inline constexpr size_t kMaxAliasBytes = 255;
 inline constexpr uint64_t kDefaultVolumeBytes = uint64_t{1} << 30;
 // CSI spec "Size Limits": a CO keeps names and ids within 128 bytes.
 inline constexpr size_t kMaxNameBytes = 128;
@@ -63,6 +68,11 @@ bool IsGatewaySnapshotName(std::string_view name);
 std::string SnapshotIdForName(std::string_view name);
 // A gateway snapshot name SnapshotIdForName can have made: one of the driver's snapshots.
 bool IsCsiSnapshotId(std::string_view id);
+// The alias of the target of volume `name` made from `source`: kVolumeAliasPrefix + name, then
+// " <from snapshot ID>" or " <from volume ID>" for a copy. An ID that would take the alias past
+// kMaxAliasBytes is written "sha256:" + 32 hex digits of its SHA-256 instead. A retried
+// CreateVolume finds the same alias only for the same name and the same source.
+std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source);
 // The volume_id of a gateway target name, if it is a short name under kGatewayIqnPrefix.
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn);
 // The relative path of a volume's backing file (resolved under the gateway's --lun-dir).

@@ -10,6 +10,7 @@ The driver lists and deletes only its own snapshots, never an operator's.
 A volume deleted and made again with the very same request is made again.
 A snapshot or a copy the gateway refuses (a volume in use, where blocks cannot be shared) is
 FAILED_PRECONDITION with the gateway's reason.
+A volume's content source is part of what makes a repeat the same volume, across a restart.
 
 Data written with the iSCSI client shows that snapshots and clones hold the data as it was. The
 plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach it, and answers
@@ -664,6 +665,46 @@ class ControllerTest(Base):
         self.unpublish(src.volume_id)
         self.delete(src.volume_id)
 
+    def test_the_content_source_is_part_of_the_volume(self):
+        src = self.create("pvc-origin-src")
+        snap = self.ctl.CreateSnapshot(csi_pb2.CreateSnapshotRequest(
+            source_volume_id=src.volume_id, name="snapshot-origin"), timeout=30).snapshot
+        restored = self.create("pvc-origin", required=None, snapshot=snap.snapshot_id)
+        self.assertEqual(self.target("pvc-origin").alias,
+                         f"csi:pvc-origin <from snapshot {snap.snapshot_id}>")
+        self.assertEqual(self.create("pvc-origin", required=None, snapshot=snap.snapshot_id),
+                         restored)
+        # The same name with another source, or none: another volume.
+        for req in (create_request("pvc-origin", required=None),
+                    create_request("pvc-origin", required=None, volume=src.volume_id)):
+            with self.subTest(req=str(req)):
+                self.assertIn("pvc-origin <from snapshot",
+                              self.assertCode(Code.ALREADY_EXISTS, self.ctl.CreateVolume, req))
+        plain = self.create("pvc-origin-plain")
+        self.assertCode(Code.ALREADY_EXISTS, self.ctl.CreateVolume, create_request(
+            "pvc-origin-plain", snapshot=snap.snapshot_id))
+        clone = self.create("pvc-origin-clone", required=None, volume=src.volume_id)
+        self.assertEqual(self.target(clone.volume_id).alias,
+                         f"csi:pvc-origin-clone <from volume {src.volume_id}>")
+        self.assertCode(Code.ALREADY_EXISTS, self.ctl.CreateVolume, create_request(
+            "pvc-origin-clone", required=None, snapshot=snap.snapshot_id))
+
+        # A source larger than limit_bytes cannot be copied into the range: nothing is made.
+        for kw in ({"snapshot": snap.snapshot_id}, {"volume": src.volume_id}):
+            with self.subTest(**kw):
+                self.assertIn("limit_bytes", self.assertCode(
+                    Code.OUT_OF_RANGE, self.ctl.CreateVolume,
+                    create_request("pvc-origin-big", required=0, limit=8 * MiB, **kw)))
+                self.assertFalse(self.target_exists("pvc-origin-big"))
+        within = self.create("pvc-origin-fits", required=0, limit=16 * MiB,
+                             snapshot=snap.snapshot_id)
+        self.assertEqual(within.capacity_bytes, 16 * MiB)
+
+        for v in (restored, plain, clone, within, src):
+            self.delete(v.volume_id)
+        self.ctl.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
+                                timeout=30)
+
 
 class WithoutLunDirTest(Base):
     def test_volumes_and_capacity_need_the_lun_dir(self):
@@ -679,6 +720,41 @@ class WithoutLunDirTest(Base):
             self.assertIn("--lun-dir", self.assertCode(Code.FAILED_PRECONDITION, ctl.GetCapacity,
                                                        csi_pb2.GetCapacityRequest()))
         self.assertNotIn("pvc-nodir", d.ctl("target", "list").stdout)
+
+
+class OriginAcrossRestartTest(Base):
+    def test_the_content_source_is_kept_by_the_gateway(self):
+        lun_dir = tempfile.mkdtemp(prefix="iscsigw-csi-luns-")
+        self.addCleanup(shutil.rmtree, lun_dir, True)
+        d = Daemon(extra_args=["--lun-dir", lun_dir])
+        self.addCleanup(d.cleanup)
+        d.start()
+        plugin = CsiPlugin(mode="controller", gateway=d.grpc).start()
+        self.addCleanup(plugin.cleanup)
+        with grpc.insecure_channel(plugin.target) as ch:
+            ctl = csi_grpc.ControllerStub(ch)
+            src = ctl.CreateVolume(create_request("pvc-src"), timeout=30).volume
+            snap = ctl.CreateSnapshot(csi_pb2.CreateSnapshotRequest(
+                source_volume_id=src.volume_id, name="s1"), timeout=30).snapshot
+            copy = ctl.CreateVolume(create_request("pvc-copy", snapshot=snap.snapshot_id),
+                                    timeout=30).volume
+        self.assertEqual(plugin.stop(), 0)
+        d.stop()
+        d.start()  # a new gateway process and a new controller: only the gateway's state knows
+        plugin = CsiPlugin(mode="controller", gateway=d.grpc).start()
+        self.addCleanup(plugin.cleanup)
+        with grpc.insecure_channel(plugin.target) as ch:
+            ctl = csi_grpc.ControllerStub(ch)
+            self.assertCode(Code.ALREADY_EXISTS, ctl.CreateVolume, create_request("pvc-copy"))
+            self.assertCode(Code.ALREADY_EXISTS, ctl.CreateVolume,
+                            create_request("pvc-copy", volume=src.volume_id))
+            again = ctl.CreateVolume(create_request("pvc-copy", snapshot=snap.snapshot_id),
+                                     timeout=30).volume
+            self.assertEqual(again.volume_id, copy.volume_id)
+            self.assertEqual(again.capacity_bytes, copy.capacity_bytes)
+            self.assertEqual(again.content_source, copy.content_source)
+        self.assertEqual(plugin.stop(), 0)
+        d.stop()
 
 
 class WildcardPortalTest(Base):

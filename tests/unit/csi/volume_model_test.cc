@@ -71,6 +71,27 @@ TEST(SnapshotId, OnlyTheDriversPrefixMarksItsSnapshots) {
   }
 }
 
+TEST(VolumeAlias, NamesTheVolumeAndWhereItsDataCameFrom) {
+  ::csi::v1::VolumeContentSource none;
+  EXPECT_EQ(VolumeAlias("pvc-1", none), "csi:pvc-1");
+  ::csi::v1::VolumeContentSource snap;
+  snap.mutable_snapshot()->set_snapshot_id("csi-snapshot-9");
+  EXPECT_EQ(VolumeAlias("pvc-1", snap), "csi:pvc-1 <from snapshot csi-snapshot-9>");
+  ::csi::v1::VolumeContentSource vol;
+  vol.mutable_volume()->set_volume_id("pvc-0");
+  EXPECT_EQ(VolumeAlias("pvc-1", vol), "csi:pvc-1 <from volume pvc-0>");
+  EXPECT_NE(VolumeAlias("pvc-1", snap), VolumeAlias("pvc-1", vol));
+
+  // The longest name and snapshot id still fit the 255 bytes of a TargetAlias.
+  const std::string name(kMaxNameBytes, 'n');
+  snap.mutable_snapshot()->set_snapshot_id(std::string(128, 's'));
+  const std::string alias = VolumeAlias(name, snap);
+  EXPECT_LE(alias.size(), kMaxAliasBytes);
+  EXPECT_TRUE(alias.starts_with("csi:" + name + " <from snapshot sha256:")) << alias;
+  snap.mutable_snapshot()->set_snapshot_id(std::string(127, 's') + "t");
+  EXPECT_NE(VolumeAlias(name, snap), alias);
+}
+
 TEST(Portal, UnspecifiedHostsAreTheWildcards) {
   for (const char* p : {"0.0.0.0:3260", "[::]:3260", "[0:0:0:0:0:0:0:0]:3260",
                         "[::ffff:0.0.0.0]:3260", ":3260", "[]:3260", "0.0.0.0"}) {
