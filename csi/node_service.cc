@@ -115,8 +115,6 @@ Status CheckCapability(const VolumeCapability& cap, bool has_cap) {
   return InvalidArgument("volume_capability: neither block nor mount access");
 }
 
-grpc::Status Refuse(const Status& s) { return ToGrpcStatus(s); }
-
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -572,68 +570,92 @@ void NodeService::Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReact
   }
 }
 
+grpc::ServerUnaryReactor* NodeService::Serve(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                             const std::string& volume_id, const Status& checked,
+                                             std::function<Result<std::string>()> work) {
+  auto* reactor = ctx->DefaultReactor();
+  if (!checked.ok()) {
+    reactor->Finish(ToGrpcStatus(checked));
+    return reactor;
+  }
+  std::string who(rpc);
+  if (!volume_id.empty()) who += " " + volume_id;
+  Queue(ctx, reactor, volume_id, [who = std::move(who), work = std::move(work)] {
+    Result<std::string> done = work();
+    if (!done.ok()) {
+      log::Ctl().warn("{}: {}", who, done.status().message());
+      return ToGrpcStatus(done.status());
+    }
+    log::Ctl().info("{}: {}", who, done.value());
+    return grpc::Status::OK;
+  });
+  return reactor;
+}
+
 // ---- NodeStageVolume / NodeUnstageVolume ----
+
+namespace {
+
+// The checks NodeStageVolume makes before it queues: the request's fields and the target they
+// name, filled into `target`.
+Status CheckStage(const ::csi::v1::NodeStageVolumeRequest& req, NodeService::Target* target) {
+  if (req.volume_id().empty()) return InvalidArgument("volume_id is required");
+  if (Status s = CheckPath("staging_target_path", req.staging_target_path()); !s.ok()) return s;
+  if (Status s = CheckCapability(req.volume_capability(), req.has_volume_capability()); !s.ok()) {
+    return s;
+  }
+  auto refuse = [&](const std::string& msg) {
+    return InvalidArgument("volume " + req.volume_id() + ": " + msg);
+  };
+  const auto* iqn = Lookup(req.volume_context(), req.publish_context(), kCtxTargetIqn);
+  if (iqn == nullptr || iqn->empty()) return refuse("volume_context.targetIqn is required");
+  if (Status s = CheckTargetIqn(*iqn); !s.ok()) return refuse(s.message());
+  target->iqn = *iqn;
+  const auto* portals = Lookup(req.volume_context(), req.publish_context(), kCtxPortals);
+  if (portals != nullptr) target->portals = Split(*portals, ',');
+  if (target->portals.empty()) return refuse("volume_context.portals is required");
+  for (const auto& p : target->portals) {
+    if (!SplitPortal(p)) {
+      return refuse("volume_context.portals: " + p +
+                    " is not HOST:PORT (an IPv6 address as [ADDR]:PORT)");
+    }
+  }
+  if (const auto* lun = Lookup(req.volume_context(), req.publish_context(), kCtxLun)) {
+    if (lun->empty() || lun->size() > 5 ||
+        lun->find_first_not_of("0123456789") != std::string::npos) {
+      return refuse("volume_context.lun " + *lun + " is not a LUN number");
+    }
+    target->lun = std::stoi(*lun);
+  }
+  const auto& sec = req.secrets();
+  for (const auto& [user, pass] :
+       {std::pair{kChapUser, kChapPassword}, std::pair{kChapUserIn, kChapPasswordIn}}) {
+    if (sec.contains(user) != sec.contains(pass)) {
+      return refuse(std::string("secrets: ") + user + " and " + pass + " go together");
+    }
+  }
+  if (sec.contains(kChapUserIn) && !sec.contains(kChapUser)) {
+    return refuse(std::string("secrets: mutual CHAP (") + kChapUserIn + ") needs " + kChapUser);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 grpc::ServerUnaryReactor* NodeService::NodeStageVolume(grpc::CallbackServerContext* ctx,
                                                        const ::csi::v1::NodeStageVolumeRequest* req,
                                                        ::csi::v1::NodeStageVolumeResponse*) {
-  auto* reactor = ctx->DefaultReactor();
-  auto refuse = [&](std::string msg) {
-    reactor->Finish(Refuse(InvalidArgument(std::move(msg))));
-    return reactor;
-  };
-  if (req->volume_id().empty()) return refuse("volume_id is required");
-  if (Status s = CheckPath("staging_target_path", req->staging_target_path()); !s.ok()) {
-    return refuse(s.message());
-  }
-  if (Status s = CheckCapability(req->volume_capability(), req->has_volume_capability()); !s.ok()) {
-    return refuse(s.message());
-  }
-  const std::string where = "volume " + req->volume_id() + ": ";
   Target target;
-  const auto* iqn = Lookup(req->volume_context(), req->publish_context(), kCtxTargetIqn);
-  if (iqn == nullptr || iqn->empty()) return refuse(where + "volume_context.targetIqn is required");
-  if (Status s = CheckTargetIqn(*iqn); !s.ok()) return refuse(where + s.message());
-  target.iqn = *iqn;
-  const auto* portals = Lookup(req->volume_context(), req->publish_context(), kCtxPortals);
-  if (portals != nullptr) target.portals = Split(*portals, ',');
-  if (target.portals.empty()) return refuse(where + "volume_context.portals is required");
-  for (const auto& p : target.portals) {
-    if (!SplitPortal(p)) {
-      return refuse(where + "volume_context.portals: " + p +
-                    " is not HOST:PORT (an IPv6 address as [ADDR]:PORT)");
-    }
-  }
-  if (const auto* lun = Lookup(req->volume_context(), req->publish_context(), kCtxLun)) {
-    if (lun->empty() || lun->size() > 5 ||
-        lun->find_first_not_of("0123456789") != std::string::npos) {
-      return refuse(where + "volume_context.lun " + *lun + " is not a LUN number");
-    }
-    target.lun = std::stoi(*lun);
-  }
-  const auto& sec = req->secrets();
-  for (const auto& [user, pass] :
-       {std::pair{kChapUser, kChapPassword}, std::pair{kChapUserIn, kChapPasswordIn}}) {
-    if (sec.contains(user) != sec.contains(pass)) {
-      return refuse(where + "secrets: " + user + " and " + pass + " go together");
-    }
-  }
-  if (sec.contains(kChapUserIn) && !sec.contains(kChapUser)) {
-    return refuse(where + "secrets: mutual CHAP (" + kChapUserIn + ") needs " + kChapUser);
-  }
-  Queue(ctx, reactor, req->volume_id(), [this, req, target] {
-    const auto start = Clock::now();
-    Status s = Stage(*req, target);
-    if (!s.ok()) {
-      log::Ctl().warn("NodeStageVolume {}: {}", req->volume_id(), s.message());
-      return ToGrpcStatus(s);
-    }
-    log::Ctl().info(
-        "NodeStageVolume {}: staged at {} in {} ms", req->volume_id(), req->staging_target_path(),
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
-    return grpc::Status::OK;
-  });
-  return reactor;
+  Status checked = CheckStage(*req, &target);
+  return Serve(ctx, "NodeStageVolume", req->volume_id(), checked,
+               [this, req, target]() -> Result<std::string> {
+                 const auto start = Clock::now();
+                 if (Status s = Stage(*req, target); !s.ok()) return s;
+                 const auto ms =
+                     std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+                 return "staged at " + req->staging_target_path() + " in " +
+                        std::to_string(ms.count()) + " ms";
+               });
 }
 
 namespace {
@@ -870,24 +892,14 @@ Status NodeService::GrowToDevice(const VolumeRecord& rec) {
 grpc::ServerUnaryReactor* NodeService::NodeUnstageVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnstageVolumeRequest* req,
     ::csi::v1::NodeUnstageVolumeResponse*) {
-  auto* reactor = ctx->DefaultReactor();
-  Status bad = req->volume_id().empty()
-                   ? InvalidArgument("volume_id is required")
-                   : CheckPath("staging_target_path", req->staging_target_path());
-  if (!bad.ok()) {
-    reactor->Finish(Refuse(bad));
-    return reactor;
-  }
-  Queue(ctx, reactor, req->volume_id(), [this, req] {
-    Status s = Unstage(*req);
-    if (!s.ok()) {
-      log::Ctl().warn("NodeUnstageVolume {}: {}", req->volume_id(), s.message());
-      return ToGrpcStatus(s);
-    }
-    log::Ctl().info("NodeUnstageVolume {}: done", req->volume_id());
-    return grpc::Status::OK;
-  });
-  return reactor;
+  Status checked = req->volume_id().empty()
+                       ? InvalidArgument("volume_id is required")
+                       : CheckPath("staging_target_path", req->staging_target_path());
+  return Serve(ctx, "NodeUnstageVolume", req->volume_id(), checked,
+               [this, req]() -> Result<std::string> {
+                 if (Status s = Unstage(*req); !s.ok()) return s;
+                 return std::string("done");
+               });
 }
 
 Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
@@ -944,33 +956,22 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
 grpc::ServerUnaryReactor* NodeService::NodePublishVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodePublishVolumeRequest* req,
     ::csi::v1::NodePublishVolumeResponse*) {
-  auto* reactor = ctx->DefaultReactor();
-  Status bad;
+  Status checked;
   if (req->volume_id().empty()) {
-    bad = InvalidArgument("volume_id is required");
+    checked = InvalidArgument("volume_id is required");
   } else if (req->staging_target_path().empty()) {
-    bad = InvalidArgument("staging_target_path is required (the plugin stages volumes)");
-  } else if (bad = CheckPath("staging_target_path", req->staging_target_path()); bad.ok()) {
-    bad = CheckPath("target_path", req->target_path());
+    checked = InvalidArgument("staging_target_path is required (the plugin stages volumes)");
+  } else if (checked = CheckPath("staging_target_path", req->staging_target_path()); checked.ok()) {
+    checked = CheckPath("target_path", req->target_path());
   }
-  if (bad.ok()) {
-    bad = CheckCapability(req->volume_capability(), req->has_volume_capability());
+  if (checked.ok()) {
+    checked = CheckCapability(req->volume_capability(), req->has_volume_capability());
   }
-  if (!bad.ok()) {
-    reactor->Finish(Refuse(bad));
-    return reactor;
-  }
-  Queue(ctx, reactor, req->volume_id(), [this, req] {
-    Status s = Publish(*req);
-    if (!s.ok()) {
-      log::Ctl().warn("NodePublishVolume {}: {}", req->volume_id(), s.message());
-      return ToGrpcStatus(s);
-    }
-    log::Ctl().info("NodePublishVolume {}: at {}{}", req->volume_id(), req->target_path(),
-                    req->readonly() ? " (ro)" : "");
-    return grpc::Status::OK;
-  });
-  return reactor;
+  return Serve(ctx, "NodePublishVolume", req->volume_id(), checked,
+               [this, req]() -> Result<std::string> {
+                 if (Status s = Publish(*req); !s.ok()) return s;
+                 return "at " + req->target_path() + (req->readonly() ? " (ro)" : "");
+               });
 }
 
 Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
@@ -1027,23 +1028,13 @@ Status NodeService::Publish(const ::csi::v1::NodePublishVolumeRequest& req) {
 grpc::ServerUnaryReactor* NodeService::NodeUnpublishVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeUnpublishVolumeRequest* req,
     ::csi::v1::NodeUnpublishVolumeResponse*) {
-  auto* reactor = ctx->DefaultReactor();
-  Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
-                                        : CheckPath("target_path", req->target_path());
-  if (!bad.ok()) {
-    reactor->Finish(Refuse(bad));
-    return reactor;
-  }
-  Queue(ctx, reactor, req->volume_id(), [this, req] {
-    Status s = Unpublish(*req);
-    if (!s.ok()) {
-      log::Ctl().warn("NodeUnpublishVolume {}: {}", req->volume_id(), s.message());
-      return ToGrpcStatus(s);
-    }
-    log::Ctl().info("NodeUnpublishVolume {}: {} removed", req->volume_id(), req->target_path());
-    return grpc::Status::OK;
-  });
-  return reactor;
+  Status checked = req->volume_id().empty() ? InvalidArgument("volume_id is required")
+                                            : CheckPath("target_path", req->target_path());
+  return Serve(ctx, "NodeUnpublishVolume", req->volume_id(), checked,
+               [this, req]() -> Result<std::string> {
+                 if (Status s = Unpublish(*req); !s.ok()) return s;
+                 return req->target_path() + " removed";
+               });
 }
 
 Status NodeService::Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req) {
@@ -1062,24 +1053,15 @@ Status NodeService::Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req) 
 grpc::ServerUnaryReactor* NodeService::NodeExpandVolume(
     grpc::CallbackServerContext* ctx, const ::csi::v1::NodeExpandVolumeRequest* req,
     ::csi::v1::NodeExpandVolumeResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
-  Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
-                                        : CheckPath("volume_path", req->volume_path());
-  if (!bad.ok()) {
-    reactor->Finish(Refuse(bad));
-    return reactor;
-  }
-  Queue(ctx, reactor, req->volume_id(), [this, req, resp] {
-    auto size = Expand(*req);
-    if (!size.ok()) {
-      log::Ctl().warn("NodeExpandVolume {}: {}", req->volume_id(), size.status().message());
-      return ToGrpcStatus(size.status());
-    }
-    resp->set_capacity_bytes(size.value());
-    log::Ctl().info("NodeExpandVolume {}: {} bytes", req->volume_id(), size.value());
-    return grpc::Status::OK;
-  });
-  return reactor;
+  Status checked = req->volume_id().empty() ? InvalidArgument("volume_id is required")
+                                            : CheckPath("volume_path", req->volume_path());
+  return Serve(ctx, "NodeExpandVolume", req->volume_id(), checked,
+               [this, req, resp]() -> Result<std::string> {
+                 auto size = Expand(*req);
+                 if (!size.ok()) return size.status();
+                 resp->set_capacity_bytes(size.value());
+                 return std::to_string(size.value()) + " bytes";
+               });
 }
 
 Result<int64_t> NodeService::Expand(const ::csi::v1::NodeExpandVolumeRequest& req) {
@@ -1155,7 +1137,7 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
   Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
                                         : CheckPath("volume_path", req->volume_path());
   if (!bad.ok()) {
-    reactor->Finish(Refuse(bad));
+    reactor->Finish(ToGrpcStatus(bad));
     return reactor;
   }
   if (stats_probes_->fetch_add(1) >= options_.max_stats_probes) {
@@ -1281,22 +1263,18 @@ grpc::ServerUnaryReactor* NodeService::NodeGetCapabilities(
 grpc::ServerUnaryReactor* NodeService::NodeGetInfo(grpc::CallbackServerContext* ctx,
                                                    const ::csi::v1::NodeGetInfoRequest*,
                                                    ::csi::v1::NodeGetInfoResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
   if (!options_.node_id.empty()) {
+    auto* reactor = ctx->DefaultReactor();
     resp->set_node_id(options_.node_id);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  Queue(ctx, reactor, "", [this, resp] {
+  return Serve(ctx, "NodeGetInfo", "", Status::Ok(), [this, resp]() -> Result<std::string> {
     auto id = NodeId();
-    if (!id.ok()) {
-      log::Ctl().warn("NodeGetInfo: {}", id.status().message());
-      return ToGrpcStatus(id.status());
-    }
+    if (!id.ok()) return id.status();
     resp->set_node_id(id.value());
-    return grpc::Status::OK;
+    return "node id " + id.value();
   });
-  return reactor;
 }
 
 Result<std::string> NodeService::NodeId() {

@@ -96,6 +96,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "csi/host_exec.h"
@@ -208,6 +209,12 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   Result<int64_t> Expand(const ::csi::v1::NodeExpandVolumeRequest& req);
   Result<std::string> NodeId();
 
+  // Each RPC's shape: a request that failed the handler's checks (`checked`) is answered at once;
+  // else `work` is queued on the volume's key (empty: none), and its outcome is logged as
+  // "RPC VOLUME: ..." (what it returns on success) and answered.
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, std::string_view rpc,
+                                  const std::string& volume_id, const Status& checked,
+                                  std::function<Result<std::string>()> work);
   // Answers `reactor` from a worker with what `work` returns (key: the volume id, or empty).
   void Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
              const std::string& key, std::function<grpc::Status()> work);
