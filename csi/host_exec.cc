@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dataplane/base/unique_fd.h"
+
 extern char** environ;
 
 namespace iscsigw::csi {
@@ -19,31 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A file descriptor closed when it goes out of scope.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Close(); }
-  int get() const { return fd_; }
-  void Reset(int fd) {
-    Close();
-    fd_ = fd;
-  }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 struct Pipe {
-  Fd read;
-  Fd write;
+  UniqueFd read;
+  UniqueFd write;
 };
 
 Status Errno(const std::string& what, int err) {
@@ -156,7 +136,7 @@ Result<ExecResult> DirectHostExec::Run(const std::vector<std::string>& argv,
   SetNonBlocking(err.read.get());
   const auto deadline = start + options.timeout;
   char buf[16384];
-  auto drain = [&](Fd& fd, std::string* sink) {
+  auto drain = [&](UniqueFd& fd, std::string* sink) {
     for (;;) {
       const ssize_t n = ::read(fd.get(), buf, sizeof buf);
       if (n > 0) {
@@ -174,7 +154,7 @@ Result<ExecResult> DirectHostExec::Run(const std::vector<std::string>& argv,
   };
   // The command's end is watched through a pidfd where the kernel has them (5.3), else by
   // polling waitpid every few milliseconds once its pipes are quiet.
-  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   int wstatus = 0;
   bool exited = false;
   int poll_error = 0;

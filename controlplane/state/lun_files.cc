@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dataplane/base/unique_fd.h"
+
 namespace iscsigw::state {
 
 namespace {
@@ -40,20 +42,6 @@ Status SyncDir(const std::string& dir) {
   ::close(fd);
   return rc == 0 ? Status::Ok() : FileError("fsync", dir, err);
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Copies [0, size) of `in` to `out` data extent by data extent, so that holes stay holes.
 Status SparseCopy(int in, int out, uint64_t size, const std::string& src, const std::string& dst) {
@@ -135,9 +123,9 @@ Result<DirCapacity> CapacityOf(const std::string& dir) {
 bool SharesBlocks(const std::string& dir) {
   std::string a = dir + "/.reflink-probe-XXXXXX";
   std::string b = dir + "/.reflink-probe-XXXXXX";
-  Fd fa(::mkstemp(a.data()));
+  UniqueFd fa(::mkstemp(a.data()));
   if (fa.get() < 0) return false;
-  Fd fb(::mkstemp(b.data()));
+  UniqueFd fb(::mkstemp(b.data()));
   bool shared = false;
   if (fb.get() >= 0) {
     char block[4096] = {1};
@@ -151,7 +139,7 @@ bool SharesBlocks(const std::string& dir) {
 
 Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes,
                                bool clone_only, const std::string& why_clone_only) {
-  Fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
   if (in.get() < 0) return FileError("open", src, errno);
   struct stat st {};
   if (::fstat(in.get(), &st) != 0) return FileError("fstat", src, errno);
@@ -162,7 +150,7 @@ Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, u
                                                " is smaller than the source's " +
                                                std::to_string(src_size));
   }
-  Fd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (out.get() < 0) {
     if (errno == EEXIST) return AlreadyExists(dst + " already exists");
     return FileError("create", dst, errno);

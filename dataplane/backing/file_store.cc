@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "dataplane/base/log.h"
+#include "dataplane/base/unique_fd.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -44,21 +45,6 @@ asio::thread_pool& SyncPool() {
   static asio::thread_pool pool(2);
   return pool;
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // Blocking positional I/O for the pool: the whole range or a positive errno.
 int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
@@ -206,7 +192,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
     raw = ::open(path.c_str(), mode);
     if (raw < 0) return OpenError(path, "open", errno);
   }
-  Fd fd(raw);
+  UniqueFd fd(raw);
   auto fail = [&](Status status) {
     if (created) ::unlink(path.c_str());
     return status;
@@ -254,7 +240,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
                                   ": direct: the file system has no direct I/O for this file"));
     }
   }
-  Fd direct(direct_raw);
+  UniqueFd direct(direct_raw);
 
   // Where io_uring is refused (a container runtime's default seccomp profile blocks it, for
   // one), the store still works: every call runs on a thread pool instead, at a cost.
