@@ -16,7 +16,6 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import threading
 

@@ -7,17 +7,17 @@ that line with a deadline and returns the gRPC target to dial.
 import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
 
-from harness import binary, wait_for
+from harness import LoggedProcess, binary, wait_for
 
 _LISTENING = re.compile(r"^iscsigw-csi: listening on (\S+)$", re.M)
 
 
-class CsiPlugin:
+class CsiPlugin(LoggedProcess):
     """One iscsigw-csi process; its stdout and stderr go to one file in its own directory."""
+
+    name = "iscsigw-csi"
 
     def __init__(self, mode="controller", gateway=None, endpoint="tcp://127.0.0.1:0",
                  extra_args=(), env=None):
@@ -31,21 +31,16 @@ class CsiPlugin:
             self.args += ["--gateway", gateway]
         self.args += list(extra_args)
         self.env = dict(os.environ, **(env or {}))
-        self.proc = None
         self.endpoint = None
 
     def start(self, timeout=15.0):
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=self.env)
+        self.spawn()
 
         def listening():
             m = _LISTENING.search(self.read_log())
             if m:
                 return m.group(1)
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"iscsigw-csi exited with {self.proc.returncode}:\n"
-                                   f"{self.read_log()}")
+            self.exited()
             return None
 
         self.endpoint = wait_for(listening, timeout, what="iscsigw-csi's listening line")
@@ -57,29 +52,6 @@ class CsiPlugin:
         if self.endpoint.startswith("tcp://"):
             return self.endpoint[len("tcp://"):]
         return self.endpoint
-
-    def read_log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def stop(self, sig=signal.SIGTERM, timeout=20.0):
-        """Signals the plugin and returns its exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"iscsigw-csi did not stop within {timeout}s after {sig}")
-        finally:
-            self.log.close()
-            self.proc = None
 
     def cleanup(self):
         if self.proc is not None:

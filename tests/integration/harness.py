@@ -34,8 +34,53 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
-class Daemon:
+class LoggedProcess:
+    """A process under test whose stdout and stderr go to one file (log_path), which read_log()
+    returns as far as it is written. Subclasses set self.name, self.args, self.env and
+    self.log_path before spawn()."""
+
+    proc = None
+
+    def spawn(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+
+    def exited(self):
+        """Raises with the log if the process has exited (for start()'s readiness polls)."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n"
+                               f"{self.read_log()}")
+
+    def read_log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=20.0):
+        """Signals the process and returns its exit code (None if it was not running)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            raise AssertionError(f"{self.name} did not stop within {timeout}s after {sig}")
+        finally:
+            self.log.close()
+            self.proc = None
+        return rc
+
+
+class Daemon(LoggedProcess):
     """One iscsigwd process with its own state directory."""
+
+    name = "iscsigwd"
 
     def __init__(self, bootstrap=None, state=None, extra_args=(), state_dir=None, env=None):
         self.owns_dir = state_dir is None
@@ -54,20 +99,16 @@ class Daemon:
             self.args += ["--bootstrap", bootstrap]
         self.args += list(extra_args)
         self.env = dict(os.environ, **(env or {}))
-        self.proc = None
         self.ports = None
 
     def start(self, timeout=15.0):
         ports_file = os.path.join(self.state_dir, "ports.json")
         if os.path.exists(ports_file):
             os.unlink(ports_file)
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=self.env)
+        self.spawn()
 
         def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"iscsigwd exited with {self.proc.returncode}:\n{self.read_log()}")
+            self.exited()
             if not os.path.exists(ports_file):
                 return None
             with open(ports_file) as f:
@@ -97,29 +138,6 @@ class Daemon:
 
     def ctl_json(self, *args):
         return json.loads(self.ctl(*args, output="json").stdout)
-
-    def read_log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def stop(self, sig=signal.SIGTERM, timeout=20.0):
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-            raise AssertionError(f"iscsigwd did not stop within {timeout}s after {sig}")
-        finally:
-            self.log.close()
-            self.proc = None
-        return rc
 
     def cleanup(self):
         if self.proc is not None:

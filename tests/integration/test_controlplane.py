@@ -2,14 +2,12 @@
 restarts and kill -9, live configuration changes seen by logged-in sessions, TLS."""
 import json
 import os
-import signal
-import struct
 import subprocess
 import tempfile
 import threading
 import unittest
 
-from harness import (BUILD, IQN_PREFIX, INITIATOR, Daemon, binary, run, simple_state, wait_for)
+from harness import (IQN_PREFIX, INITIATOR, Daemon, binary, run, simple_state, wait_for)
 from iscsi_client import Initiator, sense_key_asc
 
 MiB = 1 << 20
