@@ -3,7 +3,6 @@
 // the server (a stale unix socket removed first), then one line on stdout naming the bound
 // endpoint ("iscsigw-csi: listening on tcp://127.0.0.1:PORT") for tests to read; then wait for
 // SIGINT/SIGTERM and shut down: the server first, then the services and their checks.
-#include <signal.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "csi/readiness.h"
 #include "dataplane/base/log.h"
 #include "server/csi_flags.h"
+#include "server/shutdown_signals.h"
 
 namespace iscsigw::server {
 namespace {
@@ -28,12 +28,7 @@ int Run(int argc, char** argv) {
   if (int rc = ParseCsiFlags(argc, argv, &flags); rc >= 0) return rc;
 
   // Signals go to the thread that waits for them, never to a gRPC thread.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  ShutdownSignals signals;
 
   log::Init(spdlog::level::from_str(flags.log_level),
             flags.log_format == "json" ? log::Format::kJson : log::Format::kText);
@@ -96,9 +91,7 @@ int Run(int argc, char** argv) {
   std::printf("iscsigw-csi: listening on %s\n", bound.c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  lg.info("signal {}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  lg.info("signal {}: shutting down", signals.Wait());
   server.value()->Shutdown();
   lg.info("stopped");
   return 0;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/log.h"
 #include "server/flags.h"
+#include "server/shutdown_signals.h"
 
 namespace iscsigw::server {
 namespace {
@@ -82,12 +82,7 @@ int Run(int argc, char** argv) {
   if (int rc = ParseFlags(argc, argv, &flags); rc >= 0) return rc;
 
   // Signals go to the thread that waits for them, never to a reactor.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  ShutdownSignals signals;
 
   RaiseOpenFileLimit();
   TuneAllocator();
@@ -252,9 +247,7 @@ int Run(int argc, char** argv) {
     ctl.error("cannot write {}/ports.json: {}", flags.state_dir, std::strerror(errno));
   }
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  ctl.info("signal {}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  ctl.info("signal {}: shutting down", signals.Wait());
   metrics_server.value().reset();
   grpc_server.value()->Shutdown();
   dataplane.Stop();
