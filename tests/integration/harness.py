@@ -34,6 +34,15 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def read_text(path, missing=""):
+    """The file's text as far as it is written (undecodable bytes replaced), or `missing`."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return missing
+
+
 class LoggedProcess:
     """A process under test whose stdout and stderr go to one file (log_path), which read_log()
     returns as far as it is written. Subclasses set self.name, self.args, self.env and
@@ -53,11 +62,7 @@ class LoggedProcess:
                                f"{self.read_log()}")
 
     def read_log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return read_text(self.log_path)
 
     def stop(self, sig=signal.SIGTERM, timeout=20.0):
         """Signals the process and returns its exit code (None if it was not running)."""

@@ -107,18 +107,11 @@ class Guest:
         return os.path.join(self.run_dir, name)
 
     def console(self):
-        try:
-            with open(self.console_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return harness.read_text(self.console_path)
 
     def dmesg(self):
-        try:
-            with open(self._path("dmesg"), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return "(no dmesg: the guest did not reach the end of its scenario)"
+        return harness.read_text(self._path("dmesg"),
+                                 "(no dmesg: the guest did not reach the end of its scenario)")
 
     def report(self, why):
         """The failure message: why, the console's tail and the kernel log."""
