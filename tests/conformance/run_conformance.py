@@ -10,6 +10,7 @@ Usage: run_conformance.py [--store ram|file|file-direct] [--keep-log PATH]
 """
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 
@@ -48,6 +49,15 @@ def load_expectations(path, store):
 
 
 def main():
+    workdir = tempfile.mkdtemp(prefix="iscsigw-conformance-")
+    try:
+        return run(workdir)
+    finally:
+        # The daemon's state and a 256 MiB LUN file: nothing of a run is left behind.
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(workdir):
     ap = argparse.ArgumentParser()
     # file-direct: a file LUN with O_DIRECT; it shares the file LUN's expectations.
     ap.add_argument("--store", choices=("ram", "file", "file-direct"), default="ram")
@@ -55,7 +65,6 @@ def main():
     args = ap.parse_args()
 
     size = 256 << 20
-    workdir = tempfile.mkdtemp(prefix="iscsigw-conformance-")
     if args.store == "ram":
         lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
     else:
