@@ -1,9 +1,10 @@
 // InstrumentedStore: a BackingStore that forwards every call to the store it wraps and records, in
 // the LUN's per-reactor counter shards (dataplane/runtime/stats.h), how long each data call took
 // from the call to its completion and whether it failed. Every LUN's store is wrapped in one, so
-// latency and errors are measured the same way for ram, null and file stores.
+// latency and errors are measured the same way for ram, null, file and rbd stores.
 //
-// What is timed: Read, Write, Flush, Unmap and ReadModifyWrite of a store constructed `timed`.
+// What is timed: Read, Write, Flush, Unmap, ReadModifyWrite and CompareAndWrite of a store
+// constructed `timed`.
 // MapRead (zero-copy reads of ram and null stores), GetProvisioning, Prefetch and Grow pass
 // through untimed: they move no data. Stores that complete every call inline in memory (ram, null)
 // are wrapped untimed: their call time is part of the SCSI command time already, and two clock
@@ -56,6 +57,11 @@ class InstrumentedStore final : public backing::BackingStore {
                        ModifyFn modify, backing::IoCompletion done) override {
     inner_->ReadModifyWrite(slot, offset, scratch, fua, modify,
                             Begin(slot, runtime::StoreOp::kReadModifyWrite, done));
+  }
+  void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                       backing::IoCompletion done) override {
+    inner_->CompareAndWrite(slot, offset, op,
+                            Begin(slot, runtime::StoreOp::kCompareAndWrite, done));
   }
   void Prefetch(uint64_t offset, uint64_t len) override { inner_->Prefetch(offset, len); }
   size_t MapRead(uint64_t offset, uint64_t len, std::span<backing::Segment> segs) override {

@@ -1,16 +1,19 @@
 // BackingStore: where a LUN's blocks live. Implementations: RamStore (sparse memory), NullStore
-// (reads zeros, drops writes), FileStore (regular file or block device through io_uring).
+// (reads zeros, drops writes), FileStore (regular file or block device through io_uring), RbdStore
+// (a Ceph RBD image through librbd's asynchronous API).
 //
 // Threading: one store is shared by every reactor that serves its LUN. Each call names the reactor
 // ("slot") it is made from; completions run on that same reactor thread, either inline before the
-// call returns (ram, null) or later from that reactor's io_context (file). Calls on different slots
-// may run concurrently; implementations make that safe without a lock on the read/write path.
+// call returns (ram, null) or later from that reactor's io_context (file, rbd). Calls on different
+// slots may run concurrently; implementations make that safe without a lock on the read/write
+// path.
 // Offsets and lengths are in bytes and already range-checked by the SCSI layer.
 #pragma once
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -33,9 +36,9 @@ class BackingStore {
  public:
   virtual ~BackingStore() = default;
 
-  virtual std::string_view kind() const = 0;  // "ram", "null", "file"
+  virtual std::string_view kind() const = 0;  // "ram", "null", "file", "rbd"
   virtual uint64_t size_bytes() const = 0;
-  // True when data survives a process restart (file); false for ram and null.
+  // True when data survives a process restart (file, rbd); false for ram and null.
   virtual bool persistent() const = 0;
 
   // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
@@ -95,6 +98,26 @@ class BackingStore {
     done(ENOTSUP);
   }
 
+  // COMPARE AND WRITE (SBC-3 5.2): atomically, when [offset, offset+len) holds op->compare, writes
+  // op->data there; otherwise writes nothing and sets op->miscompare to the offset (from `offset`)
+  // of the first byte that differs. done(0) in both cases; an errno only when the store failed.
+  // compare, data and scratch are all len bytes long; scratch is room for the current data, for
+  // stores that compare themselves. *op and its buffers must stay valid until done runs.
+  // The default is a ReadModifyWrite; a store whose medium compares and writes atomically itself
+  // (rbd: on the cluster, against every client) overrides it.
+  struct CompareWriteOp {
+    std::span<const uint8_t> compare;
+    std::span<const uint8_t> data;
+    std::span<uint8_t> scratch;
+    bool fua = false;
+    uint64_t miscompare = kNoMiscompare;  // out
+    static constexpr uint64_t kNoMiscompare = ~uint64_t{0};
+  };
+  virtual void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                               IoCompletion done) {
+    ReadModifyWrite(slot, offset, op->scratch, op->fua, ModifyFn{&CompareModify, op}, done);
+  }
+
   // Hint (PRE-FETCH): [offset, offset+len) will be read soon. Never blocks the caller.
   virtual void Prefetch(uint64_t offset, uint64_t len) {
     (void)offset;
@@ -124,6 +147,18 @@ class BackingStore {
   virtual int Grow(uint64_t new_size_bytes) {
     (void)new_size_bytes;
     return ENOTSUP;
+  }
+
+ protected:
+  // The ModifyFn of the default CompareAndWrite: ctx is the CompareWriteOp.
+  static std::span<const uint8_t> CompareModify(void* ctx, std::span<uint8_t> current) {
+    auto* op = static_cast<CompareWriteOp*>(ctx);
+    const size_t n = op->compare.size();
+    if (std::memcmp(op->compare.data(), current.data(), n) == 0) return op->data;
+    size_t at = 0;
+    while (op->compare[at] == current[at]) ++at;
+    op->miscompare = at;
+    return {};
   }
 };
 

@@ -76,4 +76,10 @@ void FaultStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8
   });
 }
 
+void FaultStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                                 IoCompletion done) {
+  Run(slot, Op::kWrite, done,
+      [this, slot, offset, op, done] { inner_->CompareAndWrite(slot, offset, op, done); });
+}
+
 }  // namespace iscsigw::backing

@@ -1,7 +1,7 @@
 // FaultStore: a BackingStore for tests that wraps another and makes its calls slow or failing, the
 // way a sick disk or a full thin pool does (leveldb's SpecialEnv idea). Configured per LUN:
-//   - which calls: reads, writes (Write, ReadModifyWrite, Unmap) and/or flushes, after the first
-//     `after_ops` of those have gone through, each with a probability;
+//   - which calls: reads, writes (Write, ReadModifyWrite, CompareAndWrite, Unmap) and/or
+//     flushes, after the first `after_ops` of those have gone through, each with a probability;
 //   - what happens to them: started `delay` later (so their data lands later too), on the same
 //     reactor, without blocking it; and/or failed with an errno (EIO, ENOSPC, EROFS).
 // Calls not chosen go straight through.
@@ -73,6 +73,8 @@ class FaultStore final : public BackingStore {
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
   void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
                        ModifyFn modify, IoCompletion done) override;
+  void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                       IoCompletion done) override;
 
   // Calls failed so far.
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }

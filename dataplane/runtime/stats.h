@@ -77,10 +77,17 @@ constexpr size_t LatencyBucket(uint64_t ns) {
 }
 
 // Backing store operations (label `op`), timed from the call into the store to its completion.
-enum class StoreOp : uint8_t { kRead = 0, kWrite, kFlush, kUnmap, kReadModifyWrite };
-inline constexpr size_t kStoreOps = 5;
-inline constexpr std::array<const char*, kStoreOps> kStoreOpNames = {"read", "write", "flush",
-                                                                     "unmap", "read_modify_write"};
+enum class StoreOp : uint8_t {
+  kRead = 0,
+  kWrite,
+  kFlush,
+  kUnmap,
+  kReadModifyWrite,
+  kCompareAndWrite
+};
+inline constexpr size_t kStoreOps = 6;
+inline constexpr std::array<const char*, kStoreOps> kStoreOpNames = {
+    "read", "write", "flush", "unmap", "read_modify_write", "compare_and_write"};
 
 // One reactor's share of one LUN's counters.
 struct alignas(64) LunShard {

@@ -1,9 +1,10 @@
 // SBC-3 comparing and read-modify-write commands: COMPARE AND WRITE, ORWRITE(16), VERIFY(10/12/16),
 // WRITE AND VERIFY(10/12/16), PRE-FETCH(10/16).
 //
-// COMPARE AND WRITE and ORWRITE run as one BackingStore::ReadModifyWrite, which the store makes
-// atomic against every other writer of the LUN on any reactor (backing/write_gate.h); ordinary
-// READ/WRITE never take a lock for it.
+// COMPARE AND WRITE runs as one BackingStore::CompareAndWrite and ORWRITE as one
+// ReadModifyWrite, which the store makes atomic against every other writer of the LUN on any
+// reactor (backing/write_gate.h), or on its cluster (rbd); ordinary READ/WRITE never take a lock
+// for it.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -35,36 +36,27 @@ bool HaveDataOut(Task& task, uint64_t bytes) {
 
 struct RmwOp {
   Task* task;
-  uint32_t len;                 // bytes compared / written
-  bool orwrite;                 // ORWRITE: OR the Data-Out into the current data
-  uint64_t miscompare = ~0ull;  // COMPARE AND WRITE: offset of the first differing byte
+  uint32_t len;  // bytes compared / written
+  bool orwrite;  // ORWRITE: OR the Data-Out into the current data
   std::unique_ptr<uint8_t[]> scratch;
+  backing::BackingStore::CompareWriteOp caw;  // COMPARE AND WRITE
 
   static std::span<const uint8_t> Modify(void* ctx, std::span<uint8_t> current) {
     auto* op = static_cast<RmwOp*>(ctx);
     uint8_t* buf = op->task->buf;
-    if (op->orwrite) {
-      for (uint32_t i = 0; i < op->len; ++i) current[i] |= buf[i];
-      return current;
-    }
-    // SBC-3 5.2: the verify data (first half of the Data-Out) against the medium.
-    const size_t at = FirstDifference(buf, current.data(), op->len);
-    if (at != op->len) {
-      op->miscompare = at;
-      return {};
-    }
-    return std::span<const uint8_t>(buf + op->len, op->len);
+    for (uint32_t i = 0; i < op->len; ++i) current[i] |= buf[i];
+    return current;
   }
   static void Done(void* ctx, int err) {
     auto* op = static_cast<RmwOp*>(ctx);
     Task& task = *op->task;
     if (err != 0) {
       SetStoreError(task, err, true);
-    } else if (op->miscompare != ~0ull) {
+    } else if (!op->orwrite && op->caw.miscompare != op->caw.kNoMiscompare) {
       // SBC-3 5.2: MISCOMPARE / MISCOMPARE DURING VERIFY OPERATION, INFORMATION = offset of the
       // first byte that did not match.
       SetCheckConditionWithInfo(task, SenseKey::kMiscompare, Asc::kMiscompareDuringVerify,
-                                op->miscompare);
+                                op->caw.miscompare);
     }
     delete op;
     task.Complete();
@@ -80,9 +72,20 @@ Disposition StartRmw(const Command& cmd, uint64_t lba, uint32_t bytes, bool fua,
     delete op;
     return NoMemory(task);
   }
-  cmd.lun->store().ReadModifyWrite(
-      task.slot, lba * cmd.lun->block_size(), std::span<uint8_t>(op->scratch.get(), bytes), fua,
-      backing::BackingStore::ModifyFn{RmwOp::Modify, op}, backing::IoCompletion{RmwOp::Done, op});
+  const uint64_t offset = lba * cmd.lun->block_size();
+  const std::span<uint8_t> scratch(op->scratch.get(), bytes);
+  const backing::IoCompletion done{RmwOp::Done, op};
+  if (orwrite) {
+    cmd.lun->store().ReadModifyWrite(task.slot, offset, scratch, fua,
+                                     backing::BackingStore::ModifyFn{RmwOp::Modify, op}, done);
+    return Disposition::kPending;
+  }
+  // SBC-3 5.2: the Data-Out holds the verify data, then the write data.
+  op->caw.compare = std::span<const uint8_t>(task.buf, bytes);
+  op->caw.data = std::span<const uint8_t>(task.buf + bytes, bytes);
+  op->caw.scratch = scratch;
+  op->caw.fua = fua;
+  cmd.lun->store().CompareAndWrite(task.slot, offset, &op->caw, done);
   return Disposition::kPending;
 }
 
