@@ -9,6 +9,7 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  librbd-dev  # the rbd backing store (librbd and librados; no pkg-config file)
   clang-format
   python3-minimal  # configure: tests/CMakeLists.txt registers the Python tests
 )
@@ -29,8 +30,8 @@ test_pkgs=(
   xfsprogs util-linux mount
   # scripts/ceph-test-cluster.sh, the throwaway Ceph cluster (one mon, one OSD) of the rbd backing
   # store's tests, and tests/ceph: the daemons, the ceph/rados/rbd tools, librados and librbd for
-  # Python; librbd's headers for the rbd backing store to come (they ship no pkg-config file).
-  ceph-mon ceph-osd ceph-common python3-rados python3-rbd librbd-dev
+  # Python.
+  ceph-mon ceph-osd ceph-common python3-rados python3-rbd
 )
 
 # Manifest checks (tests/packaging/check_manifests.sh, also a ctest test): kustomize output and

@@ -174,7 +174,7 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
                    "ATTENTION): power on, LUN reset, capacity or LUN inventory changed, ...",
                    MetricType::Counter);
   auto slat = Family("iscsigw_store_io_duration_seconds",
-                     "Time from a call into a file backing store to its completion, by "
+                     "Time from a call into a file or rbd backing store to its completion, by "
                      "operation (ram and null stores complete in memory within the SCSI command "
                      "and are not timed)",
                      MetricType::Histogram);
@@ -319,7 +319,8 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
                       MetricType::Gauge);
     auto alloc = Family("iscsigw_store_allocated_bytes",
                         "Bytes of the LUN's backing store that hold storage: ram chunks in use, a "
-                        "file's allocated blocks (st_blocks), 0 for a null store",
+                        "file's allocated blocks (st_blocks), 0 for a null store, an rbd image's "
+                        "size",
                         MetricType::Gauge);
     for (const StoreUsage& u : stores_()) {
       const std::string lun = std::to_string(u.lun);

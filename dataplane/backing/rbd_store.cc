@@ -1,0 +1,612 @@
+#include "dataplane/backing/rbd_store.h"
+
+#include <rados/librados.h>
+#include <rbd/features.h>
+#include <rbd/librbd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "dataplane/base/log.h"
+
+namespace iscsigw::backing {
+namespace {
+
+namespace asio = boost::asio;
+
+std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
+
+// Read-modify-writes, writes that wait behind one, and object map queries block a thread of this
+// pool (shared by every rbd store), never a reactor.
+asio::thread_pool& RbdPool() {
+  static asio::thread_pool pool(2);
+  return pool;
+}
+
+constexpr uint32_t kOpChunk = 64;
+// librbd's compare-and-write (Ceph 16) takes a range inside one 512-byte sector only.
+constexpr uint64_t kNativeCompareSector = 512;
+
+// The timeouts set where the conf file leaves Ceph's default (see rbd_store.h).
+struct Default {
+  const char* option;
+  const char* ceph_default;
+  const char* ours;
+};
+constexpr Default kDefaults[] = {
+    {"client_mount_timeout", "300", "15"},
+    {"rados_osd_op_timeout", "0", "30"},
+    {"rados_mon_op_timeout", "0", "30"},
+};
+
+std::string ConfGet(rados_t h, const char* option) {
+  char buf[512] = {};
+  if (rados_conf_get(h, option, buf, sizeof(buf)) != 0) return {};
+  return buf;
+}
+
+bool IsCephDefault(const std::string& value, const char* ceph_default) {
+  if (value == ceph_default) return true;
+  // Durations read back as seconds with a fraction ("300.000000") in some versions.
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  return end != value.c_str() && *end == '\0' && v == std::strtod(ceph_default, nullptr);
+}
+
+}  // namespace
+
+// A librados handle shared by every store with the same conf, client id and keyring.
+struct RbdStore::Cluster {
+  rados_t handle = nullptr;
+  ~Cluster() {
+    if (handle != nullptr) rados_shutdown(handle);
+  }
+
+  static Result<std::shared_ptr<Cluster>> Get(const RbdStoreOptions& o, const std::string& who) {
+    static std::mutex mu;
+    static std::map<std::string, std::weak_ptr<Cluster>> live;
+    const std::string key = o.conf + '\0' + o.client_id + '\0' + o.keyring;
+    // Held while connecting, so that two stores of one cluster do not both connect; other opens
+    // wait (they run on the control plane, one Apply at a time anyway).
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto c = live[key].lock()) return c;
+    auto c = std::make_shared<Cluster>();
+    const std::string conf_name = o.conf.empty() ? "the default ceph.conf" : o.conf;
+    std::string id = o.client_id.empty() ? "admin" : o.client_id;
+    if (id.rfind("client.", 0) == 0) id = id.substr(7);
+    if (int r = rados_create(&c->handle, id.c_str()); r < 0) {
+      c->handle = nullptr;
+      return Internal(who + "rados_create for client." + id + ": " + ErrnoText(-r));
+    }
+    if (int r = rados_conf_read_file(c->handle, o.conf.empty() ? nullptr : o.conf.c_str()); r < 0) {
+      return InvalidArgument(who + "ceph conf " + conf_name + ": " + ErrnoText(-r));
+    }
+    if (!o.keyring.empty()) {
+      if (int r = rados_conf_set(c->handle, "keyring", o.keyring.c_str()); r < 0) {
+        return InvalidArgument(who + "keyring: " + ErrnoText(-r));  // the path is not repeated
+      }
+    }
+    for (const Default& d : kDefaults) {
+      if (IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
+        (void)rados_conf_set(c->handle, d.option, d.ours);
+      }
+    }
+    // An unmapped block must read as zeros (LBPRZ=1): no discard may be skipped.
+    (void)rados_conf_set(c->handle, "rbd_skip_partial_discard", "false");
+    if (int r = rados_connect(c->handle); r < 0) {
+      const std::string mons = ConfGet(c->handle, "mon_host");
+      return Status(
+          StatusCode::kUnavailable,
+          who + "connecting to the Ceph cluster of " + conf_name +
+              (mons.empty() ? std::string(" (no mon host set)") : " (mon host " + mons + ")") +
+              " as client." + id + " within client_mount_timeout " +
+              ConfGet(c->handle, "client_mount_timeout") + " s: " + ErrnoText(-r));
+    }
+    live[key] = c;
+    return c;
+  }
+};
+
+// One operation in flight.
+struct RbdStore::Op : runtime::CompletionInbox::Item {
+  enum class Kind : uint8_t {
+    kRead,
+    kWrite,
+    kFlush,
+    kUnmap,
+    kCompareWrite,  // native: rbd_aio_compare_and_write
+    kPool,          // ran on RbdPool(); result set there
+  };
+  RbdStore* store = nullptr;
+  Slot* slot = nullptr;
+  Kind kind = Kind::kRead;
+  bool fua = false;
+  bool fua_flushing = false;  // a FUA write whose data landed, now in its flush
+  bool gated = false;         // holds the gate shared (writes, unmaps, native compare-and-writes)
+  uint64_t offset = 0;
+  uint8_t* data = nullptr;  // const for writes
+  uint64_t len = 0;
+  CompareWriteOp* caw = nullptr;
+  uint64_t mismatch = 0;  // written by librbd on a miscompare
+  int64_t result = 0;     // librbd's return value: >= 0, or a negative errno value
+  IoCompletion done;
+  // kPool: what to run there.
+  enum class PoolWork : uint8_t { kReadModifyWrite, kWrite, kUnmap, kCompareWrite, kProvision };
+  PoolWork work = PoolWork::kWrite;
+  ModifyFn modify;
+  Extent* extent = nullptr;
+  Op* next_free = nullptr;
+};
+
+struct RbdStore::Slot {
+  Slot(unsigned index, runtime::CompletionInbox& inbox) : index(index), inbox(&inbox) {}
+  unsigned index;
+  runtime::CompletionInbox* inbox;
+  std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
+  Op* free = nullptr;
+  uint32_t records = 0;
+  uint32_t in_flight = 0;
+  uint64_t native_compare_writes = 0;
+};
+
+Result<std::unique_ptr<RbdStore>> RbdStore::Open(
+    const RbdStoreOptions& o, const std::vector<boost::asio::io_context*>& slots) {
+  std::string name = o.pool + "/" + (o.ns.empty() ? "" : o.ns + "/") + o.image;
+  const std::string who = "rbd store " + name + ": ";
+  if (o.pool.empty()) return InvalidArgument("rbd store: pool is empty");
+  if (o.image.empty()) return InvalidArgument("rbd store: image is empty");
+  if (slots.empty()) return InvalidArgument(who + "no reactor io_context given");
+  std::vector<runtime::CompletionInbox*> inboxes;
+  for (auto* ioc : slots) {
+    if (ioc == nullptr) return InvalidArgument(who + "null io_context");
+    runtime::CompletionInbox& inbox = runtime::CompletionInbox::For(*ioc);
+    if (!inbox.error().empty()) return Internal(who + inbox.error());
+    inboxes.push_back(&inbox);
+  }
+
+  std::unique_ptr<RbdStore> store(new RbdStore());
+  store->name_ = name;
+  store->read_only_ = o.read_only;
+  auto cluster = Cluster::Get(o, who);
+  if (!cluster.ok()) return cluster.status();
+  store->cluster_ = std::move(cluster).value();
+
+  rados_ioctx_t io = nullptr;
+  if (int r = rados_ioctx_create(store->cluster_->handle, o.pool.c_str(), &io); r < 0) {
+    if (r == -ENOENT) return NotFound(who + "pool " + o.pool + " does not exist");
+    return Status(StatusCode::kUnavailable, who + "pool " + o.pool + ": " + ErrnoText(-r));
+  }
+  store->ioctx_ = io;
+  if (!o.ns.empty()) rados_ioctx_set_namespace(io, o.ns.c_str());
+
+  rbd_image_t image = nullptr;
+  int r = o.read_only ? rbd_open_read_only(io, o.image.c_str(), &image, nullptr)
+                      : rbd_open(io, o.image.c_str(), &image, nullptr);
+  if (r == -ENOENT && o.create && !o.read_only) {
+    if (o.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create it");
+    rbd_image_options_t opts;
+    rbd_image_options_create(&opts);
+    const int c = rbd_create4(io, o.image.c_str(), o.size_bytes, opts);
+    rbd_image_options_destroy(opts);
+    if (c < 0 && c != -EEXIST) {
+      return Status(c == -ENOSPC ? StatusCode::kResourceExhausted : StatusCode::kIoError,
+                    who + "create " + std::to_string(o.size_bytes) + " bytes: " + ErrnoText(-c));
+    }
+    if (c == 0) log::Backing().info("{}created, {} bytes", who, o.size_bytes);
+    r = rbd_open(io, o.image.c_str(), &image, nullptr);
+  }
+  if (r == -ENOENT) {
+    return NotFound(who + "image " + o.image + " does not exist in pool " + o.pool +
+                    (o.ns.empty() ? "" : " namespace " + o.ns) +
+                    (o.create ? "" : " (set rbd.create and size_bytes to create it)"));
+  }
+  if (r < 0) {
+    return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
+                  who + "rbd_open: " + ErrnoText(-r));
+  }
+  store->image_ = image;
+
+  rbd_image_info_t info{};
+  if (int s = rbd_stat(image, &info, sizeof(info)); s < 0) {
+    return Status(StatusCode::kIoError, who + "rbd_stat: " + ErrnoText(-s));
+  }
+  if (info.obj_size > 0 && (info.obj_size & (info.obj_size - 1)) == 0) {
+    store->object_size_ = info.obj_size;
+  }
+  uint64_t size = o.size_bytes == 0 ? info.size : o.size_bytes;
+  if (size == 0) return InvalidArgument(who + "the image is 0 bytes");
+  if (info.size < size) {
+    return InvalidArgument(who + "the image is " + std::to_string(info.size) +
+                           " bytes, smaller than size_bytes " + std::to_string(size));
+  }
+  store->size_bytes_.store(size, std::memory_order_relaxed);
+  uint64_t features = 0;
+  if (rbd_get_features(image, &features) == 0) {
+    store->use_object_map_ =
+        (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    store->slots_.push_back(std::make_unique<Slot>(static_cast<unsigned>(i), *inboxes[i]));
+  }
+  return store;
+}
+
+RbdStore::~RbdStore() {
+  // rbd_close flushes librbd's cache and waits for its requests in flight.
+  if (image_ != nullptr) {
+    if (int r = rbd_close(static_cast<rbd_image_t>(image_)); r < 0) {
+      log::Backing().warn("rbd store {}: close: {}", name_, ErrnoText(-r));
+    }
+  }
+  if (ioctx_ != nullptr) rados_ioctx_destroy(static_cast<rados_ioctx_t>(ioctx_));
+  slots_.clear();
+}
+
+int RbdStore::Grow(uint64_t new_size_bytes) {
+  if (read_only_) return EROFS;
+  auto* image = static_cast<rbd_image_t>(image_);
+  uint64_t actual = 0;
+  if (int r = rbd_get_size(image, &actual); r < 0) return -r;
+  if (actual < new_size_bytes) {
+    if (int r = rbd_resize(image, new_size_bytes); r < 0) return -r;
+  }
+  size_bytes_.store(new_size_bytes, std::memory_order_relaxed);
+  return 0;
+}
+
+uint32_t RbdStore::in_flight(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->in_flight : 0;
+}
+
+uint32_t RbdStore::op_records(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->records : 0;
+}
+
+uint64_t RbdStore::native_compare_writes(unsigned slot) const {
+  return slot < slots_.size() ? slots_[slot]->native_compare_writes : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records, submission and completion (reactor thread).
+
+// A free record; a new chunk of them only when every record is in flight (once per new high of
+// the slot's depth in the store's life, never per I/O).
+RbdStore::Op* RbdStore::TakeOp(Slot& slot) {
+  if (slot.free == nullptr) {
+    auto chunk = std::make_unique<Op[]>(kOpChunk);
+    for (uint32_t i = 0; i < kOpChunk; ++i) {
+      chunk[i].next_free = slot.free;
+      slot.free = &chunk[i];
+    }
+    slot.chunks.push_back(std::move(chunk));
+    slot.records += kOpChunk;
+  }
+  Op* op = slot.free;
+  slot.free = op->next_free;
+  *op = Op{};
+  op->run = &RbdStore::Run;
+  op->store = this;
+  op->slot = &slot;
+  ++slot.in_flight;
+  return op;
+}
+
+void RbdStore::Submit(Op* op) {
+  op->slot->inbox->Expect();
+  auto* image = static_cast<rbd_image_t>(image_);
+  rbd_completion_t c = nullptr;
+  int r = rbd_aio_create_completion(op, &RbdStore::Callback, &c);
+  if (r == 0 && op->fua_flushing) {
+    r = rbd_aio_flush(image, c);
+    if (r < 0) rbd_aio_release(c);
+  } else if (r == 0) {
+    switch (op->kind) {
+      case Op::Kind::kRead:
+        r = rbd_aio_read(image, op->offset, op->len, reinterpret_cast<char*>(op->data), c);
+        break;
+      case Op::Kind::kWrite:
+        r = rbd_aio_write(image, op->offset, op->len, reinterpret_cast<char*>(op->data), c);
+        break;
+      case Op::Kind::kFlush:
+        r = rbd_aio_flush(image, c);
+        break;
+      case Op::Kind::kUnmap:
+        r = rbd_aio_discard(image, op->offset, op->len, c);
+        break;
+      case Op::Kind::kCompareWrite: {
+        const ssize_t n = rbd_aio_compare_and_write(
+            image, op->offset, op->len, reinterpret_cast<const char*>(op->caw->compare.data()),
+            reinterpret_cast<const char*>(op->caw->data.data()), c, &op->mismatch, 0);
+        r = n < 0 ? static_cast<int>(n) : 0;
+        break;
+      }
+      case Op::Kind::kPool:
+        r = -EINVAL;  // never submitted to librbd
+        break;
+    }
+    if (r < 0) rbd_aio_release(c);
+  }
+  if (r < 0) {
+    // Refused before it started: completes through the inbox like any other, never inline.
+    op->result = r;
+    op->slot->inbox->Post(op);
+  }
+}
+
+// librbd's thread: the result, then the record to its reactor. The record is not touched after
+// Post (the reactor may reuse it at once).
+void RbdStore::Callback(void* completion, void* arg) {
+  auto* c = static_cast<rbd_completion_t>(completion);
+  auto* op = static_cast<Op*>(arg);
+  op->result = rbd_aio_get_return_value(c);
+  rbd_aio_release(c);
+  runtime::CompletionInbox* inbox = op->slot->inbox;
+  inbox->Post(op);
+}
+
+void RbdStore::Run(runtime::CompletionInbox::Item* item) {
+  auto* op = static_cast<Op*>(item);
+  RbdStore* self = op->store;
+  int err = op->result < 0 ? static_cast<int>(-op->result) : 0;
+  const bool wrote = op->kind == Op::Kind::kWrite || op->kind == Op::Kind::kCompareWrite;
+  if (wrote && op->fua && !op->fua_flushing && err == 0) {
+    op->fua_flushing = true;  // the data has landed; now out of librbd's cache
+    return self->Submit(op);
+  }
+  if (op->kind == Op::Kind::kCompareWrite && err == EILSEQ) {
+    // librbd gives the offset of the first differing byte from the start of the range.
+    op->caw->miscompare = op->mismatch;
+    err = 0;
+  }
+  self->Finish(op, err);
+}
+
+void RbdStore::Finish(Op* op, int err) {
+  Slot& slot = *op->slot;
+  if (op->gated) gate_.ExitShared(slot.index);
+  const IoCompletion done = op->done;
+  op->next_free = slot.free;
+  slot.free = op;
+  --slot.in_flight;
+  done(err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pool: blocking librbd calls that must not run on a reactor.
+
+void RbdStore::SubmitToPool(Op* op) {
+  op->kind = Op::Kind::kPool;
+  op->slot->inbox->Expect();
+  asio::post(RbdPool(), [this, op] { RunOnPool(op); });
+}
+
+void RbdStore::RunOnPool(Op* op) {
+  auto* image = static_cast<rbd_image_t>(image_);
+  auto* buf = reinterpret_cast<char*>(op->data);
+  int64_t r = 0;
+  auto write = [&](const char* data) -> int64_t {
+    ssize_t n = rbd_write(image, op->offset, op->len, data);
+    if (n < 0) return n;
+    return op->fua ? rbd_flush(image) : 0;
+  };
+  switch (op->work) {
+    case Op::PoolWork::kReadModifyWrite: {
+      gate_.LockExclusive();
+      const ssize_t n = rbd_read(image, op->offset, op->len, buf);
+      if (n < 0) {
+        r = n;
+      } else if (static_cast<uint64_t>(n) != op->len) {
+        r = -EIO;
+      } else {
+        const std::span<const uint8_t> out =
+            op->modify.fn(op->modify.ctx, std::span<uint8_t>(op->data, op->len));
+        if (!out.empty()) r = write(reinterpret_cast<const char*>(out.data()));
+      }
+      gate_.UnlockExclusive();
+      break;
+    }
+    case Op::PoolWork::kWrite: {
+      std::lock_guard<std::mutex> lock(gate_.mutex());
+      r = write(buf);
+      break;
+    }
+    case Op::PoolWork::kUnmap: {
+      std::lock_guard<std::mutex> lock(gate_.mutex());
+      r = rbd_discard(image, op->offset, op->len);
+      break;
+    }
+    case Op::PoolWork::kCompareWrite: {
+      std::lock_guard<std::mutex> lock(gate_.mutex());
+      uint64_t mismatch = 0;
+      const ssize_t n = rbd_compare_and_write(
+          image, op->offset, op->len, reinterpret_cast<const char*>(op->caw->compare.data()),
+          reinterpret_cast<const char*>(op->caw->data.data()), &mismatch, 0);
+      if (n == -EILSEQ) {
+        op->caw->miscompare = mismatch;
+        r = 0;
+      } else {
+        r = n < 0 ? n : (op->fua ? rbd_flush(image) : 0);
+      }
+      break;
+    }
+    case Op::PoolWork::kProvision: {
+      // The run of one status from op->offset: the object map lists the objects that exist (a
+      // partial object counts as mapped); the first gap after a mapped run, or the first object
+      // after an unmapped one, ends it.
+      struct Walk {
+        uint64_t from, end;
+        uint64_t run_end = 0;  // 0: no object seen yet
+        bool mapped = false;
+        static int Visit(uint64_t off, size_t len, int exists, void* arg) {
+          auto* w = static_cast<Walk*>(arg);
+          if (!exists) return 0;
+          const uint64_t e = off + len;
+          if (w->run_end == 0) {
+            if (off > w->from) {
+              w->run_end = off;  // unmapped up to the first object
+              return -ECANCELED;
+            }
+            w->mapped = true;
+            w->run_end = e;
+            return 0;
+          }
+          if (off > w->run_end) return -ECANCELED;
+          w->run_end = std::max(w->run_end, e);
+          return 0;
+        }
+      } walk{op->offset, op->offset + op->len};
+      uint64_t flags = 0;
+      if (rbd_get_flags(image, &flags) == 0 && (flags & RBD_FLAG_OBJECT_MAP_INVALID) == 0 &&
+          (flags & RBD_FLAG_FAST_DIFF_INVALID) == 0) {
+        const int d =
+            rbd_diff_iterate2(image, nullptr, op->offset, op->len, 1, 1, &Walk::Visit, &walk);
+        if (d < 0 && d != -ECANCELED) {
+          r = d;
+          break;
+        }
+        const uint64_t end = walk.run_end == 0 ? walk.end : std::min(walk.run_end, walk.end);
+        *op->extent = Extent{walk.mapped, end - op->offset};
+      } else {
+        *op->extent = Extent{true, op->len};  // no usable object map: mapped, as a thick store
+      }
+      break;
+    }
+  }
+  op->result = r;
+  runtime::CompletionInbox* inbox = op->slot->inbox;
+  inbox->Post(op);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The calls.
+
+void RbdStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);  // caller bug: no such reactor
+  if (buf.empty()) return done(0);
+  Op* op = TakeOp(*slots_[slot]);
+  op->kind = Op::Kind::kRead;
+  op->offset = offset;
+  op->data = buf.data();
+  op->len = buf.size();
+  op->done = done;
+  Submit(op);
+}
+
+void RbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                     IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  if (read_only_) return done(EROFS);
+  if (buf.empty()) return done(0);
+  Op* op = TakeOp(*slots_[slot]);
+  op->kind = Op::Kind::kWrite;
+  op->fua = fua;
+  op->offset = offset;
+  op->data = const_cast<uint8_t*>(buf.data());  // librbd only reads it
+  op->len = buf.size();
+  op->done = done;
+  if (!gate_.TryEnterShared(slot)) {
+    op->work = Op::PoolWork::kWrite;  // a read-modify-write is running: behind it
+    return SubmitToPool(op);
+  }
+  op->gated = true;
+  Submit(op);
+}
+
+void RbdStore::Flush(unsigned slot, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  Op* op = TakeOp(*slots_[slot]);
+  op->kind = Op::Kind::kFlush;
+  op->done = done;
+  Submit(op);
+}
+
+void RbdStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  if (read_only_) return done(EROFS);
+  if (len == 0) return done(0);
+  Op* op = TakeOp(*slots_[slot]);
+  op->kind = Op::Kind::kUnmap;
+  op->offset = offset;
+  op->len = len;
+  op->done = done;
+  if (!gate_.TryEnterShared(slot)) {
+    op->work = Op::PoolWork::kUnmap;
+    return SubmitToPool(op);
+  }
+  op->gated = true;
+  Submit(op);
+}
+
+void RbdStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                               IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  const uint64_t end = std::min(offset + max_len, size_bytes());
+  if (end <= offset) {
+    *out = Extent{true, 0};
+    return done(0);
+  }
+  if (!use_object_map_) {
+    *out = Extent{true, end - offset};
+    return done(0);
+  }
+  Op* op = TakeOp(*slots_[slot]);
+  op->work = Op::PoolWork::kProvision;
+  op->offset = offset;
+  op->len = end - offset;
+  op->extent = out;
+  op->done = done;
+  SubmitToPool(op);
+}
+
+void RbdStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                               ModifyFn modify, IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  if (read_only_) return done(EROFS);
+  Op* op = TakeOp(*slots_[slot]);
+  op->work = Op::PoolWork::kReadModifyWrite;
+  op->fua = fua;
+  op->offset = offset;
+  op->data = scratch.data();
+  op->len = scratch.size();
+  op->modify = modify;
+  op->done = done;
+  SubmitToPool(op);
+}
+
+void RbdStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* caw,
+                               IoCompletion done) {
+  if (slot >= slots_.size()) return done(EINVAL);
+  if (read_only_) return done(EROFS);
+  const uint64_t len = caw->compare.size();
+  if (len == 0) return done(0);
+  const bool native = len <= kNativeCompareSector &&
+                      offset / kNativeCompareSector == (offset + len - 1) / kNativeCompareSector;
+  if (!native) {
+    // Longer than librbd compares: atomic against this process's writes (see rbd_store.h).
+    return BackingStore::CompareAndWrite(slot, offset, caw, done);
+  }
+  Slot& s = *slots_[slot];
+  Op* op = TakeOp(s);
+  op->offset = offset;
+  op->len = len;
+  op->caw = caw;
+  op->fua = caw->fua;
+  op->done = done;
+  if (!gate_.TryEnterShared(slot)) {
+    op->work = Op::PoolWork::kCompareWrite;
+    return SubmitToPool(op);
+  }
+  ++s.native_compare_writes;
+  op->kind = Op::Kind::kCompareWrite;
+  op->gated = true;
+  Submit(op);
+}
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,154 @@
+// RbdStore: a LUN on a Ceph RBD image, through librbd's C asynchronous API.
+//
+// Opening (Open, on a control-plane thread; it blocks): a librados handle for the client id with
+// the cluster's conf file and keyring path, an I/O context on the pool (and namespace), the image
+// (rbd_open; created first with rbd_create4 when asked and missing). Stores that name the same
+// conf, client id and keyring share one librados handle (one set of librados threads and
+// sockets), which goes with the last of them. So that a cluster that is not there fails instead of
+// waiting forever, these are set where the conf file leaves Ceph's built-in default (a value in
+// the conf file wins):
+//   client_mount_timeout  15 s (Ceph: 300 s)  connecting: a missing mon fails Open within it;
+//   rados_osd_op_timeout  30 s (Ceph: 0, wait forever)  each OSD request: past it an I/O fails with
+//                         ETIMEDOUT; 30 s is the Linux initiator's default command timeout, so an
+//                         OSD that comes back sooner only delays the command;
+//   rados_mon_op_timeout  30 s (Ceph: 0, wait forever)  each mon request (image open, resize).
+// and, always, rbd_skip_partial_discard = false: librbd otherwise ignores a discard that does not
+// cover whole objects, and an unmapped block must read back as zeros (LBPRZ=1).
+//
+// Slots: a call made on slot i completes on reactor i's thread. Calls map to librbd as:
+//   Read  -> rbd_aio_read;   Write -> rbd_aio_write, and for FUA then rbd_aio_flush (librbd's cache
+//   may hold an acknowledged write; LIBRADOS_OP_FLAG_FADVISE_FUA is a hint librbd's caches are not
+//   bound by); Flush -> rbd_aio_flush;   Unmap -> rbd_aio_discard (thin provisioned; a partial
+//   object is zeroed and stays allocated: the unmap granularity is the image's object size).
+//   CompareAndWrite -> rbd_aio_compare_and_write, atomic on the cluster against every client,
+//   where librbd takes the range (Ceph 16: at most 512 bytes, inside one 512-byte sector: one block
+//   of a 512-byte LUN). A longer range, and ReadModifyWrite (ORWRITE), run as a read-modify-write
+//   of blocking librbd calls on a small pool behind the store's WriteGate: atomic against every
+//   write of this process, not against other clients of the image.
+//   GetProvisioning -> rbd_diff_iterate2 over the object map (whole objects) on that pool, where
+//   the image has a valid object map with fast-diff; without one every block reads as mapped.
+//   Grow -> rbd_resize (blocking; control-plane thread).
+// Completions: librbd runs a completion's callback on one of its own threads. The callback takes
+// the result, releases librbd's completion and posts the operation to the submitting reactor's
+// CompletionInbox (an intrusive MPSC list and an eventfd), which runs the IoCompletion on that
+// reactor. No librbd call made on a reactor waits for the cluster: rbd_aio_* only queue.
+// Allocation: each operation in flight lives in a per-slot record from a free list that grows, in
+// chunks, only when a slot has more in flight than ever before (bounded by the sessions' command
+// windows): nothing is allocated on our side per I/O. librbd allocates its own completion
+// (rbd_aio_create_completion) and request objects for every call; that is inside librbd, and its
+// C API offers no way around it.
+// A cluster that goes away: nothing blocks a reactor; an I/O waits for the OSDs up to
+// rados_osd_op_timeout and then completes with ETIMEDOUT (a blocklisted client with ESHUTDOWN),
+// which the SCSI layer turns into sense data.
+//
+// Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
+// it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
+// the image (rbd_close waits for librbd's requests in flight); with the cluster gone that takes up
+// to the OSD op timeout, so destroy the store off the reactors. No exception escapes.
+// Secrets: the keyring path is handed to librados and is never logged nor put into an error
+// message; this code never reads the keyring.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/write_gate.h"
+#include "dataplane/base/status.h"
+#include "dataplane/runtime/completion_inbox.h"
+
+namespace iscsigw::backing {
+
+struct RbdStoreOptions {
+  std::string pool;
+  std::string ns;  // RADOS namespace in the pool; empty: the default one
+  std::string image;
+  std::string conf;       // ceph.conf path; empty: librados' default search ($CEPH_CONF, /etc/ceph)
+  std::string client_id;  // "admin", or "client.admin"; empty: admin
+  std::string keyring;    // keyring path; empty: what the conf file says
+  // Create the image (size_bytes long, the cluster's default features) when it does not exist.
+  bool create = false;
+  // Size of the LUN. 0: the image's size. An image smaller than size_bytes is an error.
+  uint64_t size_bytes = 0;
+  bool read_only = false;  // the image opened read-only; writes complete with EROFS
+};
+
+class RbdStore final : public BackingStore {
+ public:
+  // Connects, opens (or creates) the image and takes the inbox of each io_context in `slots`
+  // (index = slot). Errors name what failed: "rbd store rbd/vol1: connecting to the cluster of
+  // /etc/ceph/ceph.conf (mon host [v2:10.0.0.1:3300]) as client.admin: Connection timed out"
+  // (kUnavailable), "... pool nope does not exist" / "image ... does not exist" (kNotFound).
+  static Result<std::unique_ptr<RbdStore>> Open(const RbdStoreOptions& options,
+                                                const std::vector<boost::asio::io_context*>& slots);
+
+  ~RbdStore() override;
+  RbdStore(const RbdStore&) = delete;
+  RbdStore& operator=(const RbdStore&) = delete;
+
+  std::string_view kind() const override { return "rbd"; }
+  uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
+  bool persistent() const override { return true; }
+  bool read_only() const { return read_only_; }
+  // "pool/image" or "pool/namespace/image", for messages.
+  const std::string& name() const { return name_; }
+  uint64_t object_size() const { return object_size_; }
+  // Whether GetProvisioning asks the object map (false: everything reads as mapped).
+  bool provisioning_from_object_map() const { return use_object_map_; }
+
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             IoCompletion done) override;
+  void Flush(unsigned slot, IoCompletion done) override;
+
+  bool thin_provisioned() const override { return true; }
+  uint64_t unmap_granularity() const override { return object_size_; }
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+  void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                       IoCompletion done) override;
+  // rbd_resize when the image is smaller than new_size_bytes.
+  int Grow(uint64_t new_size_bytes) override;
+
+  // Operations of `slot` in flight now, and the records its free list holds (tests; read on that
+  // slot's reactor).
+  uint32_t in_flight(unsigned slot) const;
+  uint32_t op_records(unsigned slot) const;
+  // COMPARE AND WRITEs of `slot` that librbd compared on the cluster (tests).
+  uint64_t native_compare_writes(unsigned slot) const;
+
+ private:
+  struct Op;
+  struct Slot;
+  struct Cluster;
+  RbdStore() = default;
+  Op* TakeOp(Slot& slot);
+  void Submit(Op* op);
+  void SubmitToPool(Op* op);
+  void RunOnPool(Op* op);
+  static void Callback(void* completion, void* arg);
+  static void Run(runtime::CompletionInbox::Item* item);
+  void Finish(Op* op, int err);
+
+  std::shared_ptr<Cluster> cluster_;
+  void* ioctx_ = nullptr;  // rados_ioctx_t
+  void* image_ = nullptr;  // rbd_image_t
+  std::string name_;
+  std::atomic<uint64_t> size_bytes_{0};
+  bool read_only_ = false;
+  uint64_t object_size_ = 4 << 20;
+  bool use_object_map_ = false;
+  std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
+  WriteGate gate_;                            // any thread
+};
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,397 @@
+// RbdStore against a throwaway one-node Ceph cluster (scripts/ceph-test-cluster.sh), started once
+// for this binary in a temp dir and stopped after: open and create, reads and writes at depth with
+// every completion on the reactor thread, FUA and flush, discard reading back zeros, provisioning
+// from the object map, COMPARE AND WRITE on the cluster and through the gate, online growth, and
+// the errors that name a missing cluster, pool or image.
+#include "dataplane/backing/rbd_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace iscsigw::backing {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+struct Result {
+  int calls = 0;
+  int err = -1;
+  std::thread::id thread;
+};
+
+IoCompletion Record(Result* r) {
+  return IoCompletion{[](void* ctx, int err) {
+                        auto* res = static_cast<Result*>(ctx);
+                        ++res->calls;
+                        res->err = err;
+                        res->thread = std::this_thread::get_id();
+                      },
+                      r};
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 12));
+  return v;
+}
+
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+// The cluster of this binary: started by the first test that needs it, stopped at exit.
+class Cluster : public ::testing::Environment {
+ public:
+  static std::string conf;  // empty: no cluster (the tests skip)
+  static std::string dir;
+  void SetUp() override {
+    if (Shell("command -v ceph-mon ceph-osd").empty()) return;
+    char tmpl[] = "/tmp/iscsigw-rbd-store-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    dir = tmpl;
+    const std::string script = std::string(ISCSIGW_SOURCE_DIR) + "/scripts/ceph-test-cluster.sh";
+    const std::string out = Shell("bash " + script + " start " + dir + " 2>" + dir + "/start.err");
+    // The conf path is the last line of start's output.
+    std::string last = out;
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.find_last_of('\n') + 1);
+    if (!last.empty() && fs::exists(last)) conf = last;
+  }
+  void TearDown() override {
+    if (dir.empty()) return;
+    const std::string script = std::string(ISCSIGW_SOURCE_DIR) + "/scripts/ceph-test-cluster.sh";
+    Shell("bash " + script + " stop " + dir + " 2>/dev/null");
+    fs::remove_all(dir);
+  }
+};
+std::string Cluster::conf;
+std::string Cluster::dir;
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Cluster);
+
+class RbdStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Cluster::conf.empty()) GTEST_SKIP() << "no Ceph test cluster (ceph-mon, ceph-osd)";
+    image_ = std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  void TearDown() override {
+    store_.reset();
+    if (!Cluster::conf.empty()) {
+      Shell("rbd -c " + Cluster::conf + " rm rbd/" + image_ + " >/dev/null 2>&1");
+    }
+  }
+
+  RbdStoreOptions Options(uint64_t size, bool create = true) {
+    RbdStoreOptions o;
+    o.pool = "rbd";
+    o.image = image_;
+    o.conf = Cluster::conf;
+    o.create = create;
+    o.size_bytes = size;
+    return o;
+  }
+
+  void OpenOrDie(uint64_t size) {
+    auto r = RbdStore::Open(Options(size), {&ioc_, &ioc_});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    store_ = std::move(r).value();
+  }
+
+  // Runs the io_context until every result has completed (bounded by a deadline).
+  void Wait(std::initializer_list<const Result*> rs) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto all = [&] {
+      for (const Result* r : rs) {
+        if (r->calls == 0) return false;
+      }
+      return true;
+    };
+    while (!all() && std::chrono::steady_clock::now() < deadline) {
+      ioc_.restart();
+      ioc_.run_for(std::chrono::milliseconds(10));
+    }
+    for (const Result* r : rs) {
+      ASSERT_EQ(r->calls, 1);
+      EXPECT_EQ(r->thread, std::this_thread::get_id()) << "completion off the reactor thread";
+    }
+  }
+
+  std::string image_;
+  boost::asio::io_context ioc_;
+  std::unique_ptr<RbdStore> store_;
+};
+
+TEST_F(RbdStoreTest, CreatesTheImageAndReportsItsSize) {
+  OpenOrDie(16 * kMiB);
+  EXPECT_EQ(store_->kind(), "rbd");
+  EXPECT_EQ(store_->size_bytes(), 16 * kMiB);
+  EXPECT_TRUE(store_->persistent());
+  EXPECT_TRUE(store_->thin_provisioned());
+  EXPECT_EQ(store_->unmap_granularity(), 4 * kMiB);
+  EXPECT_EQ(store_->name(), "rbd/" + image_);
+  // The image is there for the rbd CLI too.
+  EXPECT_NE(Shell("rbd -c " + Cluster::conf + " info rbd/" + image_).find("16 MiB"),
+            std::string::npos);
+}
+
+TEST_F(RbdStoreTest, MissingImageIsNotFoundUnlessCreated) {
+  auto r = RbdStore::Open(Options(0, false), {&ioc_});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("image " + image_ + " does not exist in pool rbd"),
+            std::string::npos)
+      << r.status().message();
+  auto no_size = RbdStore::Open(Options(0, true), {&ioc_});
+  ASSERT_FALSE(no_size.ok());
+  EXPECT_EQ(no_size.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(RbdStoreTest, MissingPoolIsNotFound) {
+  RbdStoreOptions o = Options(kMiB);
+  o.pool = "no-such-pool";
+  auto r = RbdStore::Open(o, {&ioc_});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("pool no-such-pool does not exist"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(RbdStoreTest, MissingClusterFailsFastNamingIt) {
+  // A conf whose mon nobody listens on, with the default mount timeout lowered by the file (the
+  // conf's value wins over the store's 15 s).
+  const std::string conf = Cluster::dir + "/dead.conf";
+  {
+    std::ofstream f(conf);
+    f << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+         "client mount timeout = 3\nlog file = /dev/null\n";
+  }
+  RbdStoreOptions o = Options(kMiB);
+  o.conf = conf;
+  o.keyring = Cluster::dir + "/secret.keyring";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RbdStore::Open(o, {&ioc_});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("Ceph cluster of " + conf), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("127.0.0.1:9"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("secret.keyring"), std::string::npos)
+      << "the keyring path leaked: " << r.status().message();
+  EXPECT_LT(took, std::chrono::seconds(20));
+
+  o.conf = Cluster::dir + "/no-such.conf";
+  auto bad = RbdStore::Open(o, {&ioc_});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("ceph conf " + o.conf), std::string::npos)
+      << bad.status().message();
+}
+
+TEST_F(RbdStoreTest, WritesAndReadsAtDepthCompleteOnTheReactor) {
+  OpenOrDie(16 * kMiB);
+  constexpr int kDepth = 48;
+  constexpr size_t kLen = 16384;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<Result> w(kDepth);
+  for (int i = 0; i < kDepth; ++i) data.push_back(Pattern(kLen, static_cast<uint8_t>(i)));
+  for (int i = 0; i < kDepth; ++i) {
+    store_->Write(i % 2, uint64_t(i) * 256 * 1024, data[i], i % 3 == 0, Record(&w[i]));
+  }
+  EXPECT_EQ(store_->in_flight(0) + store_->in_flight(1), uint32_t(kDepth));
+  for (auto& r : w) Wait({&r});
+  for (auto& r : w) ASSERT_EQ(r.err, 0);
+  Result f;
+  store_->Flush(0, Record(&f));
+  Wait({&f});
+  ASSERT_EQ(f.err, 0);
+
+  std::vector<std::vector<uint8_t>> back(kDepth, std::vector<uint8_t>(kLen));
+  std::vector<Result> rd(kDepth);
+  for (int i = 0; i < kDepth; ++i) {
+    store_->Read(i % 2, uint64_t(i) * 256 * 1024, back[i], Record(&rd[i]));
+  }
+  for (auto& r : rd) Wait({&r});
+  for (int i = 0; i < kDepth; ++i) {
+    ASSERT_EQ(rd[i].err, 0);
+    ASSERT_EQ(back[i], data[i]) << "block " << i;
+  }
+  EXPECT_EQ(store_->in_flight(0) + store_->in_flight(1), 0u);
+  // The records are reused: one chunk per slot covers this depth.
+  EXPECT_EQ(store_->op_records(0), 64u);
+  EXPECT_EQ(store_->op_records(1), 64u);
+  // What the rbd CLI reads is what was written.
+  const std::string file = Cluster::dir + "/" + image_ + ".export";
+  Shell("rbd -c " + Cluster::conf + " export rbd/" + image_ + " " + file + " >/dev/null 2>&1");
+  std::ifstream in(file, std::ios::binary);
+  std::vector<uint8_t> exported((std::istreambuf_iterator<char>(in)), {});
+  fs::remove(file);
+  ASSERT_EQ(exported.size(), 16 * kMiB);
+  EXPECT_TRUE(std::equal(data[7].begin(), data[7].end(), exported.begin() + 7 * 256 * 1024));
+}
+
+TEST_F(RbdStoreTest, UnmapReadsBackZerosAndProvisioningFollowsTheObjectMap) {
+  OpenOrDie(16 * kMiB);
+  ASSERT_TRUE(store_->provisioning_from_object_map());
+  const auto data = Pattern(8 * kMiB, 3);
+  Result w;
+  store_->Write(0, 0, data, false, Record(&w));
+  Wait({&w});
+  ASSERT_EQ(w.err, 0);
+
+  BackingStore::Extent e;
+  Result p;
+  store_->GetProvisioning(0, 0, 16 * kMiB, &e, Record(&p));
+  Wait({&p});
+  ASSERT_EQ(p.err, 0);
+  EXPECT_TRUE(e.mapped);
+  EXPECT_EQ(e.len, 8 * kMiB);
+
+  // A partial discard (inside the first object) zeroes; a whole object goes.
+  Result u1, u2;
+  store_->Unmap(0, 4096, 8192, Record(&u1));
+  store_->Unmap(1, 4 * kMiB, 4 * kMiB, Record(&u2));
+  Wait({&u1, &u2});
+  ASSERT_EQ(u1.err, 0);
+  ASSERT_EQ(u2.err, 0);
+  std::vector<uint8_t> back(16384);
+  Result r;
+  store_->Read(0, 0, back, Record(&r));
+  Wait({&r});
+  ASSERT_EQ(r.err, 0);
+  EXPECT_TRUE(std::equal(back.begin(), back.begin() + 4096, data.begin()));
+  EXPECT_TRUE(std::all_of(back.begin() + 4096, back.begin() + 12288, [](uint8_t b) { return !b; }));
+  EXPECT_TRUE(std::equal(back.begin() + 12288, back.end(), data.begin() + 12288));
+
+  BackingStore::Extent e2;
+  Result p2;
+  store_->GetProvisioning(0, 4 * kMiB, 12 * kMiB, &e2, Record(&p2));
+  Wait({&p2});
+  ASSERT_EQ(p2.err, 0);
+  EXPECT_FALSE(e2.mapped);
+  EXPECT_EQ(e2.len, 12 * kMiB);
+  BackingStore::Extent e3;
+  Result p3;
+  store_->GetProvisioning(0, 4096, 16 * kMiB, &e3, Record(&p3));
+  Wait({&p3});
+  EXPECT_TRUE(e3.mapped);
+  EXPECT_EQ(e3.len, 4 * kMiB - 4096);
+}
+
+TEST_F(RbdStoreTest, CompareAndWriteOnTheClusterAndThroughTheGate) {
+  OpenOrDie(8 * kMiB);
+  const auto old = Pattern(8192, 1);
+  Result w;
+  store_->Write(0, 0, old, false, Record(&w));
+  Wait({&w});
+  ASSERT_EQ(w.err, 0);
+
+  for (const size_t len : {size_t{512}, size_t{4096}}) {
+    SCOPED_TRACE(len);
+    const auto now = Pattern(len, static_cast<uint8_t>(len));
+    std::vector<uint8_t> scratch(len);
+    // Match: written.
+    BackingStore::CompareWriteOp ok{std::span(old).first(len), now, scratch, true};
+    Result c1;
+    store_->CompareAndWrite(1, 0, &ok, Record(&c1));
+    Wait({&c1});
+    ASSERT_EQ(c1.err, 0);
+    EXPECT_EQ(ok.miscompare, ok.kNoMiscompare);
+    // Mismatch at byte 300: nothing written, the offset reported.
+    auto wrong = now;
+    wrong[300] ^= 0xff;
+    const auto other = Pattern(len, 99);
+    BackingStore::CompareWriteOp bad{wrong, other, scratch, false};
+    Result c2;
+    store_->CompareAndWrite(1, 0, &bad, Record(&c2));
+    Wait({&c2});
+    ASSERT_EQ(c2.err, 0);
+    EXPECT_EQ(bad.miscompare, 300u);
+    std::vector<uint8_t> back(len);
+    Result r;
+    store_->Read(0, 0, back, Record(&r));
+    Wait({&r});
+    EXPECT_EQ(back, now);
+    // Restore for the next length.
+    Result w2;
+    store_->Write(0, 0, old, false, Record(&w2));
+    Wait({&w2});
+  }
+  // The 512-byte ones were compared by librbd on the cluster; the 4096-byte ones in the gateway.
+  EXPECT_EQ(store_->native_compare_writes(1), 2u);
+}
+
+TEST_F(RbdStoreTest, OrWriteIsAReadModifyWrite) {
+  OpenOrDie(4 * kMiB);
+  std::vector<uint8_t> ones(4096, 0x0f);
+  Result w;
+  store_->Write(0, 8192, ones, false, Record(&w));
+  Wait({&w});
+  std::vector<uint8_t> scratch(4096);
+  auto modify = [](void*, std::span<uint8_t> cur) -> std::span<const uint8_t> {
+    for (auto& b : cur) b |= 0xf0;
+    return cur;
+  };
+  Result m;
+  store_->ReadModifyWrite(0, 8192, scratch, false, BackingStore::ModifyFn{modify, nullptr},
+                          Record(&m));
+  Wait({&m});
+  ASSERT_EQ(m.err, 0);
+  std::vector<uint8_t> back(4096);
+  Result r;
+  store_->Read(0, 8192, back, Record(&r));
+  Wait({&r});
+  EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0xff; }));
+}
+
+TEST_F(RbdStoreTest, GrowsOnline) {
+  OpenOrDie(4 * kMiB);
+  ASSERT_EQ(store_->Grow(12 * kMiB), 0);
+  EXPECT_EQ(store_->size_bytes(), 12 * kMiB);
+  EXPECT_NE(Shell("rbd -c " + Cluster::conf + " info rbd/" + image_).find("12 MiB"),
+            std::string::npos);
+  const auto data = Pattern(4096, 5);
+  Result w;
+  store_->Write(0, 11 * kMiB, data, true, Record(&w));
+  Wait({&w});
+  EXPECT_EQ(w.err, 0);
+}
+
+TEST_F(RbdStoreTest, ReadOnlyRefusesWrites) {
+  OpenOrDie(kMiB);
+  store_.reset();
+  RbdStoreOptions o = Options(0, false);
+  o.read_only = true;
+  auto r = RbdStore::Open(o, {&ioc_});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  store_ = std::move(r).value();
+  std::vector<uint8_t> data(512, 1);
+  Result w, u;
+  store_->Write(0, 0, data, false, Record(&w));
+  store_->Unmap(0, 0, 512, Record(&u));
+  EXPECT_EQ(w.err, EROFS);
+  EXPECT_EQ(u.err, EROFS);
+}
+
+}  // namespace
+}  // namespace iscsigw::backing
