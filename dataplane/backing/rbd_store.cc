@@ -146,8 +146,10 @@ struct RbdStore::Op : runtime::CompletionInbox::Item {
 };
 
 struct RbdStore::Slot {
-  Slot(unsigned index, runtime::CompletionInbox& inbox) : index(index), inbox(&inbox) {}
+  Slot(unsigned index, asio::io_context& ioc, runtime::CompletionInbox& inbox)
+      : index(index), ioc(&ioc), inbox(&inbox) {}
   unsigned index;
+  asio::io_context* ioc;
   runtime::CompletionInbox* inbox;
   std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
   Op* free = nullptr;
@@ -233,19 +235,31 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
         (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
   }
   for (size_t i = 0; i < slots.size(); ++i) {
-    store->slots_.push_back(std::make_unique<Slot>(static_cast<unsigned>(i), *inboxes[i]));
+    store->slots_.push_back(
+        std::make_unique<Slot>(static_cast<unsigned>(i), *slots[i], *inboxes[i]));
   }
   return store;
 }
 
 RbdStore::~RbdStore() {
-  // rbd_close flushes librbd's cache and waits for its requests in flight.
-  if (image_ != nullptr) {
-    if (int r = rbd_close(static_cast<rbd_image_t>(image_)); r < 0) {
-      log::Backing().warn("rbd store {}: close: {}", name_, ErrnoText(-r));
+  // rbd_close flushes librbd's cache and waits for its requests in flight: it talks to the
+  // cluster. The last task of a LUN that was removed may release the store on a reactor; there
+  // the close goes to the pool (holding the librados handle), so that the reactor does not wait.
+  auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, name = name_] {
+    if (image != nullptr) {
+      if (int r = rbd_close(static_cast<rbd_image_t>(image)); r < 0) {
+        log::Backing().warn("rbd store {}: close: {}", name, ErrnoText(-r));
+      }
     }
+    if (ioctx != nullptr) rados_ioctx_destroy(static_cast<rados_ioctx_t>(ioctx));
+  };
+  bool on_reactor = false;
+  for (const auto& s : slots_) on_reactor |= s->ioc->get_executor().running_in_this_thread();
+  if (on_reactor) {
+    asio::post(RbdPool(), std::move(close));
+  } else {
+    close();
   }
-  if (ioctx_ != nullptr) rados_ioctx_destroy(static_cast<rados_ioctx_t>(ioctx_));
   slots_.clear();
 }
 

@@ -16,10 +16,12 @@
 // cover whole objects, and an unmapped block must read back as zeros (LBPRZ=1).
 //
 // Slots: a call made on slot i completes on reactor i's thread. Calls map to librbd as:
-//   Read  -> rbd_aio_read;   Write -> rbd_aio_write, and for FUA then rbd_aio_flush (librbd's cache
-//   may hold an acknowledged write; LIBRADOS_OP_FLAG_FADVISE_FUA is a hint librbd's caches are not
-//   bound by); Flush -> rbd_aio_flush;   Unmap -> rbd_aio_discard (thin provisioned; a partial
-//   object is zeroed and stays allocated: the unmap granularity is the image's object size).
+//   Read  -> rbd_aio_read;   Write -> rbd_aio_write, and for FUA then rbd_aio_flush;
+//   Flush -> rbd_aio_flush;   Unmap -> rbd_aio_discard (thin provisioned; a partial object is
+//   zeroed and stays allocated: the unmap granularity is the image's object size).
+//   librbd's cache (rbd_cache, Ceph 16's default policy writearound) acknowledges a write before
+//   the OSDs have it: that is the volatile write cache the caching mode page reports (WCE=1), and
+//   FUA and SYNCHRONIZE CACHE flush it (LIBRADOS_OP_FLAG_FADVISE_FUA is only a hint to it).
 //   CompareAndWrite -> rbd_aio_compare_and_write, atomic on the cluster against every client,
 //   where librbd takes the range (Ceph 16: at most 512 bytes, inside one 512-byte sector: one block
 //   of a 512-byte LUN). A longer range, and ReadModifyWrite (ORWRITE), run as a read-modify-write
@@ -43,8 +45,9 @@
 //
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
-// the image (rbd_close waits for librbd's requests in flight); with the cluster gone that takes up
-// to the OSD op timeout, so destroy the store off the reactors. No exception escapes.
+// the image (rbd_close flushes and waits for librbd's requests in flight; with the cluster gone up
+// to the OSD op timeout): on the calling thread, or on the pool when that is one of the store's
+// reactors (the last task of a removed LUN). No exception escapes.
 // Secrets: the keyring path is handed to librados and is never logged nor put into an error
 // message; this code never reads the keyring.
 #pragma once
