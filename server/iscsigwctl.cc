@@ -210,6 +210,9 @@ std::string Backing(const v1::Lun& l) {
       return "null";
     case v1::Lun::kFile:
       return "file:" + l.file().path() + (l.file().direct() ? " (direct)" : "");
+    case v1::Lun::kRbd:
+      return "rbd:" + l.rbd().pool() + "/" +
+             (l.rbd().namespace_().empty() ? "" : l.rbd().namespace_() + "/") + l.rbd().image();
     default:
       return "?";
   }
@@ -400,18 +403,26 @@ int Run(int argc, char** argv) {
   // ---- lun
   auto* lun = app.add_subcommand("lun", "LUNs of a target")->require_subcommand(1);
   std::string l_target, l_backing = "ram", l_path, l_size, l_from_snapshot, l_from_lun;
+  std::string l_pool, l_image, l_namespace, l_ceph_conf, l_client_id, l_keyring;
   uint32_t l_id = 0, l_block = 512;
   bool l_create = false, l_thick = false, l_ro = false, l_direct = false;
   {
     auto* c = lun->add_subcommand("create", "add a LUN to a target");
     c->add_option("target", l_target)->required();
     c->add_option("id", l_id, "LUN id 0..255")->required();
-    c->add_option("--backing", l_backing, "ram|null|file")
-        ->check(CLI::IsMember({"ram", "null", "file"}));
+    c->add_option("--backing", l_backing, "ram|null|file|rbd")
+        ->check(CLI::IsMember({"ram", "null", "file", "rbd"}));
     c->add_option("--size", l_size, "size in bytes, or with K/M/G/T (binary)");
     c->add_option("--path", l_path,
                   "file or block device (file backing); a relative path is in the LUN directory");
-    c->add_flag("--create", l_create, "create the file if missing");
+    c->add_flag("--create", l_create, "create the file or rbd image if missing (with --size)");
+    c->add_option("--pool", l_pool, "Ceph pool of the image (rbd backing)");
+    c->add_option("--image", l_image, "RBD image name (rbd backing)");
+    c->add_option("--namespace", l_namespace, "RADOS namespace in the pool (rbd backing)");
+    c->add_option("--ceph-conf", l_ceph_conf,
+                  "ceph.conf path on the gateway (rbd backing; default: /etc/ceph/ceph.conf)");
+    c->add_option("--client-id", l_client_id, "cephx user, e.g. admin (rbd backing)");
+    c->add_option("--keyring", l_keyring, "keyring file path on the gateway (rbd backing)");
     c->add_flag("--thick", l_thick, "allocate the whole file when creating it");
     c->add_flag("--direct", l_direct, "O_DIRECT: aligned I/O bypasses the page cache");
     c->add_option("--block-size", l_block, "512 or 4096");
@@ -440,8 +451,21 @@ int Run(int argc, char** argv) {
         l->set_size_bytes(size);
         l->set_block_size(l_block);
         l->set_read_only(l_ro);
-        if (l_backing != "file" && (l_create || l_thick || l_direct)) {
-          return Fail(kExitUsage, "--create, --thick and --direct apply to --backing file only");
+        if (l_backing != "file" && (l_thick || l_direct)) {
+          return Fail(kExitUsage, "--thick and --direct apply to --backing file only");
+        }
+        if (l_backing != "file" && l_backing != "rbd" && l_create) {
+          return Fail(kExitUsage, "--create applies to --backing file or rbd only");
+        }
+        const bool rbd_flags = !l_pool.empty() || !l_image.empty() || !l_namespace.empty() ||
+                               !l_ceph_conf.empty() || !l_client_id.empty() || !l_keyring.empty();
+        if (l_backing != "rbd" && rbd_flags) {
+          return Fail(kExitUsage,
+                      "--pool, --image, --namespace, --ceph-conf, --client-id and --keyring apply "
+                      "to --backing rbd only");
+        }
+        if (l_backing == "rbd" && (l_pool.empty() || l_image.empty())) {
+          return Fail(kExitUsage, "--backing rbd needs --pool and --image");
         }
         if (l_backing == "ram") l->mutable_ram();
         if (l_backing == "null") l->mutable_null();
@@ -450,6 +474,16 @@ int Run(int argc, char** argv) {
           l->mutable_file()->set_create(l_create);
           l->mutable_file()->set_thick(l_thick);
           l->mutable_file()->set_direct(l_direct);
+        }
+        if (l_backing == "rbd") {
+          v1::RbdBacking* r = l->mutable_rbd();
+          r->set_pool(l_pool);
+          r->set_image(l_image);
+          r->set_namespace_(l_namespace);
+          r->set_conf(l_ceph_conf);
+          r->set_client_id(l_client_id);
+          r->set_keyring(l_keyring);
+          r->set_create(l_create);
         }
         v1::Lun resp;
         auto s = cl.Call(&v1::GatewayService::Stub::CreateLun, req, &resp);

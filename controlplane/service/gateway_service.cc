@@ -436,7 +436,7 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     return InvalidArgument(who + ": id " + std::to_string(lun.id()) + " is out of range 0..255");
   }
   if (lun.backing_case() == v1::Lun::BACKING_NOT_SET) {
-    return InvalidArgument(who + ": backing is not set (ram, null or file)");
+    return InvalidArgument(who + ": backing is not set (ram, null, file or rbd)");
   }
   if (lun.block_size() == 0) lun.set_block_size(512);
   // Identity is fixed at creation and persisted, so it survives restarts and a re-created LUN
@@ -476,7 +476,10 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
   (void)LunView(req.target(), lun, resp);
   Remember(req.request_id(), fingerprint, *resp);
   log::Ctl().info("{}: {} created: {} store, {} bytes, block size {}{}", call_, who,
-                  lun.has_file() ? "file " + lun.file().path() : (lun.has_null() ? "null" : "ram"),
+                  lun.has_file()   ? "file " + lun.file().path()
+                  : lun.has_rbd()  ? "rbd " + lun.rbd().pool() + "/" + lun.rbd().image()
+                  : lun.has_null() ? "null"
+                                   : "ram",
                   lun.size_bytes(), lun.block_size(), lun.read_only() ? ", read-only" : "");
   return Status::Ok();
 }

@@ -104,9 +104,24 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
           ls.thick = l.file().thick();
           ls.direct = l.file().direct();
           break;
+        case iscsigw::v1::Lun::kRbd: {
+          ls.backing = api::BackingKind::kRbd;
+          const auto& r = l.rbd();
+          ls.rbd = api::RbdSpec{r.pool(), r.image(),     r.namespace_(),
+                                r.conf(), r.client_id(), r.keyring()};
+          ls.create = r.create();
+          for (const std::string* path : {&r.conf(), &r.keyring()}) {
+            if (path->size() > kMaxPathBytes) {
+              return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name + ": rbd." +
+                                     (path == &r.conf() ? "conf" : "keyring") + " is longer than " +
+                                     std::to_string(kMaxPathBytes) + " bytes");
+            }
+          }
+          break;
+        }
         default:
           return InvalidArgument("lun " + std::to_string(l.id()) + " of " + ts.name +
-                                 ": no backing (ram, null or file)");
+                                 ": no backing (ram, null, file or rbd)");
       }
       if (l.has_fault()) {
         if (Status s = ToFaultSpec(l.fault(),
@@ -205,6 +220,10 @@ using google::protobuf::util::MessageDifferencer;
 
 std::string BackingName(const iscsigw::v1::Lun& l) {
   if (l.has_file()) return "file " + l.file().path() + (l.file().direct() ? " (direct)" : "");
+  if (l.has_rbd()) {
+    return "rbd " + l.rbd().pool() + "/" +
+           (l.rbd().namespace_().empty() ? "" : l.rbd().namespace_() + "/") + l.rbd().image();
+  }
   if (l.has_null()) return "null";
   if (l.has_ram()) return "ram";
   return "none";

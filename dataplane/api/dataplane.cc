@@ -26,6 +26,7 @@
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
+#include "dataplane/backing/rbd_store.h"
 #include "dataplane/base/log.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
@@ -137,9 +138,10 @@ constexpr bool kFaultInjectionBuilt = false;
 #endif
 
 bool SameBacking(const LunSpec& a, const LunSpec& b) {
-  return a.backing == b.backing && a.path == b.path && a.size_bytes == b.size_bytes &&
-         a.block_size == b.block_size && a.read_only == b.read_only && a.direct == b.direct &&
-         a.serial == b.serial && a.device_id == b.device_id && a.fault == b.fault;
+  return a.backing == b.backing && a.path == b.path && a.rbd == b.rbd &&
+         a.size_bytes == b.size_bytes && a.block_size == b.block_size &&
+         a.read_only == b.read_only && a.direct == b.direct && a.serial == b.serial &&
+         a.device_id == b.device_id && a.fault == b.fault;
 }
 
 // Same LUN except for a larger size: grown online rather than reopened.
@@ -245,15 +247,42 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
     return InvalidArgument(who + "size_bytes " + std::to_string(lun.size_bytes) +
                            " is not a multiple of block_size " + std::to_string(lun.block_size));
   }
-  if (lun.backing != BackingKind::kFile && lun.size_bytes == 0) {
+  const bool sized_by_medium =
+      lun.backing == BackingKind::kFile || lun.backing == BackingKind::kRbd;
+  if (!sized_by_medium && lun.size_bytes == 0) {
     return InvalidArgument(who + "size_bytes must be set for a ram or null store");
   }
   if (lun.backing == BackingKind::kFile && lun.path.empty()) {
     return InvalidArgument(who + "file.path is empty");
   }
   if (lun.serial.size() > 32) return InvalidArgument(who + "serial is longer than 32 characters");
-  if (lun.backing != BackingKind::kFile && (lun.thick || lun.create || lun.direct)) {
-    return InvalidArgument(who + "thick, create and direct apply to file backing only");
+  if (lun.backing != BackingKind::kFile && (lun.thick || lun.direct)) {
+    return InvalidArgument(who + "thick and direct apply to file backing only");
+  }
+  if (!sized_by_medium && lun.create) {
+    return InvalidArgument(who + "create applies to file and rbd backing only");
+  }
+  if (lun.backing == BackingKind::kRbd) {
+    // Ceph names: a pool or namespace cannot hold '/', an image neither '/' nor '@' (snapshots).
+    auto check = [&](const std::string& v, const char* field, const char* bad) -> Status {
+      if (v.size() > 255) return InvalidArgument(who + field + " is longer than 255 bytes");
+      for (unsigned char c : v) {
+        if (c < 0x20 || c == 0x7f || std::strchr(bad, c) != nullptr) {
+          return InvalidArgument(who + field + " " + v + ": character '" +
+                                 std::string(1, static_cast<char>(c)) + "' is not allowed");
+        }
+      }
+      return Status::Ok();
+    };
+    if (lun.rbd.pool.empty()) return InvalidArgument(who + "rbd.pool is empty");
+    if (lun.rbd.image.empty()) return InvalidArgument(who + "rbd.image is empty");
+    if (Status s = check(lun.rbd.pool, "rbd.pool", "/"); !s.ok()) return s;
+    if (Status s = check(lun.rbd.image, "rbd.image", "/@"); !s.ok()) return s;
+    if (Status s = check(lun.rbd.ns, "rbd.namespace", "/"); !s.ok()) return s;
+    if (Status s = check(lun.rbd.client_id, "rbd.client_id", "/ "); !s.ok()) return s;
+    if (lun.create && lun.size_bytes == 0) {
+      return InvalidArgument(who + "size_bytes must be set to create an rbd image");
+    }
   }
   return Status::Ok();
 }
@@ -531,6 +560,32 @@ Status Dataplane::Apply(const Config& config) {
           store = std::move(fs).value();
           break;
         }
+        case BackingKind::kRbd: {
+          backing::RbdStoreOptions ro;
+          ro.pool = l.rbd.pool;
+          ro.ns = l.rbd.ns;
+          ro.image = l.rbd.image;
+          ro.conf = l.rbd.conf;
+          ro.client_id = l.rbd.client_id;
+          ro.keyring = l.rbd.keyring;
+          ro.create = l.create;
+          ro.size_bytes = l.size_bytes;
+          ro.read_only = l.read_only;
+          auto rs = backing::RbdStore::Open(ro, impl_->pool.contexts());
+          if (!rs.ok()) {
+            return Status(rs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
+                                                  ": " + rs.status().message());
+          }
+          size = rs.value()->size_bytes();
+          if (size % l.block_size != 0) {
+            return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name +
+                                   ": rbd image " + rs.value()->name() + " size " +
+                                   std::to_string(size) + " is not a multiple of block_size " +
+                                   std::to_string(l.block_size));
+          }
+          store = std::move(rs).value();
+          break;
+        }
       }
       scsi::LunConfig lc;
       lc.id = l.id;
@@ -565,18 +620,21 @@ Status Dataplane::Apply(const Config& config) {
                         l.id, t.name, l.fault.delay.count(), l.fault.error, l.fault.after_ops);
       }
       // Backing I/O errors are counted per LUN around every store call, and the latency of the
-      // stores whose calls can wait (files); ram and null complete inline in memory.
-      store = std::make_shared<InstrumentedStore>(std::move(store),
-                                                  runtime::Stats::Global().ForLun(t.name, l.id),
-                                                  l.backing == BackingKind::kFile);
+      // stores whose calls can wait (files, rbd); ram and null complete inline in memory.
+      store = std::make_shared<InstrumentedStore>(
+          std::move(store), runtime::Stats::Global().ForLun(t.name, l.id),
+          l.backing == BackingKind::kFile || l.backing == BackingKind::kRbd);
       auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
       next[key] = Impl::LunEntry{l, lun};
       tc->info.luns.push_back(lun);
-      log::Ctl().info("lun {} of {}: {} store, {} bytes, block size {}{}", l.id, t.name,
-                      l.backing == BackingKind::kRam    ? "ram (volatile)"
-                      : l.backing == BackingKind::kNull ? "null"
-                                                        : "file " + l.path,
-                      size, l.block_size, l.read_only ? ", read-only" : "");
+      log::Ctl().info(
+          "lun {} of {}: {} store, {} bytes, block size {}{}", l.id, t.name,
+          l.backing == BackingKind::kRam    ? "ram (volatile)"
+          : l.backing == BackingKind::kNull ? "null"
+          : l.backing == BackingKind::kRbd
+              ? "rbd " + l.rbd.pool + "/" + (l.rbd.ns.empty() ? "" : l.rbd.ns + "/") + l.rbd.image
+              : "file " + l.path,
+          size, l.block_size, l.read_only ? ", read-only" : "");
     }
     for (const auto& [key, entry] : impl_->luns) {
       if (key.first == t.name && !next.count(key)) inventory_changed = true;  // removed

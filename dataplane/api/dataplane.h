@@ -21,13 +21,26 @@
 
 namespace iscsigw::api {
 
-enum class BackingKind { kRam, kNull, kFile };
+enum class BackingKind { kRam, kNull, kFile, kRbd };
+
+// Where an rbd LUN's image lives (backing::RbdStoreOptions). The keyring is a path, never a key;
+// it is neither logged nor put into a message.
+struct RbdSpec {
+  std::string pool;
+  std::string image;
+  std::string ns;         // RADOS namespace; empty: the pool's default
+  std::string conf;       // ceph.conf path; empty: librados' default search
+  std::string client_id;  // empty: admin
+  std::string keyring;    // keyring path; empty: what the conf says
+  friend bool operator==(const RbdSpec&, const RbdSpec&) = default;
+};
 
 struct LunSpec {
   uint32_t id = 0;
   BackingKind backing = BackingKind::kRam;
   std::string path;     // file backing
-  bool create = false;  // file backing: create if missing
+  RbdSpec rbd;          // rbd backing
+  bool create = false;  // file and rbd backing: create the file or image if missing
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;
   bool read_only = false;

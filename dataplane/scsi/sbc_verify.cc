@@ -65,7 +65,7 @@ struct RmwOp {
 
 Disposition StartRmw(const Command& cmd, uint64_t lba, uint32_t bytes, bool fua, bool orwrite) {
   Task& task = cmd.task;
-  auto* op = new (std::nothrow) RmwOp{&task, bytes, orwrite};
+  auto* op = new (std::nothrow) RmwOp{&task, bytes, orwrite, nullptr, {}};
   if (op == nullptr) return NoMemory(task);
   op->scratch.reset(new (std::nothrow) uint8_t[bytes]);
   if (op->scratch == nullptr) {

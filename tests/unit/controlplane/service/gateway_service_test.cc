@@ -233,7 +233,7 @@ TEST_P(ServiceTest, LunValidationMessages) {
   s = Call(&v1::GatewayService::Stub::CreateLun, nob, &out);
   EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.error_message(),
-            "lun 0 of iqn.2026-11.io.iscsigw:v: backing is not set (ram, null or file)");
+            "lun 0 of iqn.2026-11.io.iscsigw:v: backing is not set (ram, null, file or rbd)");
   v1::CreateLunRequest file;
   file.set_target("v");
   file.mutable_lun()->set_id(2);

@@ -473,5 +473,43 @@ TEST(ToConfig, RefusesOverlongAliasPathAndNonAsciiSerial) {
   EXPECT_TRUE(ToConfig(st).ok()) << ToConfig(st).status().message();
 }
 
+TEST(ToConfig, RbdBackingBecomesAnRbdLunSpec) {
+  v1::State st;
+  auto* t = st.add_targets();
+  t->set_name("x");
+  auto* l = t->add_luns();
+  l->set_id(3);
+  l->set_block_size(512);
+  auto* r = l->mutable_rbd();
+  r->set_pool("rbd");
+  r->set_image("vol1");
+  r->set_namespace_("tenant");
+  r->set_conf("/etc/ceph/ceph.conf");
+  r->set_client_id("gw");
+  r->set_keyring("/etc/ceph/ceph.client.gw.keyring");
+  r->set_create(true);
+  // Creating an image needs its size; an existing one may give its own (0).
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 3 of iqn.2026-11.io.iscsigw:x: size_bytes must be set to create an rbd image");
+  l->set_size_bytes(64 << 20);
+  auto cfg = ToConfig(st);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const api::LunSpec& ls = cfg.value().targets[0].luns[0];
+  EXPECT_EQ(ls.backing, api::BackingKind::kRbd);
+  EXPECT_EQ(ls.rbd, (api::RbdSpec{"rbd", "vol1", "tenant", "/etc/ceph/ceph.conf", "gw",
+                                  "/etc/ceph/ceph.client.gw.keyring"}));
+  EXPECT_TRUE(ls.create);
+  r->set_create(false);
+  l->set_size_bytes(0);
+  EXPECT_TRUE(ToConfig(st).ok());
+  r->set_image("vol@snap");
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 3 of iqn.2026-11.io.iscsigw:x: rbd.image vol@snap: character '@' is not allowed");
+  r->set_image("vol1");
+  r->clear_pool();
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 3 of iqn.2026-11.io.iscsigw:x: rbd.pool is empty");
+}
+
 }  // namespace
 }  // namespace iscsigw::state
