@@ -6,11 +6,15 @@ Every test not listed there must PASS. A listed test carries the result it is ex
 (SKIP or FAIL) and the reason (spec section, scope decision, or libiscsi test bug). Any difference,
 in either direction, fails the run, so an expectation cannot go stale silently.
 
-Usage: run_conformance.py [--store ram|file|file-direct] [--keep-log PATH]
+Usage: run_conformance.py [--store ram|file|file-direct|rbd] [--keep-log PATH]
+
+--store rbd serves an RBD image of a throwaway Ceph cluster (scripts/ceph-test-cluster.sh) that
+the run starts in its work directory and stops at the end.
 """
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -60,20 +64,41 @@ def main():
 def run(workdir):
     ap = argparse.ArgumentParser()
     # file-direct: a file LUN with O_DIRECT; it shares the file LUN's expectations.
-    ap.add_argument("--store", choices=("ram", "file", "file-direct"), default="ram")
+    ap.add_argument("--store", choices=("ram", "file", "file-direct", "rbd"), default="ram")
     ap.add_argument("--keep-log")
     args = ap.parse_args()
 
     size = 256 << 20
+    cluster_script = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
+    cluster_dir = os.path.join(workdir, "ceph")
     if args.store == "ram":
         lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
+    elif args.store == "rbd":
+        r = subprocess.run(["bash", cluster_script, "start", cluster_dir], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode != 0:
+            raise SystemExit(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
+        conf = r.stdout.strip().splitlines()[-1]
+        lun = {"id": 0, "rbd": {"pool": "rbd", "image": "conformance", "conf": conf,
+                                "create": True},
+               "sizeBytes": str(size), "blockSize": 512}
     else:
         lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True,
                                  "direct": args.store == "file-direct"},
                "sizeBytes": str(size), "blockSize": 512}
     state = {"targets": [{"name": TARGET, "allowAnyInitiator": False,
                           "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun]}]}
-    daemon = harness.Daemon(state=state, state_dir=workdir).start()
+
+    def stop_cluster():
+        if args.store == "rbd":
+            subprocess.run(["bash", cluster_script, "stop", cluster_dir], capture_output=True,
+                           timeout=120)
+
+    try:
+        daemon = harness.Daemon(state=state, state_dir=workdir).start()
+    except BaseException:
+        stop_cluster()
+        raise
     # The URL twice: the multipath tests get two sessions (two I_T nexuses) to the same LUN.
     url = f"iscsi://{daemon.portal}/{TARGET}/0"
     try:
@@ -81,6 +106,7 @@ def run(workdir):
                          "-i", INITIATOR_1, "-I", INITIATOR_2, url, url], timeout=1800, check=False)
     finally:
         rc = daemon.stop()
+        stop_cluster()
     output = p.stdout + p.stderr
     if args.keep_log:
         with open(args.keep_log, "w") as f:

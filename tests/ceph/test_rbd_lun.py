@@ -1,0 +1,281 @@
+"""rbd LUNs end to end: iscsigwd serving a Ceph RBD image of a throwaway cluster
+(scripts/ceph-test-cluster.sh, started once for this module in a temp dir and stopped after).
+
+- `iscsigwctl lun create --backing rbd --create --size` makes the image; WRITE (with FUA), READ,
+  SYNCHRONIZE CACHE, UNMAP, COMPARE AND WRITE (one block: on the cluster; eight: in the gateway,
+  with MISCOMPARE and its offset) and an online resize through ResizeLun, checked with libiscsi's
+  tools and, for the data, with `rbd export`; the store's latency and errors show in /metrics.
+- A cluster that is not there: CreateLun fails within 20 s naming the cluster; a missing image or
+  pool names it; no keyring content reaches the log or the API.
+- The OSD stopped (SIGSTOP) for a few seconds while commands run: they wait and then complete,
+  the reactor keeps serving another LUN meanwhile, and the daemon serves the rbd LUN afterwards.
+"""
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import harness  # noqa: E402
+from iscsi_client import Initiator, sense_key_asc  # noqa: E402
+
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
+TARGET = harness.IQN_PREFIX + "rbd"
+CONF = None
+CLUSTER_DIR = None
+
+
+def setUpModule():
+    global CONF, CLUSTER_DIR
+    if shutil.which("ceph-mon") is None or shutil.which("ceph-osd") is None:
+        raise unittest.SkipTest("the Ceph daemons are not installed (scripts/install-deps.sh)")
+    CLUSTER_DIR = tempfile.mkdtemp(prefix="iscsigw-rbd-lun-")
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", SCRIPT, "start", CLUSTER_DIR], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
+    CONF = r.stdout.strip().splitlines()[-1]
+    print(f"test cluster up in {time.monotonic() - t0:.1f} s: {CONF}", file=sys.stderr)
+
+
+def tearDownModule():
+    if CLUSTER_DIR:
+        subprocess.run(["bash", SCRIPT, "stop", CLUSTER_DIR], capture_output=True, timeout=120)
+        shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
+
+
+def rbd(*args, check=True):
+    return harness.run(["rbd", "-c", CONF] + list(args), check=check)
+
+
+def export(image):
+    path = os.path.join(CLUSTER_DIR, image + ".export")
+    rbd("export", "rbd/" + image, path)
+    with open(path, "rb") as f:
+        data = f.read()
+    os.unlink(path)
+    return data
+
+
+def pattern(n, seed):
+    return bytes((seed + i * 31 + (i >> 9)) & 0xFF for i in range(n))
+
+
+def osd_pid():
+    with open(os.path.join(CLUSTER_DIR, "run", "osd.0.pid")) as f:
+        return int(f.read().strip())
+
+
+class RbdLunTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        state = harness.simple_state("rbd", luns=[
+            {"id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512}])
+        # One reactor: a reactor blocked on the cluster would stall every session.
+        cls.daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.daemon.stop()
+        log = cls.daemon.read_log()
+        cls.daemon.cleanup()
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+
+    def create_lun(self, lun_id, image, size="64M", *extra, check=True):
+        return self.daemon.ctl("lun", "create", TARGET, lun_id, "--backing", "rbd", "--pool", "rbd",
+                               "--image", image, "--ceph-conf", CONF, *extra, check=check)
+
+    def login(self):
+        ini = Initiator(self.daemon.portal, harness.INITIATOR, timeout=60)
+        ini.login(TARGET)
+        self.addCleanup(ini.close)
+        return ini
+
+    def command(self, ini, lun, cdb, read_len=0, data=b""):
+        """A command, retried once past a unit attention (a new LUN, a new capacity)."""
+        for _ in range(3):
+            status, buf, sense = ini._command(lun, cdb, read_len=read_len, data=data)
+            if status == 2 and sense_key_asc(sense)[0] == 0x6:
+                continue
+            return status, buf, sense
+        return status, buf, sense
+
+    def test_io_compare_and_write_unmap_resize(self):
+        out = self.create_lun(1, "vol1", "64M", "--create", "--size", "64M").stdout
+        self.assertIn("rbd:rbd/vol1", out)
+        self.assertIn("64 MiB", rbd("info", "rbd/vol1").stdout)
+        url = self.daemon.url(TARGET, 1)
+        inq = harness.run(["iscsi-inq", url]).stdout
+        self.assertIn("iscsigw", inq.lower())
+        cap = harness.run(["iscsi-readcapacity16", url]).stdout
+        self.assertRegex(cap, r"LBPME:1 LBPRZ:1")  # thin provisioned, unmapped blocks read zeros
+        self.assertRegex(cap, r"RETURNED LOGICAL BLOCK ADDRESS:131071\b")
+
+        ini = self.login()
+        # WRITE(10) with FUA, then plain WRITE(10)s, READ(10) back.
+        first = pattern(64 * 512, 1)
+        cdb = struct.pack(">BBIBHB", 0x2A, 0x08, 0, 0, 64, 0)
+        status, _, sense = self.command(ini, 1, cdb, data=first)
+        self.assertEqual(status, 0, sense.hex())
+        second = pattern(32 * 512, 2)
+        status, _, sense = self.command(ini, 1, struct.pack(">BBIBHB", 0x2A, 0, 10000, 0, 32, 0),
+                                        data=second)
+        self.assertEqual(status, 0, sense.hex())
+        status, data, _ = self.command(ini, 1, struct.pack(">BBIBHB", 0x28, 0, 0, 0, 64, 0),
+                                       read_len=64 * 512)
+        self.assertEqual(status, 0)
+        self.assertEqual(data, first)
+        # SYNCHRONIZE CACHE(10).
+        status, _, sense = self.command(ini, 1, struct.pack(">BBIBHB", 0x35, 0, 0, 0, 0, 0))
+        self.assertEqual(status, 0, sense.hex())
+
+        # COMPARE AND WRITE of one 512-byte block (librbd compares on the cluster) and of eight
+        # (the gateway): a match writes, a mismatch is MISCOMPARE with the offset in INFORMATION.
+        for lba, blocks in ((0, 1), (8, 8)):
+            n = blocks * 512
+            new = pattern(n, 50 + blocks)
+            caw = struct.pack(">BBQ3xBBB", 0x89, 0, lba, blocks, 0, 0)
+            status, _, sense = self.command(ini, 1, caw, data=first[lba * 512:lba * 512 + n] + new)
+            self.assertEqual(status, 0, f"{blocks} blocks: {sense.hex()}")
+            wrong = bytearray(new)
+            wrong[n // 2 + 5] ^= 0xFF
+            status, _, sense = self.command(ini, 1, caw, data=bytes(wrong) + pattern(n, 9))
+            self.assertEqual(status, 2)
+            self.assertEqual(sense_key_asc(sense)[:2], (0xE, 0x1D), sense.hex())
+            # Fixed or descriptor format: the INFORMATION field holds the offset.
+            info = struct.unpack(">I", sense[2 + 3:2 + 7])[0] if sense[2] & 0x7F == 0x70 else None
+            if info is not None:
+                self.assertEqual(info, n // 2 + 5)
+            first = first[:lba * 512] + new + first[lba * 512 + n:]
+
+        # UNMAP of blocks 16..23 (partial object: zeroed).
+        params = struct.pack(">HH4xQI4x", 22, 16, 16, 8)
+        status, _, sense = self.command(ini, 1, struct.pack(">BBxxxxBHB", 0x42, 0, 0, 24, 0),
+                                        data=params)
+        self.assertEqual(status, 0, sense.hex())
+        status, _, sense = self.command(ini, 1, struct.pack(">BBIBHB", 0x35, 0, 0, 0, 0, 0))
+        self.assertEqual(status, 0)
+
+        image = export("vol1")
+        self.assertEqual(len(image), 64 << 20)
+        expect = first[:16 * 512] + bytes(8 * 512) + first[24 * 512:]
+        self.assertEqual(image[:64 * 512], expect)
+        self.assertEqual(image[10000 * 512:10032 * 512], second)
+
+        # Online resize through ResizeLun: the image grows, READ CAPACITY follows.
+        self.daemon.ctl("lun", "resize", TARGET, 1, "96M")
+        self.assertIn("96 MiB", rbd("info", "rbd/vol1").stdout)
+        cap = harness.run(["iscsi-readcapacity16", url]).stdout
+        self.assertRegex(cap, r"RETURNED LOGICAL BLOCK ADDRESS:196607\b")
+        lun = self.daemon.ctl_json("lun", "get", TARGET, 1)
+        self.assertEqual(int(lun["size_bytes"]), 96 << 20, lun)
+        self.assertEqual(lun["rbd"], {"pool": "rbd", "image": "vol1", "namespace": "", "conf": CONF,
+                                      "client_id": "", "keyring": "", "create": True}, lun)
+
+        # The store's calls are timed under their operation, compare_and_write included.
+        with urllib.request.urlopen(f"http://{self.daemon.ports['metrics']}/metrics") as r:
+            metrics = r.read().decode()
+        for op in ("read", "write", "flush", "unmap", "compare_and_write"):
+            pat = r'iscsigw_store_io_duration_seconds_count\{lun="1",op="%s",target="%s"\} [1-9]'
+            self.assertIsNotNone(re.search(pat % (op, re.escape(TARGET)), metrics), op)
+        self.assertIn('iscsigw_store_io_errors_total{lun="1",target="%s"} 0' % TARGET, metrics)
+
+    def test_missing_cluster_image_and_pool(self):
+        keyring = os.path.join(CLUSTER_DIR, "client.gw.keyring")
+        secret = "AQBzZXNzaW9ubm90YXJlYWxrZXlhdGFsbA=="
+        with open(keyring, "w") as f:
+            f.write(f"[client.gw]\n\tkey = {secret}\n")
+        dead = os.path.join(CLUSTER_DIR, "dead.conf")
+        with open(dead, "w") as f:
+            f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                    "log file = /dev/null\n")
+        t0 = time.monotonic()
+        p = self.daemon.ctl("lun", "create", TARGET, 5, "--backing", "rbd", "--pool", "rbd",
+                            "--image", "x", "--ceph-conf", dead, "--keyring", keyring,
+                            "--create", "--size", "8M", check=False)
+        took = time.monotonic() - t0
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(took, 20)
+        self.assertIn("Ceph cluster of " + dead, p.stderr)
+        self.assertIn("127.0.0.1:9", p.stderr)
+        self.assertIn("UNAVAILABLE", p.stderr.upper())
+
+        p = self.create_lun(6, "no-such-image", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("image no-such-image does not exist in pool rbd", p.stderr)
+        p = self.daemon.ctl("lun", "create", TARGET, 7, "--backing", "rbd", "--pool", "nopool",
+                            "--image", "x", "--ceph-conf", CONF, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("pool nopool does not exist", p.stderr)
+        p = self.daemon.ctl("lun", "create", TARGET, 7, "--backing", "rbd", "--pool", "rbd",
+                            check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--pool and --image", p.stderr)
+        # None of it left a LUN behind, and no key reached the log or the API.
+        luns = self.daemon.ctl("lun", "list", TARGET).stdout
+        for lun_id in (" 5 ", " 6 ", " 7 "):
+            self.assertNotIn(TARGET + lun_id, luns)
+        self.assertNotIn(secret, self.daemon.read_log())
+
+    def test_osd_stopped_while_io_runs(self):
+        self.create_lun(2, "vol2", "16M", "--create", "--size", "16M")
+        ini = self.login()
+        data = pattern(16 * 512, 7)
+        status, _, _ = self.command(ini, 2, struct.pack(">BBIBHB", 0x2A, 0, 0, 0, 16, 0), data=data)
+        self.assertEqual(status, 0)
+        other = self.login()  # a ram LUN on the same (only) reactor
+
+        pid = osd_pid()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # Commands to the rbd LUN wait for the OSD (FUA: librbd's cache may acknowledge a
+            # plain write at once, as the caching mode page's WCE=1 allows)...
+            itts = [ini.send_command(2, struct.pack(">BBIBHB", 0x2A, 8, 100 + i * 16, 0, 16, 0),
+                                     data=pattern(16 * 512, 20 + i)) for i in range(4)]
+            itts.append(ini.send_command(2, struct.pack(">BBIBHB", 0x28, 0, 0, 0, 16, 0),
+                                         read_len=16 * 512))
+            # ...while the reactor keeps serving the ram LUN.
+            for _ in range(20):
+                t0 = time.monotonic()
+                status, _, _ = self.command(other, 0, struct.pack(">BBIBHB", 0x2A, 0, 0, 0, 1, 0),
+                                            data=pattern(512, 1))
+                self.assertEqual(status, 0)
+                self.assertLess(time.monotonic() - t0, 1.0)
+            time.sleep(3)  # the OSD stays stopped a few seconds
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        answers = {}
+        for _ in itts:
+            itt, status, buf, sense = ini.recv_response()
+            answers[itt] = (status, buf, sense)
+        for itt in itts[:-1]:
+            self.assertEqual(answers[itt][0], 0, answers[itt][2].hex())
+        self.assertEqual(answers[itts[-1]][0], 0)
+        self.assertEqual(answers[itts[-1]][1], data)
+        # They did wait for the OSD: the store's write time holds the seconds it was stopped.
+        with urllib.request.urlopen(f"http://{self.daemon.ports['metrics']}/metrics") as r:
+            metrics = r.read().decode()
+        m = re.search(r'iscsigw_store_io_duration_seconds_sum\{lun="2",op="write",target="%s"\} '
+                      r'(\S+)' % re.escape(TARGET), metrics)
+        self.assertIsNotNone(m)
+        self.assertGreater(float(m.group(1)), 4 * 2.5)
+        # Served again afterwards, and the daemon is up.
+        status, back, _ = ini.read(2, 100, 16)
+        self.assertEqual(status, 0)
+        self.assertEqual(back, pattern(16 * 512, 20))
+        self.assertIsNone(self.daemon.proc.poll())
+
+
+if __name__ == "__main__":
+    unittest.main()
