@@ -31,6 +31,8 @@ asio::thread_pool& RbdPool() {
 }
 
 constexpr uint32_t kOpChunk = 64;
+// GetProvisioning looks at no more than this many bytes per call (4096 objects of 4 MiB).
+constexpr uint64_t kMaxProvisioningWalk = uint64_t{16} << 30;
 // librbd's compare-and-write (Ceph 16) takes a range inside one 512-byte sector only.
 constexpr uint64_t kNativeCompareSector = 512;
 
@@ -573,7 +575,8 @@ void RbdStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len,
   Op* op = TakeOp(*slots_[slot]);
   op->work = Op::PoolWork::kProvision;
   op->offset = offset;
-  op->len = end - offset;
+  // One query walks at most this much of the object map; a longer run is reported in pieces.
+  op->len = std::min(end - offset, kMaxProvisioningWalk);
   op->extent = out;
   op->done = done;
   SubmitToPool(op);
