@@ -93,6 +93,7 @@ def run(workdir):
         if args.store == "rbd":
             subprocess.run(["bash", cluster_script, "stop", cluster_dir], capture_output=True,
                            timeout=120)
+            shutil.rmtree(cluster_dir, ignore_errors=True)
 
     try:
         daemon = harness.Daemon(state=state, state_dir=workdir).start()
