@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cerrno>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -624,6 +625,168 @@ void RbdStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* c
   op->kind = Op::Kind::kCompareWrite;
   op->gated = true;
   Submit(op);
+}
+
+}  // namespace iscsigw::backing
+
+// ---------------------------------------------------------------------------------------------
+// OfflineRbdStore.
+
+namespace iscsigw::backing {
+
+struct OfflineRbdStore::State {
+  RbdStoreOptions options;
+  std::vector<boost::asio::io_context*> slots;
+  uint32_t block_size = 512;
+  uint64_t offline_size = 0;
+  std::string name;
+  std::atomic<RbdStore*> live{nullptr};  // set once by the retry thread; owned by `store`
+  std::unique_ptr<RbdStore> store;       // written by the retry thread before `live`
+  std::mutex mu;                         // guards what follows
+  std::condition_variable cv;
+  bool stop = false;
+  std::string reason;
+};
+
+OfflineRbdStore::OfflineRbdStore(RbdStoreOptions options,
+                                 std::vector<boost::asio::io_context*> slots, uint32_t block_size,
+                                 std::string first_error)
+    : state_(std::make_shared<State>()), slots_(slots) {
+  State& s = *state_;
+  s.name = options.pool + "/" + (options.ns.empty() ? "" : options.ns + "/") + options.image;
+  s.offline_size = options.size_bytes != 0 ? options.size_bytes : block_size;
+  s.options = std::move(options);
+  s.slots = std::move(slots);
+  s.block_size = block_size;
+  s.reason = std::move(first_error);
+  log::Backing().warn("rbd store {}: offline, retrying in the background: {}", s.name, s.reason);
+}
+
+void OfflineRbdStore::Start(OnOnline on_online, std::chrono::milliseconds first_retry,
+                            std::chrono::milliseconds max_retry) {
+  thread_ = std::thread([state = state_, on_online = std::move(on_online), first_retry, max_retry] {
+    State& s = *state;
+    auto delay = first_retry;
+    auto last_log = std::chrono::steady_clock::now();
+    std::string logged = s.reason;
+    for (;;) {
+      {
+        std::unique_lock lock(s.mu);
+        if (s.cv.wait_for(lock, delay, [&] { return s.stop; })) return;
+      }
+      delay = std::min(delay * 2, max_retry);
+      auto r = RbdStore::Open(s.options, s.slots);
+      std::string error;
+      if (!r.ok()) {
+        error = r.status().message();
+      } else if (r.value()->size_bytes() % s.block_size != 0) {
+        error = "rbd store " + s.name + ": size " + std::to_string(r.value()->size_bytes()) +
+                " is not a multiple of block_size " + std::to_string(s.block_size);
+      }
+      if (error.empty()) {
+        std::unique_lock lock(s.mu);
+        if (s.stop) return;  // the LUN is gone; the store closes here, off every reactor
+        const uint64_t size = r.value()->size_bytes();
+        s.store = std::move(r).value();
+        s.reason.clear();
+        s.live.store(s.store.get(), std::memory_order_release);
+        lock.unlock();
+        log::Backing().info("rbd store {}: online, {} bytes", s.name, size);
+        if (on_online) on_online(s.offline_size, size);
+        return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      const bool changed = error != logged;
+      {
+        std::lock_guard lock(s.mu);
+        s.reason = error;
+      }
+      if (changed || now - last_log >= std::chrono::minutes(1)) {
+        log::Backing().warn("rbd store {}: still offline, retrying within {} ms: {}", s.name,
+                            delay.count(), error);
+        logged = error;
+        last_log = now;
+      }
+    }
+  });
+}
+
+OfflineRbdStore::~OfflineRbdStore() {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  if (!thread_.joinable()) return;
+  bool on_reactor = false;
+  for (auto* ioc : slots_) on_reactor |= ioc->get_executor().running_in_this_thread();
+  if (on_reactor) {
+    thread_.detach();  // it holds the state, and the store it may still open, until it returns
+  } else {
+    thread_.join();
+  }
+}
+
+RbdStore* OfflineRbdStore::Live() const { return state_->live.load(std::memory_order_acquire); }
+
+std::string OfflineRbdStore::offline_reason() const {
+  std::lock_guard lock(state_->mu);
+  return state_->reason;
+}
+
+uint64_t OfflineRbdStore::size_bytes() const {
+  RbdStore* s = Live();
+  return s != nullptr ? s->size_bytes() : state_->offline_size;
+}
+
+uint64_t OfflineRbdStore::unmap_granularity() const {
+  RbdStore* s = Live();
+  return s != nullptr ? s->unmap_granularity() : uint64_t{4} << 20;  // librbd's default object
+}
+
+void OfflineRbdStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
+                           IoCompletion done) {
+  if (RbdStore* s = Live()) return s->Read(slot, offset, buf, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                            IoCompletion done) {
+  if (RbdStore* s = Live()) return s->Write(slot, offset, buf, fua, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::Flush(unsigned slot, IoCompletion done) {
+  if (RbdStore* s = Live()) return s->Flush(slot, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) {
+  if (RbdStore* s = Live()) return s->Unmap(slot, offset, len, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                                      IoCompletion done) {
+  if (RbdStore* s = Live()) return s->GetProvisioning(slot, offset, max_len, out, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch,
+                                      bool fua, ModifyFn modify, IoCompletion done) {
+  if (RbdStore* s = Live()) return s->ReadModifyWrite(slot, offset, scratch, fua, modify, done);
+  done(ENOTCONN);
+}
+
+void OfflineRbdStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                                      IoCompletion done) {
+  if (RbdStore* s = Live()) return s->CompareAndWrite(slot, offset, op, done);
+  done(ENOTCONN);
+}
+
+int OfflineRbdStore::Grow(uint64_t new_size_bytes) {
+  if (RbdStore* s = Live()) return s->Grow(new_size_bytes);
+  return ENOTCONN;
 }
 
 }  // namespace iscsigw::backing

@@ -54,11 +54,14 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "dataplane/backing/backing_store.h"
@@ -152,6 +155,62 @@ class RbdStore final : public BackingStore {
   bool use_object_map_ = false;
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   WriteGate gate_;                            // any thread
+};
+
+// OfflineRbdStore: an rbd LUN whose image could not be opened when the daemon started (the cluster
+// down, the pool or image missing). The LUN stays configured so that one unreachable cluster does
+// not take the daemon and every other LUN down; until the image opens every I/O completes with
+// ENOTCONN, which the SCSI layer reports as NOT READY, LOGICAL UNIT IS IN PROCESS OF BECOMING
+// READY (SPC-4 table 52, 04h/01h: the store is retrying).
+// A thread of its own (never a reactor: RbdStore::Open blocks up to client_mount_timeout) retries
+// RbdStore::Open with a backoff of 1 s doubling to 30 s, and logs each failure at warn when the
+// reason changed or a minute has passed. When the image opens, and its size is a multiple of
+// block_size, the store is published to the reactors (an atomic pointer; from then on every call
+// goes straight to it) and `on_online(offline_size, size)` runs on that thread.
+// Until then size_bytes() is the configured size, or one block when the image's size is to be
+// used; GetLun/ListLuns show that size, and offline_reason() says why.
+// Lifetime: the destructor stops the retry and waits for an attempt in progress, except on one of
+// the store's reactors (the last task of a removed LUN), where the thread finishes on its own.
+class OfflineRbdStore final : public BackingStore {
+ public:
+  using OnOnline = std::function<void(uint64_t offline_size, uint64_t size)>;
+  OfflineRbdStore(RbdStoreOptions options, std::vector<boost::asio::io_context*> slots,
+                  uint32_t block_size, std::string first_error);
+  ~OfflineRbdStore() override;
+  OfflineRbdStore(const OfflineRbdStore&) = delete;
+  OfflineRbdStore& operator=(const OfflineRbdStore&) = delete;
+
+  // Starts the retry; call once, after on_online's target exists. Backoff overrides for tests.
+  void Start(OnOnline on_online, std::chrono::milliseconds first_retry = std::chrono::seconds(1),
+             std::chrono::milliseconds max_retry = std::chrono::seconds(30));
+  bool online() const { return Live() != nullptr; }
+  // Why the image is not open (empty once it is). Any thread.
+  std::string offline_reason() const;
+
+  std::string_view kind() const override { return "rbd"; }
+  uint64_t size_bytes() const override;
+  bool persistent() const override { return true; }
+  bool thin_provisioned() const override { return true; }
+  uint64_t unmap_granularity() const override;
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             IoCompletion done) override;
+  void Flush(unsigned slot, IoCompletion done) override;
+  void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
+  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
+                       IoCompletion done) override;
+  void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
+                       ModifyFn modify, IoCompletion done) override;
+  void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
+                       IoCompletion done) override;
+  int Grow(uint64_t new_size_bytes) override;
+
+ private:
+  struct State;
+  RbdStore* Live() const;         // the open store, or null; any thread
+  std::shared_ptr<State> state_;  // shared with the retry thread, which may outlive this
+  std::vector<boost::asio::io_context*> slots_;
+  std::thread thread_;  // the retry; joined or detached by the destructor
 };
 
 }  // namespace iscsigw::backing

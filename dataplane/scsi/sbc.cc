@@ -97,7 +97,8 @@ bool CheckRw(const Command& cmd, const RwCdb& r) {
 
 // Store errors become sense data through SetStoreError: EIO is MEDIUM ERROR (UNRECOVERED READ
 // ERROR, WRITE ERROR), ENOSPC on a thin LUN SPACE ALLOCATION FAILED WRITE PROTECT (SBC-3 4.7.3.7),
-// EROFS WRITE PROTECTED.
+// EROFS WRITE PROTECTED, ENOTCONN (a store not connected to its medium yet) NOT READY, BECOMING
+// READY.
 void ReadDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
   if (err != 0) SetStoreError(task, err, false);

@@ -16,6 +16,9 @@ namespace iscsigw::scsi::internal {
 namespace {
 
 constexpr Asc kSpaceAllocationFailedWriteProtect{0x27, 0x07};  // SBC-3 4.7.3.6
+// SPC-4 table 52: a store that is retrying to reach its medium (an rbd image whose cluster is not
+// reachable yet) reports the unit as becoming ready.
+constexpr Asc kLogicalUnitBecomingReady{0x04, 0x01};
 // Largest piece one store call of these operations moves.
 constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 
@@ -142,6 +145,11 @@ bool CheckWritable(const Command& cmd) {
 }
 
 void SetStoreError(Task& task, int err, bool write) {
+  if (err == ENOTCONN) {
+    // Not a failure of the medium: no write error is noted.
+    SetCheckCondition(task, SenseKey::kNotReady, kLogicalUnitBecomingReady);
+    return;
+  }
   if (write && task.unit != nullptr) task.unit->NoteWriteError();
   if (err == EROFS) {
     SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdio>
@@ -391,6 +392,82 @@ TEST_F(RbdStoreTest, ReadOnlyRefusesWrites) {
   store_->Unmap(0, 0, 512, Record(&u));
   EXPECT_EQ(w.err, EROFS);
   EXPECT_EQ(u.err, EROFS);
+}
+
+// A LUN whose image is missing at start: NOT READY (ENOTCONN) until the retry opens the image,
+// then the image's I/O on the reactor and the capacity it had to change announced.
+TEST_F(RbdStoreTest, OfflineStoreComesOnlineWhenTheImageAppears) {
+  RbdStoreOptions o = Options(0, false);
+  auto first = RbdStore::Open(o, {&ioc_});
+  ASSERT_FALSE(first.ok());
+  OfflineRbdStore offline(o, {&ioc_}, 512, first.status().message());
+  EXPECT_FALSE(offline.online());
+  EXPECT_EQ(offline.size_bytes(), 512u);  // one block until the image's size is known
+  EXPECT_NE(offline.offline_reason().find("does not exist"), std::string::npos);
+  std::vector<uint8_t> buf(4096);
+  Result r0;
+  offline.Read(0, 0, buf, Record(&r0));
+  EXPECT_EQ(r0.err, ENOTCONN);
+
+  std::atomic<int> onlines{0};
+  std::atomic<uint64_t> from{0}, to{0};
+  offline.Start(
+      [&](uint64_t a, uint64_t b) {
+        from = a;
+        to = b;
+        ++onlines;
+      },
+      std::chrono::milliseconds(20), std::chrono::milliseconds(200));
+  Shell("rbd -c " + Cluster::conf + " create rbd/" + image_ + " --size 2M >/dev/null 2>&1");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (onlines == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(onlines, 1);
+  EXPECT_TRUE(offline.online());
+  EXPECT_EQ(from, 512u);
+  EXPECT_EQ(to, 2 * kMiB);
+  EXPECT_EQ(offline.size_bytes(), 2 * kMiB);
+  EXPECT_EQ(offline.offline_reason(), "");
+
+  const auto data = Pattern(4096, 9);
+  Result w, r;
+  offline.Write(0, 8192, data, true, Record(&w));
+  Wait({&w});
+  EXPECT_EQ(w.err, 0);
+  offline.Read(0, 8192, buf, Record(&r));
+  Wait({&r});
+  EXPECT_EQ(r.err, 0);
+  EXPECT_EQ(buf, data);
+}
+
+// A cluster that is not there: the store stays offline, and destroying it does not wait long.
+TEST_F(RbdStoreTest, OfflineStoreStaysOfflineWithoutACluster) {
+  const std::string dead = Cluster::dir + "/dead-offline.conf";
+  std::ofstream(dead) << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                         "client mount timeout = 1\nlog file = /dev/null\n";
+  RbdStoreOptions o = Options(kMiB, false);
+  o.conf = dead;
+  std::atomic<int> onlines{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    OfflineRbdStore offline(o, {&ioc_}, 512, "down");
+    offline.Start([&](uint64_t, uint64_t) { ++onlines; }, std::chrono::milliseconds(10),
+                  std::chrono::milliseconds(50));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (offline.offline_reason() == "down" && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_NE(offline.offline_reason().find("127.0.0.1:9"), std::string::npos)
+        << offline.offline_reason();
+    EXPECT_EQ(offline.size_bytes(), kMiB);
+    std::vector<uint8_t> data(512, 1);
+    Result w;
+    offline.Write(0, 0, data, false, Record(&w));
+    EXPECT_EQ(w.err, ENOTCONN);
+  }
+  EXPECT_EQ(onlines, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace
