@@ -103,14 +103,15 @@ StateStore::StateStore(std::string dir, iscsigw::v1::State initial, api::Datapla
 
 Status StateStore::Start() {
   std::lock_guard lock(mu_);
-  return Commit(*state_, nullptr);
+  return Commit(*state_, nullptr, api::Dataplane::ApplyMode::kStartup);
 }
 
-Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous) {
+Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
+                          api::Dataplane::ApplyMode mode) {
   auto cfg = ToConfig(next);
   if (!cfg.ok()) return cfg.status();
   if (dataplane_ != nullptr) {
-    if (Status s = dataplane_->Apply(cfg.value()); !s.ok()) return s;
+    if (Status s = dataplane_->Apply(cfg.value(), mode); !s.ok()) return s;
   }
   Status written = WriteFileAtomically(path(), StateToJson(next), 0600);
   health_ = written;
@@ -119,7 +120,9 @@ Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::Sta
     // Keep the data plane in step with what is on disk.
     if (dataplane_ != nullptr && previous != nullptr) {
       auto old = ToConfig(*previous);
-      if (old.ok()) (void)dataplane_->Apply(old.value());
+      // The configuration that was running: its LUNs are kept, and an rbd LUN that cannot open
+      // now is configured offline rather than failing the roll-back.
+      if (old.ok()) (void)dataplane_->Apply(old.value(), api::Dataplane::ApplyMode::kStartup);
     }
     return Status(StatusCode::kUnavailable,
                   "state not saved, nothing changed: " + written.message());

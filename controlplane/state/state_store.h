@@ -65,7 +65,8 @@ class StateStore {
   Status ProbeDir();
 
  private:
-  Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous);
+  Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
+                api::Dataplane::ApplyMode mode = api::Dataplane::ApplyMode::kStrict);
 
   const std::string dir_;
   api::Dataplane* const dataplane_;

@@ -437,7 +437,7 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
   return dp;
 }
 
-Status Dataplane::Apply(const Config& config) {
+Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   std::lock_guard lock(impl_->config_mu);
   std::set<std::string> names;
   for (const auto& t : config.targets) {
@@ -474,6 +474,12 @@ Status Dataplane::Apply(const Config& config) {
     std::string who;
   };
   std::vector<Grow> grows;
+  // rbd LUNs configured offline (kStartup), whose retry starts once the configuration is live.
+  struct OfflineStart {
+    std::shared_ptr<backing::OfflineRbdStore> store;
+    std::shared_ptr<scsi::Lun> lun;
+  };
+  std::vector<OfflineStart> offline_starts;
   std::vector<std::shared_ptr<iscsi::TargetConfig>> changed_inventory;
   std::vector<std::set<uint32_t>> new_ids;
   for (const auto& t : config.targets) {
@@ -531,6 +537,7 @@ Status Dataplane::Apply(const Config& config) {
         }
       }
       std::shared_ptr<backing::BackingStore> store;
+      std::shared_ptr<backing::OfflineRbdStore> offline;
       uint64_t size = l.size_bytes;
       switch (l.backing) {
         case BackingKind::kRam:
@@ -572,6 +579,16 @@ Status Dataplane::Apply(const Config& config) {
           ro.size_bytes = l.size_bytes;
           ro.read_only = l.read_only;
           auto rs = backing::RbdStore::Open(ro, impl_->pool.contexts());
+          if (!rs.ok() && mode == ApplyMode::kStartup &&
+              rs.status().code() != StatusCode::kInvalidArgument) {
+            // One unreachable cluster must not keep the daemon, and every other LUN, down.
+            offline = std::make_shared<backing::OfflineRbdStore>(
+                ro, impl_->pool.contexts(), l.block_size,
+                "lun " + std::to_string(l.id) + " of " + t.name + ": " + rs.status().message());
+            size = offline->size_bytes();
+            store = offline;
+            break;
+          }
           if (!rs.ok()) {
             return Status(rs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
                                                   ": " + rs.status().message());
@@ -626,6 +643,7 @@ Status Dataplane::Apply(const Config& config) {
           l.backing == BackingKind::kFile || l.backing == BackingKind::kRbd);
       auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
       next[key] = Impl::LunEntry{l, lun};
+      if (offline) offline_starts.push_back({offline, lun});
       tc->info.luns.push_back(lun);
       log::Ctl().info(
           "lun {} of {}: {} store, {} bytes, block size {}{}", l.id, t.name,
@@ -673,6 +691,15 @@ Status Dataplane::Apply(const Config& config) {
   }
   impl_->luns = std::move(next);
   impl_->gateway.Publish(std::move(snapshot));
+  for (auto& o : offline_starts) {
+    o.store->Start([weak = std::weak_ptr<scsi::Lun>(o.lun)](uint64_t offline_size, uint64_t size) {
+      // SBC-3 4.7: the image's size is not the one the LUN reported while offline.
+      auto lun = weak.lock();
+      if (lun && size != offline_size) {
+        lun->RaiseUnitAttention(scsi::UnitAttention{0x2a, 0x09}, nullptr);
+      }
+    });
+  }
   return Status::Ok();
 }
 

@@ -102,7 +102,12 @@ class Dataplane {
   // CHANGED (SBC-3 4.7, 2Ah/09h); adding or removing LUNs raises REPORTED LUNS DATA HAS CHANGED
   // (3Fh/0Eh) on the target's other LUNs. Live sessions see the new configuration. On error
   // nothing is published and the Status names the target, LUN and field.
-  Status Apply(const Config& config);
+  // kStartup (the configuration the daemon starts or rolls back with): an rbd LUN whose image
+  // cannot be opened (the cluster down, the pool or image missing) is not an error; the LUN is
+  // configured offline, answers NOT READY, and opens in the background (backing::OfflineRbdStore).
+  // kStrict (a change through the API): it is an error, at once.
+  enum class ApplyMode { kStrict, kStartup };
+  Status Apply(const Config& config, ApplyMode mode = ApplyMode::kStrict);
 
   // The current size of a LUN as its store reports it (for a file LUN created with size 0, the
   // file's size); nullopt when the LUN is not configured.

@@ -277,5 +277,62 @@ class RbdLunTest(unittest.TestCase):
         self.assertIsNone(self.daemon.proc.poll())
 
 
+class RbdLunOfflineAtStartTest(unittest.TestCase):
+    """An rbd LUN that cannot open at start (its cluster down, its image missing) does not stop
+    the daemon or the other LUNs: it answers NOT READY, BECOMING READY and comes online by itself
+    once its image can be opened."""
+
+    def test_unreachable_luns_start_offline_and_come_online(self):
+        image = f"late-{os.getpid()}"
+        dead = os.path.join(CLUSTER_DIR, "dead-at-start.conf")
+        with open(dead, "w") as f:
+            f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                    "client mount timeout = 2\nlog file = /dev/null\n")
+        state = harness.simple_state("rbd-offline", luns=[
+            {"id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512},
+            {"id": 1, "rbd": {"pool": "rbd", "image": image, "conf": CONF},
+             "sizeBytes": str(8 << 20), "blockSize": 512},
+            {"id": 2, "rbd": {"pool": "rbd", "image": "x", "conf": dead},
+             "sizeBytes": str(8 << 20), "blockSize": 512}])
+        daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start(timeout=60)
+        self.addCleanup(daemon.cleanup)
+        self.addCleanup(daemon.stop)
+        ini = Initiator(daemon.portal, harness.INITIATOR, timeout=60)
+        ini.login(harness.IQN_PREFIX + "rbd-offline")
+        self.addCleanup(ini.close)
+
+        def read(lun):
+            for _ in range(3):  # past the unit attentions of a new session
+                status, data, sense = ini._command(lun, struct.pack(">BBIBHB", 0x28, 0, 0, 0, 8, 0),
+                                                   read_len=8 * 512)
+                if status == 2 and sense_key_asc(sense)[0] == 0x6:
+                    continue
+                return status, data, sense
+            return status, data, sense
+
+        status, _, sense = read(0)
+        self.assertEqual(status, 0, sense.hex())
+        for lun in (1, 2):
+            status, _, sense = read(lun)
+            self.assertEqual(status, 2)
+            # SPC-4 table 52: NOT READY, LOGICAL UNIT IS IN PROCESS OF BECOMING READY.
+            self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01), sense.hex())
+        log = daemon.read_log()
+        self.assertRegex(log, r"warn.*rbd/" + image + r": offline.*does not exist")
+        self.assertRegex(log, r"warn.*lun 2 of .*rbd-offline: .*127\.0\.0\.1:9")
+
+        rbd("create", "rbd/" + image, "--size", "8M")
+        self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
+        t0 = time.monotonic()
+        status, data, _ = harness.wait_for(lambda: (lambda r: r if r[0] == 0 else None)(read(1)),
+                                           timeout=60, interval=0.2, what="lun 1 online")
+        print(f"lun 1 online {time.monotonic() - t0:.1f} s after its image was created",
+              file=sys.stderr)
+        self.assertEqual(data, bytes(8 * 512))
+        status, _, sense = read(2)
+        self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01))
+        self.assertIsNone(daemon.proc.poll())
+
+
 if __name__ == "__main__":
     unittest.main()
