@@ -63,6 +63,103 @@ bool IsCephDefault(const std::string& value, const char* ceph_default) {
   return end != value.c_str() && *end == '\0' && v == std::strtod(ceph_default, nullptr);
 }
 
+// "v2:127.0.0.1:0/3842310957" (or inside "[...]", or a list of them): the host part of the first
+// address, and the nonce after '/'.
+struct EntityAddr {
+  std::string host;
+  std::string nonce;
+};
+EntityAddr ParseAddr(std::string a) {
+  if (!a.empty() && a.front() == '[') a = a.substr(1, a.find_first_of(",]") - 1);
+  if (auto colon = a.find(':'); a.rfind("v", 0) == 0 && colon != std::string::npos) {
+    a = a.substr(colon + 1);  // "v2:" / "v1:" / "any:"
+  }
+  EntityAddr out;
+  const auto slash = a.rfind('/');
+  out.nonce = slash == std::string::npos ? "" : a.substr(slash + 1);
+  a = a.substr(0, slash);
+  out.host = a.substr(0, a.rfind(':'));
+  return out;
+}
+
+// How long a holder of the exclusive lock that is suspected dead has to answer a notify on the
+// image's header before its lock is broken.
+constexpr uint64_t kLockProbeTimeoutMs = 2000;
+
+// The exclusive lock of an image whose last writer died (kill -9, a node crash) stays with that
+// writer's client until the OSDs time its watch out (osd_client_watch_timeout, 30 s), and
+// librbd's first write waits that long to acquire it. A gateway restarted after a crash comes back
+// with the same host address and a new nonce: when the lock's owner has our host and another
+// nonce and does not acknowledge a notify on the image's header within kLockProbeTimeoutMs, it is
+// not alive, and its lock is broken (rbd_lock_break, which blocklists it: the fencing Ceph's docs
+// prescribe for a dead owner). A live owner, or one on another host, keeps its lock: librbd then
+// asks it for the lock, as it always does.
+void BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image,
+                        const std::string& who) {
+  rbd_lock_mode_t mode;
+  char* owners[4] = {};
+  size_t n = 4;
+  if (rbd_lock_get_owners(image, &mode, owners, &n) < 0 || n == 0) return;  // unlocked: -ENOENT
+  const std::string owner = owners[0];
+  rbd_lock_get_owners_cleanup(owners, n);
+  if (mode != RBD_LOCK_MODE_EXCLUSIVE || n != 1) return;
+  char* ours_buf = nullptr;
+  if (rados_getaddrs(cluster, &ours_buf) < 0 || ours_buf == nullptr) return;
+  const EntityAddr ours = ParseAddr(ours_buf);
+  rados_buffer_free(ours_buf);
+  const EntityAddr theirs = ParseAddr(owner);
+  if (theirs.host != ours.host || theirs.nonce == ours.nonce) return;
+
+  // The owner's global id, from the lockers of the header object (the managed lock is one).
+  char tag[256], clients[1024], cookies[1024], addrs[1024];
+  size_t tag_len = sizeof(tag), clients_len = sizeof(clients), cookies_len = sizeof(cookies),
+         addrs_len = sizeof(addrs);
+  int exclusive = 0;
+  const ssize_t lockers = rbd_list_lockers(image, &exclusive, tag, &tag_len, clients, &clients_len,
+                                           cookies, &cookies_len, addrs, &addrs_len);
+  uint64_t gid = 0;
+  for (ssize_t i = 0, c = 0, a = 0; i < lockers; ++i) {
+    const std::string client(clients + c), addr(addrs + a);
+    c += static_cast<ssize_t>(client.size()) + 1;
+    a += static_cast<ssize_t>(addr.size()) + 1;
+    if (addr == owner && client.rfind("client.", 0) == 0) {
+      gid = std::strtoull(client.c_str() + 7, nullptr, 10);
+    }
+  }
+  if (gid == 0) return;
+  char id[64] = {};
+  if (rbd_get_id(image, id, sizeof(id)) < 0) return;
+  const std::string header = std::string("rbd_header.") + id;
+  char* reply = nullptr;
+  size_t reply_len = 0;
+  // librbd's watchers acknowledge a notify they cannot decode; the payload is left empty.
+  (void)rados_notify2(io, header.c_str(), "", 0, kLockProbeTimeoutMs, &reply, &reply_len);
+  bool alive = reply == nullptr;  // no answer at all: assume alive, break nothing
+  if (reply != nullptr) {
+    notify_ack_t* acks = nullptr;
+    notify_timeout_t* timeouts = nullptr;
+    size_t nacks = 0, ntimeouts = 0;
+    if (rados_decode_notify_response(reply, reply_len, &acks, &nacks, &timeouts, &ntimeouts) == 0) {
+      for (size_t i = 0; i < nacks; ++i) alive |= acks[i].notifier_id == gid;
+      rados_free_notify_response(acks, nacks, timeouts);
+    } else {
+      alive = true;
+    }
+    rados_buffer_free(reply);
+  }
+  if (alive) return;
+  const int r = rbd_lock_break(image, RBD_LOCK_MODE_EXCLUSIVE, owner.c_str());
+  if (r < 0) {
+    log::Backing().warn("{}exclusive lock of dead client.{} ({}): break: {}", who, gid, owner,
+                        ErrnoText(-r));
+  } else {
+    log::Backing().warn(
+        "{}broke the exclusive lock of client.{} ({}): same host as this "
+        "gateway, another instance, no answer within {} ms",
+        who, gid, owner, kLockProbeTimeoutMs);
+  }
+}
+
 }  // namespace
 
 // A librados handle shared by every store with the same conf, client id and keyring.
@@ -236,6 +333,9 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
   if (rbd_get_features(image, &features) == 0) {
     store->use_object_map_ =
         (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
+    if (!o.read_only && (features & RBD_FEATURE_EXCLUSIVE_LOCK) != 0) {
+      BreakDeadLockOwner(store->cluster_->handle, io, image, who);
+    }
   }
   for (size_t i = 0; i < slots.size(); ++i) {
     store->slots_.push_back(

@@ -12,6 +12,11 @@
 //                         ETIMEDOUT; 30 s is the Linux initiator's default command timeout, so an
 //                         OSD that comes back sooner only delays the command;
 //   rados_mon_op_timeout  30 s (Ceph: 0, wait forever)  each mon request (image open, resize).
+// At open (not read-only, the image with exclusive locking), an exclusive lock held by a client
+// of this host with another nonce (this gateway before a crash) that does not answer a notify on
+// the image's header within 2 s is broken (rbd_lock_break, which blocklists it); librbd would
+// otherwise make the first write wait for the OSDs to time the dead client's watch out (30 s).
+// A live holder, or one on another host, keeps the lock.
 // and, always, rbd_skip_partial_discard = false: librbd otherwise ignores a discard that does not
 // cover whole objects, and an unmapped block must read back as zeros (LBPRZ=1).
 //

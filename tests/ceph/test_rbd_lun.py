@@ -334,5 +334,46 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         self.assertIsNone(daemon.proc.poll())
 
 
+class RbdLunCrashRestartTest(unittest.TestCase):
+    """Regression: after kill -9 of iscsigwd, the restarted daemon's first write to an rbd LUN
+    waited ~30 s for the OSDs to time out the dead instance's watch before librbd could take the
+    image's exclusive lock."""
+
+    def test_first_write_after_kill_9_does_not_wait_for_the_dead_lock(self):
+        image = f"crash-{os.getpid()}"
+        rbd("create", "rbd/" + image, "--size", "16M")
+        self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
+        state = harness.simple_state("rbd-crash", luns=[
+            {"id": 0, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}])
+        daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start()
+        self.addCleanup(daemon.cleanup)
+        target = harness.IQN_PREFIX + "rbd-crash"
+
+        def first_write(seed):
+            ini = Initiator(daemon.portal, harness.INITIATOR, timeout=90)
+            ini.login(target)
+            self.addCleanup(ini.close)
+            for _ in range(3):  # past the unit attentions of a new session
+                t0 = time.monotonic()
+                cdb = struct.pack(">BBIBHB", 0x2A, 0x08, seed, 0, 8, 0)  # WRITE(10), FUA
+                status, _, sense = ini._command(0, cdb, data=pattern(8 * 512, seed))
+                took = time.monotonic() - t0
+                if not (status == 2 and sense_key_asc(sense)[0] == 0x6):
+                    break
+            self.assertEqual(status, 0, sense.hex())
+            return took
+
+        first_write(1)  # takes the image's exclusive lock
+        self.assertEqual(daemon.stop(signal.SIGKILL), -signal.SIGKILL)
+        t0 = time.monotonic()
+        daemon.start()
+        started = time.monotonic() - t0
+        took = first_write(2)
+        print(f"after kill -9: restart {started:.2f} s, first write {took:.2f} s", file=sys.stderr)
+        self.assertLess(took, 10)
+        self.assertRegex(daemon.read_log(), r"broke the exclusive lock of client\.\d+")
+        self.assertEqual(export(image)[2 * 512:10 * 512], pattern(8 * 512, 2))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,6 +6,7 @@
 #include "dataplane/backing/rbd_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -392,6 +393,74 @@ TEST_F(RbdStoreTest, ReadOnlyRefusesWrites) {
   store_->Unmap(0, 0, 512, Record(&u));
   EXPECT_EQ(w.err, EROFS);
   EXPECT_EQ(u.err, EROFS);
+}
+
+// A writer of the image that is running, on this host: `rbd bench`, holding the exclusive lock.
+class Writer {
+ public:
+  Writer(const std::string& conf, const std::string& image) {
+    pid_ = std::stoi(Shell("rbd -c " + conf +
+                           " bench --io-type write --io-size 4K --io-threads 1 "
+                           "--io-total 1G rbd/" +
+                           image + " >/dev/null 2>&1 & echo $!"));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (Shell("rbd -c " + conf + " lock ls rbd/" + image).find("auto") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~Writer() { Kill(); }
+  void Kill() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      Shell("while kill -0 " + std::to_string(pid_) + " 2>/dev/null; do sleep 0.05; done");
+    }
+    pid_ = 0;
+  }
+
+ private:
+  int pid_ = 0;
+};
+
+// Regression: after a writer on this host died (a gateway killed with -9 and restarted), the
+// first write waited ~30 s for the OSDs to time the dead writer's watch out before librbd could
+// take the exclusive lock.
+TEST_F(RbdStoreTest, FirstWriteAfterADeadWriterDoesNotWaitForItsLock) {
+  OpenOrDie(4 * kMiB);
+  store_.reset();
+  Writer writer(Cluster::conf, image_);
+  ASSERT_NE(Shell("rbd -c " + Cluster::conf + " lock ls rbd/" + image_).find("auto"),
+            std::string::npos);
+  writer.Kill();
+  OpenOrDie(4 * kMiB);
+  const auto data = Pattern(4096, 3);
+  Result w;
+  const auto t0 = std::chrono::steady_clock::now();
+  store_->Write(0, 0, data, true, Record(&w));
+  Wait({&w});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(w.err, 0);
+  EXPECT_LT(took, std::chrono::seconds(5))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+// A writer that is alive keeps its lock: opening the image breaks nothing.
+TEST_F(RbdStoreTest, OpenLeavesALiveWritersLockAlone) {
+  OpenOrDie(4 * kMiB);
+  store_.reset();
+  Writer writer(Cluster::conf, image_);
+  const std::string before = Shell("rbd -c " + Cluster::conf + " lock ls rbd/" + image_);
+  ASSERT_NE(before.find("auto"), std::string::npos);
+  const std::string blocklist = "ceph -c " + Cluster::conf + " osd blocklist ls 2>/dev/null";
+  const std::string blocked = Shell(blocklist);
+  OpenOrDie(4 * kMiB);
+  EXPECT_EQ(Shell("rbd -c " + Cluster::conf + " lock ls rbd/" + image_), before);
+  EXPECT_EQ(Shell(blocklist), blocked);
+  store_.reset();
+  // Dead now: an open breaks its lock, which also drops its watch, so that TearDown's rbd rm does
+  // not wait for it.
+  writer.Kill();
+  OpenOrDie(4 * kMiB);
 }
 
 // A LUN whose image is missing at start: NOT READY (ENOTCONN) until the retry opens the image,
