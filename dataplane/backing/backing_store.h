@@ -40,6 +40,10 @@ class BackingStore {
   virtual uint64_t size_bytes() const = 0;
   // True when data survives a process restart (file, rbd); false for ram and null.
   virtual bool persistent() const = 0;
+  // 0 when the store can serve I/O now, or ENOTCONN while it is not connected to its medium yet
+  // (an rbd image still being retried); the SCSI layer answers TEST UNIT READY with it. Cheap and
+  // never blocks: any thread, on the command path.
+  virtual int ready() const { return 0; }
 
   // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
   // The SCSI layer builds UNMAP, WRITE SAME with UNMAP, GET LBA STATUS, COMPARE AND WRITE and

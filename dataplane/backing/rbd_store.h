@@ -165,8 +165,9 @@ class RbdStore final : public BackingStore {
 // OfflineRbdStore: an rbd LUN whose image could not be opened when the daemon started (the cluster
 // down, the pool or image missing). The LUN stays configured so that one unreachable cluster does
 // not take the daemon and every other LUN down; until the image opens every I/O completes with
-// ENOTCONN, which the SCSI layer reports as NOT READY, LOGICAL UNIT IS IN PROCESS OF BECOMING
-// READY (SPC-4 table 52, 04h/01h: the store is retrying).
+// ENOTCONN, and ready() says ENOTCONN, which the SCSI layer reports (TEST UNIT READY included) as
+// NOT READY, LOGICAL UNIT IS IN PROCESS OF BECOMING READY (SPC-4 table 52, 04h/01h: the store is
+// retrying).
 // A thread of its own (never a reactor: RbdStore::Open blocks up to client_mount_timeout) retries
 // RbdStore::Open with a backoff of 1 s doubling to 30 s, and logs each failure at warn when the
 // reason changed or a minute has passed. When the image opens, and its size is a multiple of
@@ -195,6 +196,7 @@ class OfflineRbdStore final : public BackingStore {
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override;
   bool persistent() const override { return true; }
+  int ready() const override { return online() ? 0 : ENOTCONN; }
   bool thin_provisioned() const override { return true; }
   uint64_t unmap_granularity() const override;
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;

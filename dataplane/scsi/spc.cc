@@ -219,8 +219,11 @@ void ReturnData(Task& task, const uint8_t* data, size_t len, size_t alloc_len) {
 }
 
 Disposition TestUnitReady(const Command& cmd) {
-  // SPC-4 6.47: the logical unit is always ready (it has no medium to spin up).
-  (void)cmd;
+  // SPC-4 6.47: GOOD when the logical unit is ready. The engine has already reported a pending
+  // unit attention and any reservation conflict, which come before readiness (SAM-5 5.14); what
+  // is left is whether the store reaches its medium (an rbd image still being opened answers NOT
+  // READY, LOGICAL UNIT IS IN PROCESS OF BECOMING READY).
+  if (const int err = cmd.lun->store().ready(); err != 0) SetStoreError(cmd.task, err, false);
   return Disposition::kDone;
 }
 

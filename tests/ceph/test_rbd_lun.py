@@ -301,15 +301,28 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         ini.login(harness.IQN_PREFIX + "rbd-offline")
         self.addCleanup(ini.close)
 
-        def read(lun):
+        def command(lun, cdb, read_len=0):
             for _ in range(3):  # past the unit attentions of a new session
-                status, data, sense = ini._command(lun, struct.pack(">BBIBHB", 0x28, 0, 0, 0, 8, 0),
-                                                   read_len=8 * 512)
+                status, data, sense = ini._command(lun, cdb, read_len=read_len)
                 if status == 2 and sense_key_asc(sense)[0] == 0x6:
                     continue
                 return status, data, sense
             return status, data, sense
 
+        def read(lun):
+            return command(lun, struct.pack(">BBIBHB", 0x28, 0, 0, 0, 8, 0), read_len=8 * 512)
+
+        def test_unit_ready(lun):
+            return command(lun, bytes(6))
+
+        # TEST UNIT READY first: it touches no block, yet must not answer GOOD for a LUN that
+        # cannot serve I/O (SPC-4 6.47).
+        for lun in (1, 2):
+            status, _, sense = test_unit_ready(lun)
+            self.assertEqual(status, 2, f"TEST UNIT READY of offline lun {lun}")
+            self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01), sense.hex())
+        status, _, sense = test_unit_ready(0)
+        self.assertEqual(status, 0, sense.hex())
         status, _, sense = read(0)
         self.assertEqual(status, 0, sense.hex())
         for lun in (1, 2):
@@ -329,8 +342,12 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         print(f"lun 1 online {time.monotonic() - t0:.1f} s after its image was created",
               file=sys.stderr)
         self.assertEqual(data, bytes(8 * 512))
+        status, _, sense = test_unit_ready(1)
+        self.assertEqual(status, 0, sense.hex())
         status, _, sense = read(2)
         self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01))
+        status, _, sense = test_unit_ready(2)
+        self.assertEqual((status, sense_key_asc(sense)), (2, (0x2, 0x04, 0x01)), sense.hex())
         self.assertIsNone(daemon.proc.poll())
 
 

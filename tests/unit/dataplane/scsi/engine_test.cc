@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -31,6 +32,7 @@ class FakeStore final : public backing::BackingStore {
   std::string_view kind() const override { return "fake"; }
   uint64_t size_bytes() const override { return data_.size(); }
   bool persistent() const override { return true; }
+  int ready() const override { return ready_err; }
 
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
             backing::IoCompletion done) override {
@@ -68,6 +70,7 @@ class FakeStore final : public backing::BackingStore {
   uint64_t last_offset = 0, last_len = 0;
   bool last_fua = false;
   int read_err = 0, write_err = 0, flush_err = 0;
+  int ready_err = 0;  // what ready() answers
   bool deferred = false;
   std::vector<uint8_t>& data() { return data_; }
 
@@ -318,6 +321,23 @@ TEST_F(EngineTest, UnitAttentionsArePerLun) {
 
 // ------------------------------------------------------------------------------------------------
 // Dispatch
+
+TEST_F(EngineTest, TestUnitReadyIsNotReadyWhileStoreIsOffline) {
+  auto fake = std::make_shared<FakeStore>(kBlocks * kBlock);
+  fake->ready_err = ENOTCONN;
+  AddLun(1, fake);
+  // The power-on unit attention comes before readiness (SAM-5 5.14).
+  Run({0x00}, 1, 0);
+  ExpectCheck(SenseKey::kUnitAttention, Asc::kPowerOnReset);
+  Run({0x00}, 1, 0);
+  ExpectCheck(SenseKey::kNotReady, Asc{0x04, 0x01});  // BECOMING READY
+  Run({0x00}, 1, 0);
+  ExpectCheck(SenseKey::kNotReady, Asc{0x04, 0x01});  // not a unit attention: stays until ready
+  EXPECT_EQ(fake->reads + fake->writes + fake->flushes, 0);
+  fake->ready_err = 0;
+  Run({0x00}, 1, 0);
+  ExpectGood();
+}
 
 TEST_F(EngineTest, UnknownOpcodeIsInvalidCommandOperationCode) {
   for (uint8_t op : {0x01, 0x04, 0x40, 0xC0, 0xFF}) {
