@@ -236,12 +236,18 @@ void PrintJson(const google::protobuf::Message& m) {
 }
 
 void PrintLuns(const std::string& target, const google::protobuf::RepeatedPtrField<v1::Lun>& luns) {
-  Table t({"TARGET", "LUN", "BACKING", "SIZE", "BLOCK", "RO", "SERIAL"});
+  Table t({"TARGET", "LUN", "BACKING", "SIZE", "BLOCK", "RO", "STATE", "SERIAL"});
   for (const auto& l : luns) {
     t.Add({target, std::to_string(l.id()), Backing(l), HumanSize(l.size_bytes()),
-           std::to_string(l.block_size()), l.read_only() ? "yes" : "no", l.serial()});
+           std::to_string(l.block_size()), l.read_only() ? "yes" : "no",
+           l.offline_reason().empty() ? "online" : "offline", l.serial()});
   }
   t.Print();
+  for (const auto& l : luns) {
+    if (!l.offline_reason().empty()) {
+      std::printf("lun %u offline: %s\n", l.id(), l.offline_reason().c_str());
+    }
+  }
 }
 
 void PrintTarget(const v1::Target& t) {

@@ -290,11 +290,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::GetTarget(Ctx* ctx,
     const v1::Target* t = FindTarget(st, req->name());
     if (t == nullptr) return TargetNotFound(req->name());
     *resp = Redacted(*t);
-    for (auto& l : *resp->mutable_luns()) {
-      if (auto size = dataplane_ ? dataplane_->LunSizeBytes(t->name(), l.id()) : std::nullopt) {
-        l.set_size_bytes(*size);
-      }
-    }
+    for (auto& l : *resp->mutable_luns()) (void)LunView(t->name(), v1::Lun(l), &l);
     return Status::Ok();
   });
 }
@@ -416,8 +412,9 @@ Status GatewayServiceImpl::LunView(const std::string& target, const v1::Lun& lun
                                    v1::Lun* out) const {
   *out = lun;
   if (dataplane_ != nullptr) {
-    if (auto size = dataplane_->LunSizeBytes(state::QualifyTargetName(target), lun.id())) {
-      out->set_size_bytes(*size);
+    if (auto now = dataplane_->LunStatusOf(state::QualifyTargetName(target), lun.id())) {
+      out->set_size_bytes(now->size_bytes);
+      out->set_offline_reason(now->offline_reason);
     }
   }
   return Status::Ok();
@@ -431,6 +428,7 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
   if (Replay(req.request_id(), fingerprint, resp, &replayed)) return replayed;
 
   v1::Lun lun = req.lun();
+  lun.clear_offline_reason();  // OUTPUT_ONLY
   const std::string who = LunName(lun.id(), req.target());
   if (lun.id() > 255) {
     return InvalidArgument(who + ": id " + std::to_string(lun.id()) + " is out of range 0..255");
@@ -527,7 +525,7 @@ Status GatewayServiceImpl::DoResizeLun(const v1::ResizeLunRequest& req, v1::Lun*
     if (l == nullptr) return NotFound(who + " not found");
     uint64_t current = l->size_bytes();
     if (dataplane_ != nullptr) {
-      if (auto size = dataplane_->LunSizeBytes(t->name(), l->id())) current = *size;
+      if (auto now = dataplane_->LunStatusOf(t->name(), l->id())) current = now->size_bytes;
     }
     if (req.size_bytes() < current) {
       return FailedPrecondition(who + ": size_bytes " + std::to_string(req.size_bytes()) +

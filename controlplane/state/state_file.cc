@@ -335,9 +335,12 @@ Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootst
   Normalize(&decl);
   for (const auto& t : decl.targets()) {
     for (const auto& l : t.luns()) {
-      if (l.has_file() && l.file().created()) {
-        return InvalidArgument("lun " + std::to_string(l.id()) + " of " + t.name() +
-                               ": file.created is set by the gateway, not by a bootstrap file");
+      const char* output_only = l.has_file() && l.file().created() ? "file.created"
+                                : !l.offline_reason().empty()      ? "offline_reason"
+                                                                   : nullptr;
+      if (output_only != nullptr) {
+        return InvalidArgument("lun " + std::to_string(l.id()) + " of " + t.name() + ": " +
+                               output_only + " is set by the gateway, not by a bootstrap file");
       }
     }
   }

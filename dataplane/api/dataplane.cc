@@ -703,11 +703,18 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   return Status::Ok();
 }
 
-std::optional<uint64_t> Dataplane::LunSizeBytes(const std::string& target, uint32_t lun) const {
+std::optional<Dataplane::LunStatus> Dataplane::LunStatusOf(const std::string& target,
+                                                           uint32_t lun) const {
   std::lock_guard lock(impl_->config_mu);
   auto it = impl_->luns.find({target, lun});
   if (it == impl_->luns.end()) return std::nullopt;
-  return it->second.lun->store().size_bytes();
+  const backing::BackingStore& store = it->second.lun->store();
+  LunStatus now{store.size_bytes(), {}};
+  if (int err = store.ready(); err != 0) {
+    now.offline_reason = store.offline_reason();
+    if (now.offline_reason.empty()) now.offline_reason = std::strerror(err);
+  }
+  return now;
 }
 
 std::vector<Dataplane::LunUsage> Dataplane::LunUsages() const {

@@ -109,9 +109,13 @@ class Dataplane {
   enum class ApplyMode { kStrict, kStartup };
   Status Apply(const Config& config, ApplyMode mode = ApplyMode::kStrict);
 
-  // The current size of a LUN as its store reports it (for a file LUN created with size 0, the
-  // file's size); nullopt when the LUN is not configured.
-  std::optional<uint64_t> LunSizeBytes(const std::string& target, uint32_t lun) const;
+  // What a configured LUN's store reports now: its size (for a file LUN created with size 0, the
+  // file's size) and, while it cannot serve I/O, why. nullopt when the LUN is not configured.
+  struct LunStatus {
+    uint64_t size_bytes = 0;
+    std::string offline_reason;  // empty while the LUN serves I/O
+  };
+  std::optional<LunStatus> LunStatusOf(const std::string& target, uint32_t lun) const;
   size_t connections() const;
 
   // Size and storage in use of every configured LUN's store, for monitoring. Takes the

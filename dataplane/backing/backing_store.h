@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace iscsigw::backing {
@@ -44,6 +45,8 @@ class BackingStore {
   // (an rbd image still being retried); the SCSI layer answers TEST UNIT READY with it. Cheap and
   // never blocks: any thread, on the command path.
   virtual int ready() const { return 0; }
+  // While ready() is not 0: why, for operators (GetLun). Not on the command path: may lock.
+  virtual std::string offline_reason() const { return {}; }
 
   // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
   // The SCSI layer builds UNMAP, WRITE SAME with UNMAP, GET LBA STATUS, COMPARE AND WRITE and

@@ -191,7 +191,7 @@ class OfflineRbdStore final : public BackingStore {
              std::chrono::milliseconds max_retry = std::chrono::seconds(30));
   bool online() const { return Live() != nullptr; }
   // Why the image is not open (empty once it is). Any thread.
-  std::string offline_reason() const;
+  std::string offline_reason() const override;
 
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override;

@@ -285,7 +285,7 @@ TEST_P(ServiceTest, ResizeGrowsOnlineAndRefusesShrink) {
   v1::Lun out;
   ASSERT_TRUE(Call(&v1::GatewayService::Stub::ResizeLun, req, &out).ok());
   EXPECT_EQ(out.size_bytes(), 3u << 20);
-  EXPECT_EQ(dp_->LunSizeBytes(std::string(kPrefix) + "grow", 0), 3u << 20);
+  EXPECT_EQ(dp_->LunStatusOf(std::string(kPrefix) + "grow", 0)->size_bytes, 3u << 20);
   req.set_size_bytes(2 << 20);
   auto s = Call(&v1::GatewayService::Stub::ResizeLun, req, &out);
   EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION);
@@ -436,7 +436,7 @@ TEST_P(ServiceTest, DeleteLunAndTarget) {
   dl.set_id(0);
   v1::DeleteLunResponse dlr;
   ASSERT_TRUE(Call(&v1::GatewayService::Stub::DeleteLun, dl, &dlr).ok());
-  EXPECT_FALSE(dp_->LunSizeBytes(std::string(kPrefix) + "del", 0).has_value());
+  EXPECT_FALSE(dp_->LunStatusOf(std::string(kPrefix) + "del", 0).has_value());
   EXPECT_EQ(Call(&v1::GatewayService::Stub::DeleteLun, dl, &dlr).error_code(),
             StatusCode::NOT_FOUND);
   v1::DeleteTargetRequest dt;
