@@ -12,13 +12,11 @@
 """
 import os
 import re
-import shutil
+import select
 import signal
+import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import unittest
 import urllib.request
@@ -26,54 +24,29 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
+from ceph_cluster import TestCluster  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
-SCRIPT = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
 TARGET = harness.IQN_PREFIX + "rbd"
+CLUSTER = TestCluster()
 CONF = None
-CLUSTER_DIR = None
 
 
 def setUpModule():
-    global CONF, CLUSTER_DIR
-    if shutil.which("ceph-mon") is None or shutil.which("ceph-osd") is None:
-        raise unittest.SkipTest("the Ceph daemons are not installed (scripts/install-deps.sh)")
-    CLUSTER_DIR = tempfile.mkdtemp(prefix="iscsigw-rbd-lun-")
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", SCRIPT, "start", CLUSTER_DIR], capture_output=True, text=True,
-                       timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
-    CONF = r.stdout.strip().splitlines()[-1]
-    print(f"test cluster up in {time.monotonic() - t0:.1f} s: {CONF}", file=sys.stderr)
+    global CONF
+    CONF = CLUSTER.start(prefix="iscsigw-rbd-lun-").conf
 
 
 def tearDownModule():
-    if CLUSTER_DIR:
-        subprocess.run(["bash", SCRIPT, "stop", CLUSTER_DIR], capture_output=True, timeout=120)
-        shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
+    CLUSTER.stop()
 
 
-def rbd(*args, check=True):
-    return harness.run(["rbd", "-c", CONF] + list(args), check=check)
-
-
-def export(image):
-    path = os.path.join(CLUSTER_DIR, image + ".export")
-    rbd("export", "rbd/" + image, path)
-    with open(path, "rb") as f:
-        data = f.read()
-    os.unlink(path)
-    return data
+rbd = CLUSTER.rbd
+export = CLUSTER.export
 
 
 def pattern(n, seed):
     return bytes((seed + i * 31 + (i >> 9)) & 0xFF for i in range(n))
-
-
-def osd_pid():
-    with open(os.path.join(CLUSTER_DIR, "run", "osd.0.pid")) as f:
-        return int(f.read().strip())
 
 
 class RbdLunTest(unittest.TestCase):
@@ -192,11 +165,11 @@ class RbdLunTest(unittest.TestCase):
         self.assertIn('iscsigw_store_io_errors_total{lun="1",target="%s"} 0' % TARGET, metrics)
 
     def test_missing_cluster_image_and_pool(self):
-        keyring = os.path.join(CLUSTER_DIR, "client.gw.keyring")
+        keyring = os.path.join(CLUSTER.dir, "client.gw.keyring")
         secret = "AQBzZXNzaW9ubm90YXJlYWxrZXlhdGFsbA=="
         with open(keyring, "w") as f:
             f.write(f"[client.gw]\n\tkey = {secret}\n")
-        dead = os.path.join(CLUSTER_DIR, "dead.conf")
+        dead = os.path.join(CLUSTER.dir, "dead.conf")
         with open(dead, "w") as f:
             f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
                     "log file = /dev/null\n")
@@ -236,7 +209,7 @@ class RbdLunTest(unittest.TestCase):
         self.assertEqual(status, 0)
         other = self.login()  # a ram LUN on the same (only) reactor
 
-        pid = osd_pid()
+        pid = CLUSTER.osd_pid()
         os.kill(pid, signal.SIGSTOP)
         try:
             # Commands to the rbd LUN wait for the OSD (FUA: librbd's cache may acknowledge a
@@ -253,8 +226,16 @@ class RbdLunTest(unittest.TestCase):
                 self.assertEqual(status, 0)
                 self.assertLess(time.monotonic() - t0, 1.0)
             time.sleep(3)  # the OSD stays stopped a few seconds
+            # Nothing answered yet: a FUA write and a read that missed the cache need the OSD.
+            early = b""
+            if select.select([ini.sock], [], [], 0)[0]:
+                early = ini.sock.recv(48, socket.MSG_PEEK)
+            stopped = open(f"/proc/{pid}/status").read()
         finally:
             os.kill(pid, signal.SIGCONT)
+        self.assertRegex(stopped, r"State:\s+T", "the OSD was not stopped")
+        self.assertFalse(len(early) == 48 and early[0] & 0x3F in (0x21, 0x25),
+                         f"a command was answered while the OSD was stopped: {early.hex()}")
         answers = {}
         for _ in itts:
             itt, status, buf, sense = ini.recv_response()
@@ -269,7 +250,9 @@ class RbdLunTest(unittest.TestCase):
         m = re.search(r'iscsigw_store_io_duration_seconds_sum\{lun="2",op="write",target="%s"\} '
                       r'(\S+)' % re.escape(TARGET), metrics)
         self.assertIsNotNone(m)
-        self.assertGreater(float(m.group(1)), 4 * 2.5)
+        self.assertGreater(float(m.group(1)), 4 * 2.5,
+                           "\n".join(line for line in metrics.splitlines()
+                                     if 'lun="2"' in line and "store" in line))
         # Served again afterwards, and the daemon is up.
         status, back, _ = ini.read(2, 100, 16)
         self.assertEqual(status, 0)
@@ -284,7 +267,7 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
 
     def test_unreachable_luns_start_offline_and_come_online(self):
         image = f"late-{os.getpid()}"
-        dead = os.path.join(CLUSTER_DIR, "dead-at-start.conf")
+        dead = os.path.join(CLUSTER.dir, "dead-at-start.conf")
         with open(dead, "w") as f:
             f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
                     "client mount timeout = 2\nlog file = /dev/null\n")
@@ -333,6 +316,16 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         log = daemon.read_log()
         self.assertRegex(log, r"warn.*rbd/" + image + r": offline.*does not exist")
         self.assertRegex(log, r"warn.*lun 2 of .*rbd-offline: .*127\.0\.0\.1:9")
+        # The API says which LUNs are offline and why (lun get/list, GetTarget).
+        luns = {l["id"]: l for l in daemon.ctl_json("lun", "list", "rbd-offline")["luns"]}
+        self.assertEqual(luns[0]["offline_reason"], "")
+        self.assertRegex(luns[1]["offline_reason"], image + ".*does not exist")
+        self.assertRegex(luns[2]["offline_reason"], r"127\.0\.0\.1:9")
+        table = daemon.ctl("lun", "get", "rbd-offline", 2).stdout
+        self.assertRegex(table, r"\boffline\b")
+        self.assertRegex(table, r"lun 2 offline: .*127\.0\.0\.1:9")
+        target = daemon.ctl_json("target", "get", "rbd-offline")
+        self.assertRegex(target["luns"][1]["offline_reason"], "does not exist")
 
         rbd("create", "rbd/" + image, "--size", "8M")
         self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
@@ -344,6 +337,8 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         self.assertEqual(data, bytes(8 * 512))
         status, _, sense = test_unit_ready(1)
         self.assertEqual(status, 0, sense.hex())
+        self.assertEqual(daemon.ctl_json("lun", "get", "rbd-offline", 1)["offline_reason"], "")
+        self.assertIn("online", daemon.ctl("lun", "get", "rbd-offline", 1).stdout)
         status, _, sense = read(2)
         self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01))
         status, _, sense = test_unit_ready(2)

@@ -261,18 +261,35 @@ class Writer(threading.Thread):
         return failures, counts
 
 
-class CrashConsistencyTest(unittest.TestCase):
-    """A file LUN, four pipelined writers mixing WRITE(10), WRITE(10) FUA and SYNCHRONIZE CACHE(10),
-    SIGKILL mid-run, restart on the same state dir, read back and compare (see the module text)."""
+class CrashScenario:
+    """Four pipelined writers mixing WRITE(10), WRITE(10) FUA and SYNCHRONIZE CACHE(10) on LUN 0,
+    SIGKILL mid-run, restart on the same state dir, read back and compare (see the module text).
+    A store's test case says what LUN 0 is (lun_spec) and how to read the store straight, without
+    the daemon (backing_reader), to check that the daemon serves what the store holds."""
+
+    def lun_spec(self, state_dir):
+        """LUN 0's backing, as in the state file: {"file": {...}} or {"rbd": {...}}."""
+        raise NotImplementedError
+
+    def backing_reader(self, state_dir, spec):
+        """A function (first_block, blocks) -> bytes reading the store after the restart."""
+        raise NotImplementedError
+
+    def test_write_cache_on_keeps_every_write_acknowledged_durable(self):
+        """WCE=1: FUA writes and writes covered by a later SYNCHRONIZE CACHE survive kill -9."""
+        self.run_scenario(write_cache=True)
+
+    def test_write_cache_off_keeps_every_write_acknowledged(self):
+        """WCE=0 (MODE SELECT): every write answered GOOD survives kill -9."""
+        self.run_scenario(write_cache=False)
 
     def run_scenario(self, write_cache):
         label = f"WCE={int(write_cache)}"
         state_dir = tempfile.mkdtemp(prefix="iscsigw-crash-")
         self.addCleanup(shutil.rmtree, state_dir, ignore_errors=True)
-        image = os.path.join(state_dir, "lun0.img")
+        spec = self.lun_spec(state_dir)
         state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [
-            {"id": 0, "file": {"path": image, "create": True},
-             "sizeBytes": str(LUN_BYTES), "blockSize": BLOCK}]}]}
+            dict(spec, id=0, sizeBytes=str(LUN_BYTES), blockSize=BLOCK)]}]}
         d = Daemon(state=state, state_dir=state_dir).start()
         self.addCleanup(d.cleanup)
 
@@ -338,22 +355,21 @@ class CrashConsistencyTest(unittest.TestCase):
 
         failures, totals = [], {}
         span = GUARD_BLOCKS + REGION_BLOCKS + GUARD_BLOCKS
-        with open(image, "rb") as f:
-            for w in writers:
-                first = w.base - GUARD_BLOCKS
-                status, data, sense = reader.read(0, first, span)
-                self.assertEqual(status, 0, f"READ(10) at {first}: sense {sense.hex()}")
-                f.seek(first * BLOCK)
-                self.assertEqual(data, f.read(span * BLOCK),
-                                 f"writer {w.index}: the daemon does not serve the LUN file")
-                guards = data[:GUARD_BLOCKS * BLOCK] + data[-GUARD_BLOCKS * BLOCK:]
-                self.assertEqual(guards, bytes(len(guards)),
-                                 f"writer {w.index}: a write landed outside its region")
-                region = data[GUARD_BLOCKS * BLOCK:(GUARD_BLOCKS + REGION_BLOCKS) * BLOCK]
-                wrong, counts = w.check(region, write_cache)
-                failures += wrong
-                for k, v in counts.items():
-                    totals[k] = totals.get(k, 0) + v
+        backing = self.backing_reader(state_dir, spec)
+        for w in writers:
+            first = w.base - GUARD_BLOCKS
+            status, data, sense = reader.read(0, first, span)
+            self.assertEqual(status, 0, f"READ(10) at {first}: sense {sense.hex()}")
+            self.assertEqual(data, backing(first, span),
+                             f"writer {w.index}: the daemon does not serve what the store holds")
+            guards = data[:GUARD_BLOCKS * BLOCK] + data[-GUARD_BLOCKS * BLOCK:]
+            self.assertEqual(guards, bytes(len(guards)),
+                             f"writer {w.index}: a write landed outside its region")
+            region = data[GUARD_BLOCKS * BLOCK:(GUARD_BLOCKS + REGION_BLOCKS) * BLOCK]
+            wrong, counts = w.check(region, write_cache)
+            failures += wrong
+            for k, v in counts.items():
+                totals[k] = totals.get(k, 0) + v
         reader.logout()
         reader.close()
         self.assertEqual(d2.stop(), 0, "the restarted daemon did not stop cleanly")
@@ -371,13 +387,19 @@ class CrashConsistencyTest(unittest.TestCase):
         self.assertGreaterEqual(acked, WRITERS * MIN_ACKED_PER_WRITER)
         self.assertEqual(totals["blocks"], WRITERS * REGION_BLOCKS)
 
-    def test_write_cache_on_keeps_every_write_acknowledged_durable(self):
-        """WCE=1: FUA writes and writes covered by a later SYNCHRONIZE CACHE survive kill -9."""
-        self.run_scenario(write_cache=True)
 
-    def test_write_cache_off_keeps_every_write_acknowledged(self):
-        """WCE=0 (MODE SELECT): every write answered GOOD survives kill -9."""
-        self.run_scenario(write_cache=False)
+class CrashConsistencyTest(CrashScenario, unittest.TestCase):
+    """A file LUN made by the daemon in its state dir."""
+
+    def lun_spec(self, state_dir):
+        return {"file": {"path": os.path.join(state_dir, "lun0.img"), "create": True}}
+
+    def backing_reader(self, state_dir, spec):
+        def read(first, blocks):
+            with open(spec["file"]["path"], "rb") as f:
+                f.seek(first * BLOCK)
+                return f.read(blocks * BLOCK)
+        return read
 
 
 if __name__ == "__main__":

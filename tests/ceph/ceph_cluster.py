@@ -1,0 +1,58 @@
+"""One throwaway Ceph cluster (scripts/ceph-test-cluster.sh) for a test module: started in a
+temporary directory by start(), stopped and removed by stop(). setUpModule starts it, skipping
+the module where the Ceph daemons are not installed; tearDownModule stops it."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import harness  # noqa: E402
+
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
+
+
+class TestCluster:
+    def __init__(self):
+        self.dir = None
+        self.conf = None
+
+    def start(self, prefix="iscsigw-ceph-"):
+        if shutil.which("ceph-mon") is None or shutil.which("ceph-osd") is None:
+            raise unittest.SkipTest("the Ceph daemons are not installed (scripts/install-deps.sh)")
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        t0 = time.monotonic()
+        r = subprocess.run(["bash", SCRIPT, "start", self.dir], capture_output=True, text=True,
+                           timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
+        self.conf = r.stdout.strip().splitlines()[-1]
+        print(f"test cluster up in {time.monotonic() - t0:.1f} s: {self.conf}", file=sys.stderr)
+        return self
+
+    def stop(self):
+        if self.dir:
+            subprocess.run(["bash", SCRIPT, "stop", self.dir], capture_output=True, timeout=120)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def rbd(self, *args, check=True):
+        return harness.run(["rbd", "-c", self.conf] + list(args), check=check)
+
+    def export(self, image, pool="rbd"):
+        """The image's whole content, read by `rbd export` (not through any gateway)."""
+        path = os.path.join(self.dir, image + ".export")
+        self.rbd("export", f"{pool}/{image}", path)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            os.unlink(path)
+
+    def osd_pid(self):
+        with open(os.path.join(self.dir, "run", "osd.0.pid")) as f:
+            return int(f.read().strip())
