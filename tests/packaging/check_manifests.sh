@@ -139,6 +139,30 @@ sed '/- --tls-ca=/d' "$out/helm-csi-tls.yaml" > "$out/csi-no-ca.yaml"
 refuses "gRPC clients: a CSI controller without --tls-ca against TLS is refused" \
   grpc_clients "$out/csi-no-ca.yaml"
 
+# Ceph for rbd LUNs: the conf and keyring come from a Secret mounted read-only, never world-readable,
+# with CEPH_CONF naming the conf; nothing of it without ceph.enabled or the ceph overlay.
+ceph_mount() { "$here/check_ceph_mount.py" "$@"; }
+check "Ceph: default values mount no Ceph Secret" ceph_mount "$out/helm-default.yaml" --none
+check "Ceph: kustomize default mounts no Ceph Secret" \
+  ceph_mount "$out/kustomize-overlays-default.yaml" --none
+check "Ceph: ci/ceph-values.yaml mounts Secret iscsigw-ceph at /etc/ceph" \
+  ceph_mount "$out/helm-ceph.yaml" iscsigw-ceph /etc/ceph ceph.conf keyring
+check "Ceph: ci/full-values.yaml maps its own keys and mount path" \
+  ceph_mount "$out/helm-full.yaml" iscsigw-ceph-prod /etc/ceph-prod prod.conf ceph.client.iscsigw.keyring
+check "Ceph: kustomize ceph mounts Secret iscsigw-ceph at /etc/ceph" \
+  ceph_mount "$out/kustomize-overlays-ceph.yaml" iscsigw-ceph /etc/ceph ceph.conf keyring
+check "gRPC clients: ci/ceph-values.yaml" grpc_clients "$out/helm-ceph.yaml" --no-tls --no-csi
+check "gRPC clients: kustomize ceph" grpc_clients "$out/kustomize-overlays-ceph.yaml" --no-tls
+check "NOTES.txt shows the Ceph Secret and an rbd LUN with the mounted keyring" sh -c \
+  "grep -q 'create secret generic iscsigw-ceph' '$out/notes-helm-ceph.txt' \
+   && grep -q -- '--client-id gw --keyring /etc/ceph/keyring' '$out/notes-helm-ceph.txt'"
+sed 's/^\( *defaultMode:\) 288$/\1 292/' "$out/kustomize-overlays-ceph.yaml" > "$out/ceph-world-readable.yaml"
+refuses "Ceph: a world-readable keyring is refused" \
+  ceph_mount "$out/ceph-world-readable.yaml" iscsigw-ceph /etc/ceph ceph.conf keyring
+sed '/- name: CEPH_CONF/,+1d' "$out/helm-ceph.yaml" > "$out/ceph-no-conf-env.yaml"
+refuses "Ceph: a mounted conf without CEPH_CONF is refused" \
+  ceph_mount "$out/ceph-no-conf-env.yaml" iscsigw-ceph /etc/ceph ceph.conf keyring
+
 # CSI: nothing without csi.enabled; with it, the driver, both workloads and the classes.
 check "default values render no CSI object" sh -c \
   "! grep -Eqx 'kind: (CSIDriver|StorageClass|VolumeSnapshotClass|DaemonSet|Deployment|ClusterRole)' '$out/helm-default.yaml'"
@@ -175,8 +199,14 @@ printf 'csi:\n  storageClass:\n    blockSize: 1024\n' > "$out/bad-csi-blocksize.
 printf 'csi:\n  images:\n    provisioner:\n      tag: ""\n' > "$out/bad-csi-image.yaml"
 printf 'csi:\n  node:\n    kubeletDir: var/lib/kubelet\n' > "$out/bad-csi-kubeletdir.yaml"
 printf 'csi:\n  controler: {}\n' > "$out/bad-csi-key.yaml"
+printf 'ceph:\n  enabled: true\n' > "$out/bad-ceph.yaml"
+printf 'ceph:\n  keyringKey: keyrings/gw\n' > "$out/bad-ceph-key.yaml"
+printf 'ceph:\n  mountPath: etc/ceph\n' > "$out/bad-ceph-mountpath.yaml"
+printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 0\n          rbd:\n            pool: rbd\n' \
+  > "$out/bad-rbd-lun.yaml"
 for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-csi-provisioning \
-    bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key; do
+    bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key bad-ceph bad-ceph-key \
+    bad-ceph-mountpath bad-rbd-lun; do
   refuses "values.schema.json refuses $bad" "$out/helmrender" -chart $chart -f "$out/$bad.yaml"
 done
 if command -v helm >/dev/null 2>&1; then
