@@ -9,6 +9,10 @@ LUNs, each pair served at the same time on loopback and loaded one at a time:
   file  a 4 GiB file of random data on this machine's disk (under /var/tmp/iscsigw-bench), as an
         iscsigwd file LUN through the page cache and with `direct`, and as tgtd's rdwr store.
         The page cache is dropped (sync, drop_caches) before each run.
+  rbd   a 1 GiB RBD image of a throwaway one-node cluster (scripts/ceph-test-cluster.sh: one mon,
+        one memstore OSD on this machine) as an iscsigwd rbd LUN, written end to end first. tgtd
+        has no rbd store in Debian's tgt; the ceiling is `rbd bench` straight on the image
+        (librbd, 32 threads, 4 KiB random), run before the gateway opens it.
 Workloads (build/bin/iscsi_load, one session on libiscsi's async API, every status checked):
   4 KiB random read and write at QD 1, 8, 32 and 128; 4 KiB random write with FUA at QD32;
   70/30 read/write at QD32; 128 KiB sequential read and write at QD32; 1 MiB sequential read at
@@ -16,7 +20,8 @@ Workloads (build/bin/iscsi_load, one session on libiscsi's async API, every stat
 Per cell: IOPS, MB/s, p50/p99 latency, target CPU per I/O (utime+stime of the target process
 over the run, from /proc) and the ratio to tgtd. Each cell runs --repeats times, the targets
 interleaved within each round, and every figure is the median of its repeats.
-Ceilings: fio (libaio, O_DIRECT) straight on the file; iperf3's single TCP stream on loopback.
+Ceilings: fio (libaio, O_DIRECT) straight on the file; iperf3's single TCP stream on loopback;
+`rbd bench` on the rbd LUN's image.
 CPU idle: while it runs, the suite holds /dev/cpu_dma_latency at 0 (what tuned's
 latency-performance profile does), so idle cores poll instead of halting; on a VM, waking a
 halted vCPU adds tens of microseconds to every round trip at low queue depth, for every target
@@ -36,6 +41,8 @@ import datetime
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import struct
 import subprocess
@@ -51,6 +58,8 @@ from file_lun_read import data_file, drop_caches  # noqa: E402
 
 KIB = 1024
 RAM_LUN_BYTES = 1 << 30
+RBD_LUN_BYTES = 1 << 30
+CEPH_CLUSTER = os.path.join(harness.REPO, "scripts", "ceph-test-cluster.sh")
 FILE_LUN_GIB = 4
 
 # (key, label, iscsi_load arguments). The key names the cell in plots and goals.
@@ -116,6 +125,8 @@ class Lab:
 
     def __init__(self):
         self.daemons, self.tgtds, self.files = [], [], []
+        self.cluster = None  # a throwaway Ceph cluster's directory
+        self.ceilings = {}   # measured while setting up (rbd bench), for the Ceilings table
 
     def tgtd(self, bstype, backing, name):
         proc, url = start_tgtd(free_port(), bstype, backing, name)
@@ -128,17 +139,64 @@ class Lab:
         return Target(name, d.url("bench", 0), d.proc.pid)
 
     def close(self):
-        for d in self.daemons:
-            d.stop()
-            d.cleanup()
+        try:
+            for d in self.daemons:
+                d.cleanup()
+        finally:
+            self.close_rest()
+
+    def close_rest(self):
         for p in self.tgtds:
             p.kill()  # tgtd in the foreground ignores SIGTERM
             p.wait()
         for f in self.files:
             os.unlink(f)
+        if self.cluster:
+            subprocess.run(["bash", CEPH_CLUSTER, "stop", self.cluster], capture_output=True,
+                           timeout=120)
+            shutil.rmtree(self.cluster, ignore_errors=True)
 
 
-def setup(kind, lab):
+def rbd_bench(conf, image, io_type, seconds):
+    """`rbd bench` 4 KiB random at 32 threads on the image for about `seconds`: its IOPS."""
+    def run(total_ops):
+        out = subprocess.run(["rbd", "-c", conf, "bench", "--io-type", io_type, "--io-size",
+                              "4096", "--io-threads", "32", "--io-pattern", "rand",
+                              "--io-total", str(total_ops * 4096), image],
+                             capture_output=True, text=True, check=True, timeout=seconds + 600)
+        m = re.search(r"^elapsed: *\S+ +ops: *(\d+) +ops/sec: *([\d.]+)", out.stdout, re.M)
+        if not m:
+            raise RuntimeError(f"rbd bench: no summary line in:\n{out.stdout}{out.stderr}")
+        return float(m.group(2))
+    estimate = run(20000)
+    return run(max(20000, int(estimate * seconds)))
+
+
+def rbd_setup(lab, args, log):
+    """A throwaway cluster with a 1 GiB image written end to end; rbd bench's ceilings on it."""
+    lab.cluster = tempfile.mkdtemp(prefix="iscsigw-bench-ceph-")
+    # memstore keeps the OSD's data in RAM, 1 GiB unless told: room for the image and then some
+    # (a full OSD blocks every write).
+    env = dict(os.environ, CEPH_TEST_MEMSTORE_BYTES=str(3 * RBD_LUN_BYTES))
+    r = subprocess.run(["bash", CEPH_CLUSTER, "start", lab.cluster], capture_output=True,
+                       text=True, timeout=120, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
+    conf = r.stdout.strip().splitlines()[-1]
+    subprocess.run(["rbd", "-c", conf, "create", "rbd/bench", "--size",
+                    f"{RBD_LUN_BYTES >> 20}M"], check=True, capture_output=True)
+    subprocess.run(["rbd", "-c", conf, "bench", "--io-type", "write", "--io-size", "4M",
+                    "--io-threads", "8", "--io-pattern", "seq", "--io-total",
+                    str(RBD_LUN_BYTES), "rbd/bench"], check=True, capture_output=True)
+    for key, io_type in (("randread-qd32", "read"), ("randwrite-qd32", "write")):
+        runs = [rbd_bench(conf, "rbd/bench", io_type, args.seconds) for _ in range(args.repeats)]
+        lab.ceilings[f"rbd-{key}"] = {"what": f"rbd bench on the rbd LUN's image, {key}",
+                                      "iops": statistics.median(runs)}
+        log(f"rbd bench {key}: {lab.ceilings[f'rbd-{key}']['iops']:.0f} IOPS")
+    return conf
+
+
+def setup(kind, lab, args, log):
     """The targets for one LUN kind, tgtd first; and whether to drop the page cache per run."""
     if kind == "null":
         return [lab.tgtd("null", "/dev/null/", "null"),
@@ -153,6 +211,10 @@ def setup(kind, lab):
         for t in targets:
             fill(t.url)
         return targets, False
+    if kind == "rbd":
+        conf = rbd_setup(lab, args, log)
+        return [lab.gw("iscsigwd", {"rbd": {"pool": "rbd", "image": "bench", "conf": conf},
+                                    "sizeBytes": str(RBD_LUN_BYTES)})], False
     path = data_file(FILE_LUN_GIB)
     lun = {"sizeBytes": str(FILE_LUN_GIB << 30)}
     return [lab.tgtd("rdwr", path, "file"),
@@ -192,10 +254,10 @@ def median_cells(samples):
     return {m: statistics.median(s[m] for s in samples) for m in METRICS}
 
 
-def run_kind(kind, args, log):
+def run_kind(kind, args, log, ceil):
     lab = Lab()
     try:
-        targets, drop = setup(kind, lab)
+        targets, drop = setup(kind, lab, args, log)
         samples = {}
         for rnd in range(args.repeats):
             for key, _, wargs in WORKLOADS:
@@ -218,6 +280,7 @@ def run_kind(kind, args, log):
                         drop_caches()
                     profiles[(key, t.name)] = profile(t, key, args.seconds)
             log(f"{kind}: {len(profiles)} cells profiled")
+        ceil.update(lab.ceilings)
         return [t.name for t in targets], cells, extra, profiles
     finally:
         lab.close()
@@ -349,11 +412,11 @@ def table(kind, names, cells):
     rows = ["| workload | target | IOPS | MB/s | p50 µs | p99 µs | CPU µs/IO | IOPS x tgtd "
             "| CPU x tgtd |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key, label, _ in WORKLOADS:
-        base = cells[(key, "tgtd")]
+        base = cells.get((key, "tgtd"))
         for n in names:
             c = cells[(key, n)]
             ratio = cpu_ratio = ""
-            if n != "tgtd":
+            if n != "tgtd" and base:
                 ratio = f"{c['iops'] / base['iops']:.2f}x"
                 cpu_ratio = f"{c['cpu_us'] / base['cpu_us']:.2f}x"
             rows.append(f"| {label} | {n} | {fmt(c['iops'])} | {fmt(c['mbps'])} | "
@@ -371,7 +434,7 @@ def goals(results, ceil):
         return results[kind][1][(key, name)]
 
     for name in ("iscsigwd", "iscsigwd direct"):
-        if "file" in results:
+        if "file" in results and "randread-qd32" in ceil:
             c, t = cell("file", "randread-qd32", name), cell("file", "randread-qd32", "tgtd")
             ratio, dev = c["iops"] / t["iops"], c["iops"] / ceil["randread-qd32"]["iops"]
             out.append((f"file ({name}), 4 KiB random read QD32: ≥ 2.0x tgtd and ≥ 70% of fio",
@@ -389,13 +452,23 @@ def goals(results, ceil):
             out.append((f"{kind}, 4 KiB random read QD32: ≥ 2.4x tgtd, CPU/IO ≤ 0.2x tgtd",
                         f"{ratio:.2f}x, {cpu:.2f}x", ratio >= 2.4 and cpu <= 0.2,
                         (kind, "randread-qd32", "iscsigwd")))
-    if "null" in results:
+    if "null" in results and "iperf3_mbps" in ceil:
         c = cell("null", "seqread128k-qd32", "iscsigwd")
         share = c["mbps"] / ceil["iperf3_mbps"]
         out.append(("null, 128 KiB sequential read QD32: ≥ 85% of iperf3's single stream",
                     f"{c['mbps']:.0f} of {ceil['iperf3_mbps']:.0f} MB/s, {share:.0%}",
                     share >= 0.85, ("null", "seqread128k-qd32", "iscsigwd")))
+    for kind in ("rbd",):
+        for key, what in (("randread-qd32", "read"), ("randwrite-qd32", "write")):
+            if kind in results and f"rbd-{key}" in ceil:
+                c = cell(kind, key, "iscsigwd")
+                share = c["iops"] / ceil[f"rbd-{key}"]["iops"]
+                out.append((f"rbd, 4 KiB random {what} QD32: ≥ 80% of rbd bench on the image",
+                            f"{fmt(c['iops'])} of {fmt(ceil[f'rbd-{key}']['iops'])} IOPS, "
+                            f"{share:.0%}", share >= 0.80, (kind, key, "iscsigwd")))
     for kind in results:
+        if "tgtd" not in results[kind][0]:
+            continue
         names = [n for n in results[kind][0] if n != "tgtd"]
         for name in names:
             c, t = cell(kind, "randread-qd1", name), cell(kind, "randread-qd1", "tgtd")
@@ -451,11 +524,15 @@ def report(args, results, ceil, started, seconds_taken):
         md += ["## Ceilings", "",
                "| what | IOPS | MB/s | p50 µs | p99 µs |", "| --- | ---: | ---: | ---: | ---: |"]
         for key, c in ceil.items():
-            if key != "iperf3_mbps":
-                md.append(f"| fio libaio O_DIRECT on the file, {key} | {fmt(c['iops'])} | "
-                          f"{fmt(c['mbps'])} | {fmt(c['p50'])} | {fmt(c['p99'])} |")
-        md += [f"| iperf3, one TCP stream on loopback | | {ceil['iperf3_mbps']:.0f} | | |", ""]
-    g = goals(results, ceil) if ceil else []
+            if key == "iperf3_mbps":
+                continue
+            what = c.get("what", f"fio libaio O_DIRECT on the file, {key}")
+            md.append(f"| {what} | {fmt(c['iops'])} | {fmt(c.get('mbps', float('nan')))} | "
+                      f"{fmt(c.get('p50', float('nan')))} | {fmt(c.get('p99', float('nan')))} |")
+        if "iperf3_mbps" in ceil:
+            md.append(f"| iperf3, one TCP stream on loopback | | {ceil['iperf3_mbps']:.0f} | | |")
+        md.append("")
+    g = goals(results, ceil)
     if g:
         md += ["## Goals", "", "| goal | measured | met |", "| --- | --- | --- |"]
         md += [f"| {goal} | {measured} | {'yes' if met else 'no'} |"
@@ -495,8 +572,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=5, help="per cell")
     ap.add_argument("--repeats", type=int, default=3, help="runs per cell; figures are medians")
     ap.add_argument("--out", default=os.path.join(harness.REPO, "PERFORMANCE.md"))
-    ap.add_argument("--only", default="null,ram,file",
-                    help="comma-separated LUN kinds (null, ram, file)")
+    ap.add_argument("--only", default="null,ram,file,rbd",
+                    help="comma-separated LUN kinds (null, ram, file, rbd)")
     ap.add_argument("--no-ceilings", action="store_true")
     ap.add_argument("--allow-idle-states", action="store_true",
                     help="do not hold /dev/cpu_dma_latency at 0 (idle cores may halt)")
@@ -505,7 +582,7 @@ def main():
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     for k in kinds:
-        if k not in ("null", "ram", "file"):
+        if k not in ("null", "ram", "file", "rbd"):
             ap.error(f"unknown LUN kind {k}")
     if not os.path.exists(harness.binary("iscsi_load")):
         sys.exit(f"{harness.binary('iscsi_load')} is missing: run scripts/bench.sh")
@@ -528,7 +605,7 @@ def main():
                       else "idle cores may halt")
 
     ceil = {} if args.no_ceilings else ceilings(args, log)
-    results = {k: run_kind(k, args, log) for k in kinds}
+    results = {k: run_kind(k, args, log, ceil) for k in kinds}
     g = report(args, results, ceil, started, time.monotonic() - t0)
     print(f"wrote {args.out}")
     for goal, measured, met, _ in g:
