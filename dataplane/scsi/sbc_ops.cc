@@ -24,16 +24,23 @@ constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 
 class FillOp final : public Pump {
  public:
+  // fua: each write reaches stable media before it completes (the write cache is off, WCE=0).
   FillOp(Task& task, backing::BackingStore& store, uint64_t offset, uint64_t len,
-         std::span<const uint8_t> src, uint8_t* owned)
-      : task_(task), store_(store), pos_(offset), end_(offset + len), src_(src), owned_(owned) {}
+         std::span<const uint8_t> src, uint8_t* owned, bool fua)
+      : task_(task),
+        store_(store),
+        pos_(offset),
+        end_(offset + len),
+        src_(src),
+        owned_(owned),
+        fua_(fua) {}
   void Start() { Run(); }
 
  private:
   bool Issue() override {
     if (pos_ >= end_) return false;
     const uint64_t n = std::min<uint64_t>(end_ - pos_, src_.size());
-    store_.Write(task_.slot, pos_, src_.first(static_cast<size_t>(n)), false,
+    store_.Write(task_.slot, pos_, src_.first(static_cast<size_t>(n)), fua_,
                  backing::IoCompletion{OnDone, static_cast<Pump*>(this)});
     pos_ += n;
     return true;
@@ -56,6 +63,7 @@ class FillOp final : public Pump {
   const uint64_t end_;
   const std::span<const uint8_t> src_;
   uint8_t* const owned_;
+  const bool fua_;
 };
 
 class ReadRangeOp final : public Pump {
@@ -163,7 +171,9 @@ void SetStoreError(Task& task, int err, bool write) {
 
 void StartFill(const Command& cmd, uint64_t offset, uint64_t len, std::span<const uint8_t> src,
                uint8_t* owned) {
-  auto* op = new (std::nothrow) FillOp(cmd.task, cmd.lun->store(), offset, len, src, owned);
+  // SBC-3 6.4.5: with WCE=0 no write may complete before its data is on the medium.
+  const bool fua = !cmd.lun->mode_pages().write_cache_enabled();
+  auto* op = new (std::nothrow) FillOp(cmd.task, cmd.lun->store(), offset, len, src, owned, fua);
   if (op == nullptr) {
     delete[] owned;
     SetCheckCondition(cmd.task, SenseKey::kHardwareError, Asc::kInternalTargetFailure);

@@ -65,6 +65,8 @@ struct RmwOp {
 
 Disposition StartRmw(const Command& cmd, uint64_t lba, uint32_t bytes, bool fua, bool orwrite) {
   Task& task = cmd.task;
+  // SBC-3 6.4.5: with WCE=0 no write may complete before its data is on the medium.
+  fua = fua || !cmd.lun->mode_pages().write_cache_enabled();
   auto* op = new (std::nothrow) RmwOp{&task, bytes, orwrite, nullptr, {}};
   if (op == nullptr) return NoMemory(task);
   op->scratch.reset(new (std::nothrow) uint8_t[bytes]);

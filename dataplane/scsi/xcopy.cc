@@ -362,8 +362,9 @@ class CopyOp final : public Pump {
         piece_ = n;
         src_->store().Read(task_.slot, src_off_ + at, std::span<uint8_t>(buf_.get(), n), cb);
       } else {
+        // SBC-3 6.4.5: with WCE=0 no write may complete before its data is on the medium.
         dst_->store().Write(task_.slot, dst_off_ + at, std::span<const uint8_t>(buf_.get(), n),
-                            false, cb);
+                            !dst_->mode_pages().write_cache_enabled(), cb);
       }
       return true;
     }

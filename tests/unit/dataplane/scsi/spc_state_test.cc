@@ -44,6 +44,14 @@ class RecordingStore final : public backing::BackingStore {
     done(0);
   }
   void Flush(unsigned, backing::IoCompletion done) override { done(0); }
+  // Always matches: writes op->data.
+  void CompareAndWrite(unsigned, uint64_t offset, CompareWriteOp* op,
+                       backing::IoCompletion done) override {
+    std::memcpy(data_.data() + offset, op->data.data(), op->data.size());
+    last_fua = op->fua;
+    ++writes;
+    done(0);
+  }
   bool last_fua = false;
   int writes = 0;
 
@@ -116,14 +124,16 @@ class SpcStateTest : public ::testing::Test {
   }
   Lun& lun() { return *target_.luns[0]; }
 
-  void Run(Nexus& n, std::initializer_list<uint8_t> cdb, const std::vector<uint8_t>& out = {}) {
-    Run(n, std::vector<uint8_t>(cdb), out);
+  void Run(Nexus& n, std::initializer_list<uint8_t> cdb, const std::vector<uint8_t>& out = {},
+           uint32_t expected_length = 65536) {
+    Run(n, std::vector<uint8_t>(cdb), out, expected_length);
   }
-  void Run(Nexus& n, const std::vector<uint8_t>& cdb, const std::vector<uint8_t>& out = {}) {
+  void Run(Nexus& n, const std::vector<uint8_t>& cdb, const std::vector<uint8_t>& out = {},
+           uint32_t expected_length = 65536) {
     task_ = Task{};
     std::copy(cdb.begin(), cdb.end(), task_.cdb.begin());
     task_.cdb_len = 16;
-    task_.expected_length = 65536;
+    task_.expected_length = expected_length;
     task_.nexus = &n;
     task_.buf = buf_.data();
     task_.buf_cap = static_cast<uint32_t>(buf_.size());
@@ -459,6 +469,37 @@ TEST_F(SpcStateTest, ModeSelectTurnsWriteCacheOffAndWritesGoThrough) {
   Run(a_, {0x15, 0x10, 0, 0, 24, 0}, CachingSelect6(false));
   ExpectGood();
   ExpectNoUa(b_);
+}
+
+// SBC-3 6.4.5: with WCE=0 no write completes before its data is on the medium, whatever the
+// command: WRITE SAME and COMPARE AND WRITE reach the store as FUA writes too.
+TEST_F(SpcStateTest, WriteCacheOffMakesWriteSameAndCompareAndWriteFua) {
+  const std::vector<uint8_t> block(kBlock, 0x11);
+  std::vector<uint8_t> caw(2 * kBlock, 0);  // compare zeros (a fresh store), write zeros
+  auto write_same = [&] { Run(a_, {0x41, 0, 0, 0, 0, 8, 0, 0, 4, 0}, block, kBlock); };
+  auto compare_and_write = [&] {
+    Run(a_, {0x89, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0}, caw, 2 * kBlock);
+  };
+  ASSERT_TRUE(CanWrite(a_));
+  write_same();
+  ExpectGood();
+  EXPECT_FALSE(store_->last_fua);
+  compare_and_write();
+  ExpectGood();
+  EXPECT_FALSE(store_->last_fua);
+
+  Run(a_, {0x15, 0x10, 0, 0, 24, 0}, CachingSelect6(false));
+  ExpectGood();
+  ExpectNoUa(a_);
+  const int before = store_->writes;
+  write_same();
+  ExpectGood();
+  EXPECT_GT(store_->writes, before);
+  EXPECT_TRUE(store_->last_fua);
+  store_->last_fua = false;
+  compare_and_write();
+  ExpectGood();
+  EXPECT_TRUE(store_->last_fua);
 }
 
 TEST_F(SpcStateTest, ModeSelect10WithBlockDescriptor) {
