@@ -7,6 +7,7 @@
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sbc_ops.h"
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi {
@@ -158,6 +159,13 @@ using internal::PrClass;
 // Adds service action `sa` to the entry of a command with a SERVICE ACTION field.
 constexpr void AddServiceAction(OpEntry& e, uint8_t sa) { e.sas[e.sa_count++] = sa; }
 
+// The entry of a command that reads or writes the medium or reports its capacity.
+constexpr OpEntry Medium(Handler handler) {
+  OpEntry e{handler};
+  e.needs_medium = true;
+  return e;
+}
+
 constexpr std::array<OpEntry, 256> MakeOpTable() {
   std::array<OpEntry, 256> t{};
   t[kTestUnitReady] = {internal::TestUnitReady};
@@ -167,18 +175,18 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   t[kModeSense6] = {internal::ModeSense6};
   t[kModeSense10] = {internal::ModeSense10};
   t[kStartStopUnit] = {internal::StartStopUnit};
-  t[kReadCapacity10] = {internal::ReadCapacity10};
-  t[kServiceActionIn16] = {internal::ServiceActionIn16};
-  t[kRead6] = {internal::Read6};
-  t[kRead10] = {internal::Read10};
-  t[kRead12] = {internal::Read12};
-  t[kRead16] = {internal::Read16};
-  t[kWrite6] = {internal::Write6};
-  t[kWrite10] = {internal::Write10};
-  t[kWrite12] = {internal::Write12};
-  t[kWrite16] = {internal::Write16};
-  t[kSynchronizeCache10] = {internal::SynchronizeCache10};
-  t[kSynchronizeCache16] = {internal::SynchronizeCache16};
+  t[kReadCapacity10] = Medium(internal::ReadCapacity10);
+  t[kServiceActionIn16] = Medium(internal::ServiceActionIn16);
+  t[kRead6] = Medium(internal::Read6);
+  t[kRead10] = Medium(internal::Read10);
+  t[kRead12] = Medium(internal::Read12);
+  t[kRead16] = Medium(internal::Read16);
+  t[kWrite6] = Medium(internal::Write6);
+  t[kWrite10] = Medium(internal::Write10);
+  t[kWrite12] = Medium(internal::Write12);
+  t[kWrite16] = Medium(internal::Write16);
+  t[kSynchronizeCache10] = Medium(internal::SynchronizeCache10);
+  t[kSynchronizeCache16] = Medium(internal::SynchronizeCache16);
   AddServiceAction(t[kServiceActionIn16], kSaReadCapacity16);
   t[kModeSelect6] = {internal::ModeSelect6};
   t[kModeSelect10] = {internal::ModeSelect10};
@@ -197,27 +205,27 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   // SBC-3 provisioning, verify and read-modify-write commands (sbc_provisioning.cc,
   // sbc_verify.cc).
   AddServiceAction(t[kServiceActionIn16], kSaGetLbaStatus);
-  t[kUnmap] = {internal::Unmap};
-  t[kWriteSame10] = {internal::WriteSame10};
-  t[kWriteSame16] = {internal::WriteSame16};
-  t[kSanitize] = {internal::Sanitize};
+  t[kUnmap] = Medium(internal::Unmap);
+  t[kWriteSame10] = Medium(internal::WriteSame10);
+  t[kWriteSame16] = Medium(internal::WriteSame16);
+  t[kSanitize] = Medium(internal::Sanitize);
   AddServiceAction(t[kSanitize], 0x01);  // OVERWRITE
   AddServiceAction(t[kSanitize], 0x02);  // BLOCK ERASE
   AddServiceAction(t[kSanitize], 0x1F);  // EXIT FAILURE MODE
   t[kReadDefectData10] = {internal::ReadDefectData10};
   t[kReadDefectData12] = {internal::ReadDefectData12};
-  t[kCompareAndWrite] = {internal::CompareAndWrite};
-  t[kOrWrite16] = {internal::OrWrite16};
-  t[kVerify10] = {internal::Verify10};
-  t[kVerify12] = {internal::Verify12};
-  t[kVerify16] = {internal::Verify16};
-  t[kWriteAndVerify10] = {internal::WriteAndVerify10};
-  t[kWriteAndVerify12] = {internal::WriteAndVerify12};
-  t[kWriteAndVerify16] = {internal::WriteAndVerify16};
-  t[kPreFetch10] = {internal::PreFetch10};
-  t[kPreFetch16] = {internal::PreFetch16};
+  t[kCompareAndWrite] = Medium(internal::CompareAndWrite);
+  t[kOrWrite16] = Medium(internal::OrWrite16);
+  t[kVerify10] = Medium(internal::Verify10);
+  t[kVerify12] = Medium(internal::Verify12);
+  t[kVerify16] = Medium(internal::Verify16);
+  t[kWriteAndVerify10] = Medium(internal::WriteAndVerify10);
+  t[kWriteAndVerify12] = Medium(internal::WriteAndVerify12);
+  t[kWriteAndVerify16] = Medium(internal::WriteAndVerify16);
+  t[kPreFetch10] = Medium(internal::PreFetch10);
+  t[kPreFetch16] = Medium(internal::PreFetch16);
   // SPC-4 third-party copy, LID1 (xcopy.cc).
-  t[kThirdPartyCopyOut] = {internal::ExtendedCopy};
+  t[kThirdPartyCopyOut] = Medium(internal::ExtendedCopy);
   AddServiceAction(t[kThirdPartyCopyOut], kSaExtendedCopyLid1);
   t[kThirdPartyCopyIn] = {internal::ReceiveCopyResults};
   AddServiceAction(t[kThirdPartyCopyIn], kSaCopyStatusLid1);
@@ -295,6 +303,15 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.
     SetReservationConflict(task);
     return Finish(task);
+  }
+
+  if (entry.needs_medium && lun != nullptr) {
+    // An rbd image not opened yet: its capacity is not known and no block can be reached. One
+    // virtual call and a relaxed load per command; 0 for every store that is always ready.
+    if (const int err = lun->store().ready(); err != 0) {
+      internal::SetStoreError(task, err, false);
+      return Finish(task);
+    }
   }
 
   if (entry.handler(Command{target, lun, task}) == Disposition::kDone) Finish(task);

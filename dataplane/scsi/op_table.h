@@ -38,6 +38,9 @@ struct OpEntry {
   // SPC-4 (INQUIRY 6.6, REPORT LUNS 6.33, REQUEST SENSE 6.39): served for an incorrect logical
   // unit.
   bool missing_lun_ok = false;
+  // Reads or writes the medium, or reports its capacity: answered NOT READY, with nothing done,
+  // while the store cannot reach its medium (BackingStore::ready(); SPC-4 4.5.2 and table 52).
+  bool needs_medium = false;
   // Service actions implemented, for opcodes with a SERVICE ACTION field (in ascending order).
   uint8_t sa_count = 0;
   std::array<uint8_t, kMaxServiceActions> sas{};

@@ -313,6 +313,11 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
             self.assertEqual(status, 2)
             # SPC-4 table 52: NOT READY, LOGICAL UNIT IS IN PROCESS OF BECOMING READY.
             self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01), sense.hex())
+            # Its capacity is not known either: no made-up size for the initiator to take.
+            status, _, sense = command(lun, bytes([0x25] + [0] * 9), read_len=8)
+            self.assertEqual((status, sense_key_asc(sense)), (2, (0x2, 0x04, 0x01)), sense.hex())
+        status, _, sense = command(1, bytes([0x12, 0, 0, 0, 96, 0]), read_len=96)
+        self.assertEqual(status, 0, "INQUIRY is served while the LUN is offline")
         log = daemon.read_log()
         self.assertRegex(log, r"warn.*rbd/" + image + r": offline.*does not exist")
         self.assertRegex(log, r"warn.*lun 2 of .*rbd-offline: .*127\.0\.0\.1:9")

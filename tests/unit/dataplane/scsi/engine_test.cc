@@ -339,6 +339,46 @@ TEST_F(EngineTest, TestUnitReadyIsNotReadyWhileStoreIsOffline) {
   ExpectGood();
 }
 
+// While the store cannot reach its medium, commands that need it (capacity, reads, writes,
+// cache, provisioning) are NOT READY and reach no store call; INQUIRY, REPORT LUNS, MODE SENSE
+// and the reservation commands are still served.
+TEST_F(EngineTest, MediumCommandsAreNotReadyWhileStoreIsOffline) {
+  auto fake = std::make_shared<FakeStore>(kBlocks * kBlock);
+  fake->ready_err = ENOTCONN;
+  AddLun(1, fake);
+  Run({0x00}, 1, 0);
+  ExpectCheck(SenseKey::kUnitAttention, Asc::kPowerOnReset);
+  auto not_ready = [&](const char* what) {
+    SCOPED_TRACE(what);
+    ExpectCheck(SenseKey::kNotReady, Asc{0x04, 0x01});
+  };
+  Run({0x25}, 1, 8);
+  not_ready("READ CAPACITY(10)");
+  Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32}, 1, 32);
+  not_ready("READ CAPACITY(16)");
+  Run({0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 1, 512);
+  not_ready("READ(10)");
+  Run({0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 1, 512, std::vector<uint8_t>(kBlock, 1));
+  not_ready("WRITE(10)");
+  Run({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0);
+  not_ready("SYNCHRONIZE CACHE(10)");
+  Run({0x34, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 1, 0);
+  not_ready("PRE-FETCH(10)");
+  EXPECT_EQ(fake->reads + fake->writes + fake->flushes, 0);
+
+  Run({0x12, 0, 0, 0, 96, 0}, 1, 96);
+  ExpectGood();  // INQUIRY
+  Run({0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 1, 256);
+  ExpectGood();  // REPORT LUNS
+  Run({0x1A, 0, 0x3F, 0, 255, 0}, 1, 255);
+  ExpectGood();  // MODE SENSE(6)
+  Run({0x5E, 0, 0, 0, 0, 0, 0, 0, 255, 0}, 1, 255);
+  ExpectGood();  // PERSISTENT RESERVE IN, READ KEYS
+  fake->ready_err = 0;
+  Run({0x25}, 1, 8);
+  ExpectGood();
+}
+
 TEST_F(EngineTest, UnknownOpcodeIsInvalidCommandOperationCode) {
   for (uint8_t op : {0x01, 0x04, 0x40, 0xC0, 0xFF}) {
     Run({op});
