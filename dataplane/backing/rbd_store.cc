@@ -478,11 +478,20 @@ void RbdStore::Run(runtime::CompletionInbox::Item* item) {
     return self->Submit(op);
   }
   if (op->kind == Op::Kind::kCompareWrite && err == EILSEQ) {
-    // librbd gives the offset of the first differing byte from the start of the range.
-    op->caw->miscompare = op->mismatch;
+    op->caw->miscompare = self->MiscompareIndex(op->mismatch, op->offset, op->len);
     err = 0;
   }
   self->Finish(op, err);
+}
+
+uint64_t RbdStore::MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t len) const {
+  // librbd reports the image offset of the first differing byte, but Ceph 16 computes it from the
+  // start of the object rather than of the compared range (ObjectCompareAndWriteRequest passes
+  // the index within the range as an object offset); later releases give the true offset. A
+  // native compare covers one sector inside one object, so the two forms never overlap: a value
+  // below the range is Ceph 16's.
+  const uint64_t from = mismatch >= offset ? offset : offset - offset % object_size_;
+  return std::min(mismatch - from, len - 1);
 }
 
 void RbdStore::Finish(Op* op, int err) {
@@ -546,7 +555,7 @@ void RbdStore::RunOnPool(Op* op) {
           image, op->offset, op->len, reinterpret_cast<const char*>(op->caw->compare.data()),
           reinterpret_cast<const char*>(op->caw->data.data()), &mismatch, 0);
       if (n == -EILSEQ) {
-        op->caw->miscompare = mismatch;
+        op->caw->miscompare = MiscompareIndex(mismatch, op->offset, op->len);
         r = 0;
       } else {
         r = n < 0 ? n : (op->fua ? rbd_flush(image) : 0);

@@ -110,6 +110,8 @@ class RbdStore final : public BackingStore {
   // "pool/image" or "pool/namespace/image", for messages.
   const std::string& name() const { return name_; }
   uint64_t object_size() const { return object_size_; }
+  // The index in a compared range of the first differing byte, from librbd's mismatch offset.
+  uint64_t MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t len) const;
   // Whether GetProvisioning asks the object map (false: everything reads as mapped).
   bool provisioning_from_object_map() const { return use_object_map_; }
 

@@ -343,6 +343,32 @@ TEST_F(RbdStoreTest, CompareAndWriteOnTheClusterAndThroughTheGate) {
   EXPECT_EQ(store_->native_compare_writes(1), 2u);
 }
 
+// librbd's mismatch offset is image-wide (and, in Ceph 16, counted from the object's start):
+// the store must turn it into the index within the compared range at any LBA.
+TEST_F(RbdStoreTest, MiscompareOffsetIsWithinTheRangeAtAnyLba) {
+  OpenOrDie(12 * kMiB);
+  for (const uint64_t at :
+       {uint64_t{4 * kMiB}, uint64_t{4 * kMiB + 8 * 512}, uint64_t{9 * kMiB + 512}}) {
+    SCOPED_TRACE(at);
+    const auto old = Pattern(512, static_cast<uint8_t>(at >> 9));
+    Result w;
+    store_->Write(0, at, old, false, Record(&w));
+    Wait({&w});
+    ASSERT_EQ(w.err, 0);
+    auto wrong = old;
+    wrong[100] ^= 0x5a;
+    const auto data = Pattern(512, 7);
+    std::vector<uint8_t> scratch(512);
+    BackingStore::CompareWriteOp bad{wrong, data, scratch, false};
+    Result c;
+    store_->CompareAndWrite(0, at, &bad, Record(&c));
+    Wait({&c});
+    ASSERT_EQ(c.err, 0);
+    EXPECT_EQ(bad.miscompare, 100u);
+  }
+  EXPECT_EQ(store_->native_compare_writes(0), 3u);
+}
+
 TEST_F(RbdStoreTest, OrWriteIsAReadModifyWrite) {
   OpenOrDie(4 * kMiB);
   std::vector<uint8_t> ones(4096, 0x0f);
