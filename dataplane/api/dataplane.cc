@@ -280,6 +280,19 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
     if (Status s = check(lun.rbd.image, "rbd.image", "/@"); !s.ok()) return s;
     if (Status s = check(lun.rbd.ns, "rbd.namespace", "/"); !s.ok()) return s;
     if (Status s = check(lun.rbd.client_id, "rbd.client_id", "/ "); !s.ok()) return s;
+    // librados reads the conf file in the gateway, and a conf names further files (log file,
+    // admin socket, keyring): a path relative to wherever the daemon was started is a surprise.
+    // The keyring's path is not repeated in the message.
+    for (const auto& [path, field] :
+         {std::pair{&lun.rbd.conf, "rbd.conf"}, std::pair{&lun.rbd.keyring, "rbd.keyring"}}) {
+      if (path->empty()) continue;
+      if (path->front() != '/') return InvalidArgument(who + field + " must be an absolute path");
+      for (unsigned char c : *path) {
+        if (c < 0x20 || c == 0x7f) {
+          return InvalidArgument(who + field + " holds a control character");
+        }
+      }
+    }
     if (lun.create && lun.size_bytes == 0) {
       return InvalidArgument(who + "size_bytes must be set to create an rbd image");
     }

@@ -509,6 +509,16 @@ TEST(ToConfig, RbdBackingBecomesAnRbdLunSpec) {
   r->clear_pool();
   EXPECT_EQ(ToConfig(st).status().message(),
             "lun 3 of iqn.2026-11.io.iscsigw:x: rbd.pool is empty");
+  r->set_pool("rbd");
+  r->set_conf("ceph.conf");
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 3 of iqn.2026-11.io.iscsigw:x: rbd.conf must be an absolute path");
+  r->set_conf("/etc/ceph/ceph.conf");
+  r->set_keyring(std::string("/etc/ceph/k\0ey", 14));
+  EXPECT_EQ(ToConfig(st).status().message(),
+            "lun 3 of iqn.2026-11.io.iscsigw:x: rbd.keyring holds a control character");
+  r->clear_keyring();
+  EXPECT_TRUE(ToConfig(st).ok()) << ToConfig(st).status().message();
 }
 
 }  // namespace
