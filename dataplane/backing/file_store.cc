@@ -19,6 +19,7 @@
 #include <system_error>
 #include <utility>
 
+#include "dataplane/backing/op_pool.h"
 #include "dataplane/base/log.h"
 #include "dataplane/base/unique_fd.h"
 
@@ -148,10 +149,7 @@ struct FileStore::Slot {
   asio::io_context* ioc;
   runtime::FileRing* ring;  // null: io_uring refused, calls run on FallbackPool()
   unsigned index;
-  std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
-  Op* free = nullptr;
-  uint32_t records = 0;
-  uint32_t in_flight = 0;
+  OpPool<Op> ops;
   uint64_t unaligned = 0;
   uint64_t fixed = 0;
   uint64_t group_syncs = 0;
@@ -163,10 +161,6 @@ struct FileStore::Slot {
   Op* sync_covered = nullptr;
   bool sync_running = false;
 };
-
-namespace {
-constexpr uint32_t kOpChunk = 64;
-}  // namespace
 
 Result<std::unique_ptr<FileStore>> FileStore::Open(
     const FileStoreOptions& options, const std::vector<boost::asio::io_context*>& slots) {
@@ -322,35 +316,22 @@ uint64_t FileStore::fixed(unsigned slot) const {
 }
 
 uint32_t FileStore::in_flight(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->in_flight : 0;
+  return slot < slots_.size() ? slots_[slot]->ops.in_flight() : 0;
 }
 
 uint32_t FileStore::op_records(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->records : 0;
+  return slot < slots_.size() ? slots_[slot]->ops.records() : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Ring operations.
 
-// A free record; a new chunk of them only when every record is in flight (once per new high of
-// the slot's depth in the store's life, never per I/O).
+// A free record of the slot, with the store and slot set.
 FileStore::Op* FileStore::TakeOp(Slot& slot) {
-  if (slot.free == nullptr) {
-    auto chunk = std::make_unique<Op[]>(kOpChunk);
-    for (uint32_t i = 0; i < kOpChunk; ++i) {
-      chunk[i].next_free = slot.free;
-      slot.free = &chunk[i];
-    }
-    slot.chunks.push_back(std::move(chunk));
-    slot.records += kOpChunk;
-  }
-  Op* op = slot.free;
-  slot.free = op->next_free;
-  *op = Op{};
+  Op* op = slot.ops.Take();
   op->complete = &FileStore::Complete;
   op->store = this;
   op->slot = &slot;
-  ++slot.in_flight;
   return op;
 }
 
@@ -520,9 +501,7 @@ void FileStore::Finish(Op* op, int err) {
   Slot& slot = *op->slot;
   if (op->gated) gate_.ExitShared(slot.index);
   const IoCompletion done = op->done;
-  op->next_free = slot.free;
-  slot.free = op;
-  --slot.in_flight;
+  slot.ops.Give(op);
   done(err);
 }
 

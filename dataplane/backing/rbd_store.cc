@@ -15,6 +15,7 @@
 #include <system_error>
 #include <utility>
 
+#include "dataplane/backing/op_pool.h"
 #include "dataplane/base/log.h"
 
 namespace iscsigw::backing {
@@ -31,7 +32,6 @@ asio::thread_pool& RbdPool() {
   return pool;
 }
 
-constexpr uint32_t kOpChunk = 64;
 // GetProvisioning looks at no more than this many bytes per call (4096 objects of 4 MiB).
 constexpr uint64_t kMaxProvisioningWalk = uint64_t{16} << 30;
 // librbd's compare-and-write (Ceph 16) takes a range inside one 512-byte sector only.
@@ -251,10 +251,7 @@ struct RbdStore::Slot {
   unsigned index;
   asio::io_context* ioc;
   runtime::CompletionInbox* inbox;
-  std::vector<std::unique_ptr<Op[]>> chunks;  // records never move while the store lives
-  Op* free = nullptr;
-  uint32_t records = 0;
-  uint32_t in_flight = 0;
+  OpPool<Op> ops;
   uint64_t native_compare_writes = 0;
 };
 
@@ -379,11 +376,11 @@ int RbdStore::Grow(uint64_t new_size_bytes) {
 }
 
 uint32_t RbdStore::in_flight(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->in_flight : 0;
+  return slot < slots_.size() ? slots_[slot]->ops.in_flight() : 0;
 }
 
 uint32_t RbdStore::op_records(unsigned slot) const {
-  return slot < slots_.size() ? slots_[slot]->records : 0;
+  return slot < slots_.size() ? slots_[slot]->ops.records() : 0;
 }
 
 uint64_t RbdStore::native_compare_writes(unsigned slot) const {
@@ -393,25 +390,12 @@ uint64_t RbdStore::native_compare_writes(unsigned slot) const {
 // ---------------------------------------------------------------------------------------------
 // Records, submission and completion (reactor thread).
 
-// A free record; a new chunk of them only when every record is in flight (once per new high of
-// the slot's depth in the store's life, never per I/O).
+// A free record of the slot, with the store and slot set.
 RbdStore::Op* RbdStore::TakeOp(Slot& slot) {
-  if (slot.free == nullptr) {
-    auto chunk = std::make_unique<Op[]>(kOpChunk);
-    for (uint32_t i = 0; i < kOpChunk; ++i) {
-      chunk[i].next_free = slot.free;
-      slot.free = &chunk[i];
-    }
-    slot.chunks.push_back(std::move(chunk));
-    slot.records += kOpChunk;
-  }
-  Op* op = slot.free;
-  slot.free = op->next_free;
-  *op = Op{};
+  Op* op = slot.ops.Take();
   op->run = &RbdStore::Run;
   op->store = this;
   op->slot = &slot;
-  ++slot.in_flight;
   return op;
 }
 
@@ -498,9 +482,7 @@ void RbdStore::Finish(Op* op, int err) {
   Slot& slot = *op->slot;
   if (op->gated) gate_.ExitShared(slot.index);
   const IoCompletion done = op->done;
-  op->next_free = slot.free;
-  slot.free = op;
-  --slot.in_flight;
+  slot.ops.Give(op);
   done(err);
 }
 
