@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dataplane/runtime/event_fd.h"
+
 namespace iscsigw::runtime {
 
 boost::asio::execution_context::id CompletionInbox::id;
@@ -16,18 +18,7 @@ CompletionInbox& CompletionInbox::For(boost::asio::io_context& ioc) {
 
 CompletionInbox::CompletionInbox(boost::asio::io_context& ioc)
     : boost::asio::execution_context::service(ioc), ioc_(ioc), event_(ioc) {
-  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (event_fd_ < 0) {
-    error_ = std::string("eventfd: ") + std::strerror(errno);
-    return;
-  }
-  boost::system::error_code ec;
-  event_.assign(event_fd_, ec);
-  if (ec) {
-    ::close(event_fd_);
-    event_fd_ = -1;
-    error_ = "eventfd: " + ec.message();
-  }
+  event_fd_ = AssignEventFd(event_, &error_);
 }
 
 CompletionInbox::~CompletionInbox() = default;

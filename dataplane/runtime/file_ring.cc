@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "dataplane/base/log.h"
+#include "dataplane/runtime/event_fd.h"
 
 namespace iscsigw::runtime {
 
@@ -130,19 +131,8 @@ FileRing::FileRing(boost::asio::io_context& ioc)
     error_ = "io_uring: this kernel may drop completions (no IORING_FEAT_NODROP; Linux 5.5+)";
     return;
   }
-  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (event_fd_ < 0) {
-    error_ = std::string("eventfd: ") + std::strerror(errno);
-    return;
-  }
-  boost::system::error_code ec;
-  event_.assign(event_fd_, ec);
-  if (ec) {
-    ::close(event_fd_);
-    event_fd_ = -1;
-    error_ = "eventfd: " + ec.message();
-    return;
-  }
+  event_fd_ = AssignEventFd(event_, &error_);
+  if (event_fd_ < 0) return;
   // Blocking work the kernel hands to its workers (fdatasync, buffered writes that must wait):
   // as many at once as a deep queue of FUA writes needs for their syncs to be committed together.
   // The default is 4 per CPU. Best effort: older kernels keep theirs.
