@@ -18,33 +18,12 @@
 
 #include "dataplane/runtime/buffer_pool.h"
 #include "dataplane/runtime/file_ring.h"
+#include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int calls = 0;
-  int err = -1;
-  std::thread::id thread;
-};
-
-IoCompletion Record(Result* r) {
-  return IoCompletion{[](void* ctx, int err) {
-                        auto* res = static_cast<Result*>(ctx);
-                        ++res->calls;
-                        res->err = err;
-                        res->thread = std::this_thread::get_id();
-                      },
-                      r};
-}
-
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 12));
-  return v;
-}
 
 class FileStoreTest : public ::testing::Test {
  protected:
