@@ -274,7 +274,7 @@ def run_kind(kind, args, log, ceil):
             extra = sessions_ceiling(targets[1], args, log)
         profiles = {}
         if args.profile:
-            for t in targets[1:]:
+            for t in (t for t in targets if not t.tgtd):
                 for key in PROFILED:
                     if drop:
                         drop_caches()
