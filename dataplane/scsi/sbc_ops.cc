@@ -161,7 +161,8 @@ void SetStoreError(Task& task, int err, bool write) {
   if (write && task.unit != nullptr) task.unit->NoteWriteError();
   if (err == EROFS) {
     SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);
-  } else if (err == ENOSPC || (err == ENOMEM && write)) {
+  } else if (err == ENOSPC || err == EDQUOT || (err == ENOMEM && write)) {
+    // EDQUOT: a quota ran out (a Ceph pool's max_bytes), which the initiator sees as no space.
     SetCheckCondition(task, SenseKey::kDataProtect, kSpaceAllocationFailedWriteProtect);
   } else {
     SetCheckCondition(task, SenseKey::kMediumError,

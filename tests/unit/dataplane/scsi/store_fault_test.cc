@@ -77,6 +77,12 @@ TEST(StoreFault, EnospcIsSpaceAllocationFailedWriteProtect) {
   ExpectSense(lun.Write10(0), SenseKey::kDataProtect, Asc{0x27, 0x07});
 }
 
+TEST(StoreFault, EdquotIsSpaceAllocationFailedWriteProtect) {
+  // A Ceph pool at its quota answers -EDQUOT: no space for this LUN, not a medium error.
+  FaultyLun lun(Failing(EDQUOT, false, true, false));
+  ExpectSense(lun.Write10(0), SenseKey::kDataProtect, Asc{0x27, 0x07});
+}
+
 TEST(StoreFault, ErofsIsWriteProtected) {
   FaultyLun lun(Failing(EROFS, false, true, false));
   ExpectSense(lun.Write10(0), SenseKey::kDataProtect, Asc::kWriteProtected);
