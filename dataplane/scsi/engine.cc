@@ -24,6 +24,25 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
   RestoreState();
 }
 
+void Lun::HoldForDetachedFlush(unsigned slot) {
+  std::lock_guard lock(detached_mu_);
+  if (detached_flushes_++ == 0) detached_hold_ = weak_from_this().lock();
+  detached_slot_ = slot;
+}
+
+void Lun::ReleaseDetachedFlush() {
+  std::shared_ptr<Lun> last;
+  unsigned slot = 0;
+  {
+    std::lock_guard lock(detached_mu_);
+    if (detached_flushes_ == 0 || --detached_flushes_ > 0) return;
+    last = std::move(detached_hold_);
+    slot = detached_slot_;
+  }
+  // Possibly the LUN's last reference: dropped after the store's completion has returned.
+  if (config_.post) config_.post(slot, [last = std::move(last)]() mutable { last.reset(); });
+}
+
 uint64_t Lun::num_blocks() const {
   return config_.block_size == 0 ? 0 : store_->size_bytes() / config_.block_size;
 }

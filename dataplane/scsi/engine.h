@@ -105,6 +105,15 @@ class Lun : public std::enable_shared_from_this<Lun> {
     return false;
   }
 
+  // SYNCHRONIZE CACHE with IMMED ends its command before the store's flush does, so no task keeps
+  // the LUN (and its store) alive for that flush: a LUN removed meanwhile would be freed under it.
+  // HoldForDetachedFlush (at the flush's start, on reactor `slot`) keeps the LUN alive while any
+  // such flush is in flight; ReleaseDetachedFlush (its completion) lets go, and the last hold is
+  // dropped in a later turn of the reactor through config().post (inline without one), never
+  // inside the store's own completion. Rare (Linux never sets IMMED): a small per-LUN lock.
+  void HoldForDetachedFlush(unsigned slot);
+  void ReleaseDetachedFlush();
+
   // Makes the durable part of this LUN's state (lun_state.cc) durable through config().state_store
   // and runs done on reactor `slot`; false (done not called) when there is no state store.
   bool SaveState(unsigned slot, backing::IoCompletion done);
@@ -137,6 +146,10 @@ class Lun : public std::enable_shared_from_this<Lun> {
   ModePages mode_pages_;
   Reservations reservations_;
   SanitizeState sanitize_;
+  std::mutex detached_mu_;
+  uint32_t detached_flushes_ = 0;       // guarded by detached_mu_
+  unsigned detached_slot_ = 0;          // guarded by detached_mu_: the last flush's reactor
+  std::shared_ptr<Lun> detached_hold_;  // guarded by detached_mu_: set while flushes > 0
   std::mutex save_mu_;     // orders SaveState calls: a later call always carries newer state
   uint64_t save_seq_ = 0;  // guarded by save_mu_
 };

@@ -127,7 +127,9 @@ void FlushDone(void* ctx, int err) {
 // SYNCHRONIZE CACHE with IMMED: the command has already ended GOOD, so a failed flush becomes a
 // deferred error that the next SYNCHRONIZE CACHE of the LUN reports (FlushDone).
 void ImmedFlushDone(void* ctx, int err) {
-  if (err != 0) static_cast<Lun*>(ctx)->NoteWriteError();
+  auto* lun = static_cast<Lun*>(ctx);
+  if (err != 0) lun->NoteWriteError();
+  lun->ReleaseDetachedFlush();
 }
 
 Disposition DoRead(const Command& cmd, const RwCdb& r) {
@@ -205,6 +207,7 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r) {
 Disposition StartFlush(const Command& cmd, bool immed) {
   Task& task = cmd.task;
   if (immed) {
+    cmd.lun->HoldForDetachedFlush(task.slot);
     cmd.lun->store().Flush(task.slot, backing::IoCompletion{ImmedFlushDone, cmd.lun});
     return Disposition::kDone;
   }

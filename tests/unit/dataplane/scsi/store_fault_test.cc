@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dataplane/backing/fault_store.h"
@@ -21,10 +24,12 @@ namespace {
 constexpr uint32_t kBlock = 512;
 
 struct FaultyLun {
-  explicit FaultyLun(backing::FaultSpec spec, backing::DeferFn defer = nullptr)
+  explicit FaultyLun(backing::FaultSpec spec, backing::DeferFn defer = nullptr,
+                     LunConfig::PostFn post = nullptr)
       : nexus("iqn.2026-11.io.iscsigw:i,i,0x1", 1) {
     LunConfig cfg;
     cfg.block_size = kBlock;
+    cfg.post = std::move(post);
     auto store = std::make_shared<backing::FaultStore>(backing::NewRamStore(1 << 20), spec, defer);
     fault = store.get();
     target.luns.push_back(std::make_shared<Lun>(cfg, store));
@@ -108,6 +113,54 @@ TEST(StoreFault, FailedImmedFlushFailsTheNextSynchronizeCache) {
   FaultyLun lun(Failing(EIO, false, false, true, /*after=*/0));
   EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);  // SBC-3 5.22: IMMED
   ExpectSense(lun.SyncCache(), SenseKey::kMediumError, Asc::kWriteError);
+}
+
+// An IMMED flush outlives its command: the LUN (and its store) stay until the flush completes,
+// also when the LUN is removed meanwhile, and the flush's error still reaches the LUN.
+TEST(StoreFault, ImmedFlushKeepsARemovedLunUntilItCompletes) {
+  backing::FaultSpec f = Failing(EIO, false, false, true);
+  f.delay = std::chrono::milliseconds(1);
+  std::vector<std::function<void()>> held;
+  FaultyLun lun(f, [&](unsigned, std::chrono::milliseconds, std::function<void()> fn) {
+    held.push_back(std::move(fn));
+  });
+  EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);
+  ASSERT_EQ(held.size(), 1u);
+  std::weak_ptr<Lun> weak = lun.target.luns[0];
+  lun.runner.reset();
+  lun.target.luns.clear();  // the LUN is removed; only the flush in flight refers to it
+  ASSERT_FALSE(weak.expired());
+  EXPECT_EQ(weak.lock()->store().kind(), "ram");
+  held[0]();  // the flush fails now; its LUN goes with its completion
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(StoreFault, ImmedFlushHoldIsDroppedInALaterTurnOfTheReactor) {
+  backing::FaultSpec f;
+  f.delay = std::chrono::milliseconds(1);
+  f.reads = f.writes = false;
+  std::vector<std::function<void()>> held;
+  std::vector<std::pair<unsigned, std::function<void()>>> posted;
+  FaultyLun lun(
+      f,
+      [&](unsigned, std::chrono::milliseconds, std::function<void()> fn) {
+        held.push_back(std::move(fn));
+      },
+      [&](unsigned slot, std::function<void()> fn) { posted.emplace_back(slot, std::move(fn)); });
+  EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);
+  EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);
+  ASSERT_EQ(held.size(), 2u);
+  std::weak_ptr<Lun> weak = lun.target.luns[0];
+  lun.runner.reset();
+  lun.target.luns.clear();
+  held[0]();
+  EXPECT_TRUE(posted.empty());  // one flush still in flight holds the LUN
+  held[1]();
+  ASSERT_EQ(posted.size(), 1u);
+  EXPECT_EQ(posted[0].first, 0u);  // the reactor of the flushes
+  EXPECT_FALSE(weak.expired());    // not inside the store's completion
+  posted[0].second = nullptr;
+  EXPECT_TRUE(weak.expired());
 }
 
 TEST(StoreFault, ErrorsStartAfterTheGivenNumberOfCalls) {
