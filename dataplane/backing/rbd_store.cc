@@ -165,18 +165,33 @@ void BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image,
 // A librados handle shared by every store with the same conf, client id and keyring.
 struct RbdStore::Cluster {
   rados_t handle = nullptr;
+  // The cluster blocklisted this client (an exclusive lock of it was broken): every request of
+  // the handle fails with ESHUTDOWN from now on, so no store opened later may share it.
+  std::atomic<bool> fenced{false};
   ~Cluster() {
     if (handle != nullptr) rados_shutdown(handle);
   }
 
   static Result<std::shared_ptr<Cluster>> Get(const RbdStoreOptions& o, const std::string& who) {
-    static std::mutex mu;
-    static std::map<std::string, std::weak_ptr<Cluster>> live;
+    // One entry per conf, client id and keyring. Its lock is held while connecting, so that two
+    // stores of one cluster do not both connect; a cluster that does not answer (up to
+    // client_mount_timeout) delays only the opens of that cluster.
+    struct Entry {
+      std::mutex mu;
+      std::weak_ptr<Cluster> cluster;  // guarded by mu
+    };
+    static std::mutex map_mu;
+    static std::map<std::string, std::shared_ptr<Entry>> entries;  // guarded by map_mu
     const std::string key = o.conf + '\0' + o.client_id + '\0' + o.keyring;
-    // Held while connecting, so that two stores of one cluster do not both connect; other opens
-    // wait (they run on the control plane, one Apply at a time anyway).
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto c = live[key].lock()) return c;
+    std::shared_ptr<Entry> entry;
+    {
+      std::lock_guard<std::mutex> lock(map_mu);
+      auto& e = entries[key];
+      if (e == nullptr) e = std::make_shared<Entry>();
+      entry = e;
+    }
+    std::lock_guard<std::mutex> lock(entry->mu);
+    if (auto c = entry->cluster.lock(); c != nullptr && !c->fenced.load()) return c;
     auto c = std::make_shared<Cluster>();
     const std::string conf_name = o.conf.empty() ? "the default ceph.conf" : o.conf;
     std::string id = o.client_id.empty() ? "admin" : o.client_id;
@@ -209,7 +224,7 @@ struct RbdStore::Cluster {
               " as client." + id + " within client_mount_timeout " +
               ConfGet(c->handle, "client_mount_timeout") + " s: " + ErrnoText(-r));
     }
-    live[key] = c;
+    entry->cluster = c;
     return c;
   }
 };
@@ -272,6 +287,9 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
 
   std::unique_ptr<RbdStore> store(new RbdStore());
   store->name_ = name;
+  store->client_ = o.client_id.empty()                    ? std::string("client.admin")
+                   : o.client_id.rfind("client.", 0) == 0 ? o.client_id
+                                                          : "client." + o.client_id;
   store->read_only_ = o.read_only;
   auto cluster = Cluster::Get(o, who);
   if (!cluster.ok()) return cluster.status();
@@ -465,7 +483,24 @@ void RbdStore::Run(runtime::CompletionInbox::Item* item) {
     op->caw->miscompare = self->MiscompareIndex(op->mismatch, op->offset, op->len);
     err = 0;
   }
+  if (err == ESHUTDOWN) self->NoteFenced();
   self->Finish(op, err);
+}
+
+void RbdStore::NoteFenced() {
+  if (cluster_->fenced.exchange(true)) return;
+  log::Backing().error("rbd store {}: {}", name_, offline_reason());
+}
+
+int RbdStore::ready() const {
+  return cluster_ != nullptr && cluster_->fenced.load(std::memory_order_relaxed) ? ESHUTDOWN : 0;
+}
+
+std::string RbdStore::offline_reason() const {
+  if (ready() == 0) return {};
+  return "the Ceph cluster blocklisted this gateway's client " + client_ +
+         " (an exclusive lock it held was broken by another client): no I/O until the LUN is "
+         "created again or the daemon restarts";
 }
 
 uint64_t RbdStore::MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t len) const {
@@ -820,7 +855,13 @@ OfflineRbdStore::~OfflineRbdStore() {
 
 RbdStore* OfflineRbdStore::Live() const { return state_->live.load(std::memory_order_acquire); }
 
+int OfflineRbdStore::ready() const {
+  RbdStore* s = Live();
+  return s != nullptr ? s->ready() : ENOTCONN;
+}
+
 std::string OfflineRbdStore::offline_reason() const {
+  if (RbdStore* s = Live(); s != nullptr) return s->offline_reason();
   std::lock_guard lock(state_->mu);
   return state_->reason;
 }

@@ -45,8 +45,10 @@
 // (rbd_aio_create_completion) and request objects for every call; that is inside librbd, and its
 // C API offers no way around it.
 // A cluster that goes away: nothing blocks a reactor; an I/O waits for the OSDs up to
-// rados_osd_op_timeout and then completes with ETIMEDOUT (a blocklisted client with ESHUTDOWN),
-// which the SCSI layer turns into sense data.
+// rados_osd_op_timeout and then completes with ETIMEDOUT (retryable NOT READY to the initiator). A
+// client the cluster blocklisted (another client broke its exclusive lock) gets ESHUTDOWN for
+// everything: the store is fenced (ready()), as is every store sharing that librados handle, and a
+// store opened later gets a new handle.
 //
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
@@ -106,6 +108,12 @@ class RbdStore final : public BackingStore {
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
   bool persistent() const override { return true; }
+  // ESHUTDOWN once the cluster has blocklisted the store's client (a request failed with it):
+  // fenced, every request fails from then on, and the SCSI layer answers NOT READY, MANUAL
+  // INTERVENTION REQUIRED. The stores sharing the client are fenced with it; a store opened later
+  // gets a client of its own.
+  int ready() const override;
+  std::string offline_reason() const override;
   bool read_only() const { return read_only_; }
   // "pool/image" or "pool/namespace/image", for messages.
   const std::string& name() const { return name_; }
@@ -151,11 +159,13 @@ class RbdStore final : public BackingStore {
   static void Callback(void* completion, void* arg);
   static void Run(runtime::CompletionInbox::Item* item);
   void Finish(Op* op, int err);
+  void NoteFenced();
 
   std::shared_ptr<Cluster> cluster_;
   void* ioctx_ = nullptr;  // rados_ioctx_t
   void* image_ = nullptr;  // rbd_image_t
   std::string name_;
+  std::string client_;  // "client.admin", for messages
   std::atomic<uint64_t> size_bytes_{0};
   bool read_only_ = false;
   uint64_t object_size_ = 4 << 20;
@@ -198,7 +208,7 @@ class OfflineRbdStore final : public BackingStore {
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override;
   bool persistent() const override { return true; }
-  int ready() const override { return online() ? 0 : ENOTCONN; }
+  int ready() const override;  // ENOTCONN until the image opens; then the open store's
   bool thin_provisioned() const override { return true; }
   uint64_t unmap_granularity() const override;
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;

@@ -97,8 +97,9 @@ bool CheckRw(const Command& cmd, const RwCdb& r) {
 
 // Store errors become sense data through SetStoreError: EIO is MEDIUM ERROR (UNRECOVERED READ
 // ERROR, WRITE ERROR), ENOSPC on a thin LUN SPACE ALLOCATION FAILED WRITE PROTECT (SBC-3 4.7.3.7),
-// EROFS WRITE PROTECTED, ENOTCONN (a store not connected to its medium yet) NOT READY, BECOMING
-// READY.
+// EROFS WRITE PROTECTED, ENOTCONN (a store not connected to its medium yet) and ETIMEDOUT (the
+// medium did not answer in time) NOT READY, BECOMING READY, ESHUTDOWN (the store fenced) NOT READY,
+// MANUAL INTERVENTION REQUIRED.
 void ReadDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
   if (err != 0) SetStoreError(task, err, false);
@@ -117,7 +118,9 @@ void FlushDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
   if (err != 0) {
     SetStoreError(task, err, true);
-    if (task.unit != nullptr) task.unit->TakeWriteErrors();  // this error is the report
+    // This error is the report of earlier failed writes, unless the initiator retries the flush
+    // (NOT READY, BECOMING READY): then the retry reports them.
+    if (task.unit != nullptr && err != ENOTCONN && err != ETIMEDOUT) task.unit->TakeWriteErrors();
   } else if (task.unit != nullptr && task.unit->TakeWriteErrors()) {
     SetCheckCondition(task, SenseKey::kMediumError, Asc::kWriteError);
   }

@@ -19,6 +19,7 @@ constexpr Asc kSpaceAllocationFailedWriteProtect{0x27, 0x07};  // SBC-3 4.7.3.6
 // SPC-4 table 52: a store that is retrying to reach its medium (an rbd image whose cluster is not
 // reachable yet) reports the unit as becoming ready.
 constexpr Asc kLogicalUnitBecomingReady{0x04, 0x01};
+constexpr Asc kLogicalUnitNotReadyManualIntervention{0x04, 0x03};
 // Largest piece one store call of these operations moves.
 constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 
@@ -153,9 +154,18 @@ bool CheckWritable(const Command& cmd) {
 }
 
 void SetStoreError(Task& task, int err, bool write) {
-  if (err == ENOTCONN) {
-    // Not a failure of the medium: no write error is noted.
+  // Not failures of the medium, and the command says it failed: no write error is noted.
+  if (err == ENOTCONN || err == ETIMEDOUT) {
+    // Not connected yet, or the storage did not answer in time (an rbd OSD past
+    // rados_osd_op_timeout): NOT READY, BECOMING READY, which initiators retry (Linux: the
+    // command is retried rather than failed), where MEDIUM ERROR would fail it for good.
     SetCheckCondition(task, SenseKey::kNotReady, kLogicalUnitBecomingReady);
+    return;
+  }
+  if (err == ESHUTDOWN) {
+    // Fenced: the storage refuses this gateway (an rbd client blocklisted by the cluster) until
+    // an operator acts. Not retried by initiators; a multipath initiator moves to another path.
+    SetCheckCondition(task, SenseKey::kNotReady, kLogicalUnitNotReadyManualIntervention);
     return;
   }
   if (write && task.unit != nullptr) task.unit->NoteWriteError();

@@ -9,7 +9,10 @@
   pool names it; no keyring content reaches the log or the API.
 - The OSD stopped (SIGSTOP) for a few seconds while commands run: they wait and then complete,
   the reactor keeps serving another LUN meanwhile, and the daemon serves the rbd LUN afterwards.
+- The gateway's lock broken by another client (its client blocklisted): NOT READY, MANUAL
+  INTERVENTION REQUIRED, the reason in the API, and service again once the LUN is created again.
 """
+import json
 import os
 import re
 import select
@@ -230,7 +233,8 @@ class RbdLunTest(unittest.TestCase):
             early = b""
             if select.select([ini.sock], [], [], 0)[0]:
                 early = ini.sock.recv(48, socket.MSG_PEEK)
-            stopped = open(f"/proc/{pid}/status").read()
+            with open(f"/proc/{pid}/status") as f:
+                stopped = f.read()
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertRegex(stopped, r"State:\s+T", "the OSD was not stopped")
@@ -348,6 +352,78 @@ class RbdLunOfflineAtStartTest(unittest.TestCase):
         self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x01))
         status, _, sense = test_unit_ready(2)
         self.assertEqual((status, sense_key_asc(sense)), (2, (0x2, 0x04, 0x01)), sense.hex())
+        self.assertIsNone(daemon.proc.poll())
+
+
+class RbdLunFencedTest(unittest.TestCase):
+    """Another client breaks the gateway's exclusive lock, which makes the cluster blocklist the
+    gateway's client: its LUNs answer NOT READY, MANUAL INTERVENTION REQUIRED (not MEDIUM ERROR,
+    not a hang), the API says why, and a LUN created again gets a client of its own and serves."""
+
+    def test_blocklisted_gateway_answers_not_ready_until_the_lun_is_recreated(self):
+        images = [f"fence-{os.getpid()}-{i}" for i in (0, 1)]
+        for image in images:
+            rbd("create", "rbd/" + image, "--size", "8M")
+            self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
+        state = harness.simple_state("rbd-fence", luns=[
+            {"id": i, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}
+            for i, image in enumerate(images)])
+        daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start(timeout=60)
+        self.addCleanup(daemon.cleanup)
+        self.addCleanup(daemon.stop)
+        target = harness.IQN_PREFIX + "rbd-fence"
+        ini = Initiator(daemon.portal, harness.INITIATOR, timeout=60)
+        ini.login(target)
+        self.addCleanup(ini.close)
+
+        def command(lun, cdb, read_len=0, data=b""):
+            for _ in range(4):  # past unit attentions (a new session, a new LUN)
+                status, buf, sense = ini._command(lun, cdb, read_len=read_len, data=data)
+                if status == 2 and sense_key_asc(sense)[0] == 0x6:
+                    continue
+                return status, buf, sense
+            return status, buf, sense
+
+        def write_fua(lun, lba, seed):
+            return command(lun, struct.pack(">BBIBHB", 0x2A, 0x08, lba, 0, 8, 0),
+                           data=pattern(8 * 512, seed))
+
+        for lun in (0, 1):
+            status, _, sense = write_fua(lun, 0, lun)  # takes the image's exclusive lock
+            self.assertEqual(status, 0, sense.hex())
+        lockers = json.loads(rbd("lock", "ls", "--format", "json", "rbd/" + images[0]).stdout)
+        locks = lockers.get("locks", lockers) if isinstance(lockers, dict) else lockers
+        self.assertEqual(len(locks), 1, lockers)
+        lock = locks[0] if isinstance(locks, list) else next(iter(locks.values()))
+        cookie = lock.get("id") or next(iter(locks))
+        rbd("lock", "rm", "rbd/" + images[0], cookie, lock["locker"])  # breaks and blocklists
+
+        t0 = time.monotonic()
+        status, _, sense = write_fua(0, 8, 9)
+        took = time.monotonic() - t0
+        self.assertEqual(status, 2, "a write of a blocklisted gateway answered GOOD")
+        # SPC-4 table 52: NOT READY, LOGICAL UNIT NOT READY, MANUAL INTERVENTION REQUIRED.
+        self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x03), sense.hex())
+        self.assertLess(took, 20)
+        # The client is fenced, so every LUN it serves is; TEST UNIT READY says so too.
+        for lun in (0, 1):
+            status, _, sense = command(lun, bytes(6))
+            self.assertEqual((status, sense_key_asc(sense)), (2, (0x2, 0x04, 0x03)), sense.hex())
+        luns = {l["id"]: l for l in daemon.ctl_json("lun", "list", "rbd-fence")["luns"]}
+        for lun in (0, 1):
+            self.assertRegex(luns[lun]["offline_reason"], "blocklisted")
+        self.assertRegex(daemon.read_log(), r"error.*rbd/" + images[0] + ".*blocklisted")
+        self.assertEqual(export(images[0])[:8 * 512], pattern(8 * 512, 0))
+
+        # Created again, the LUN has a client of its own: it takes the lock back and serves.
+        daemon.ctl("lun", "delete", "rbd-fence", 0)
+        daemon.ctl("lun", "create", "rbd-fence", 0, "--backing", "rbd", "--pool", "rbd",
+                   "--image", images[0], "--ceph-conf", CONF)
+        status, _, sense = write_fua(0, 8, 9)
+        self.assertEqual(status, 0, sense.hex())
+        self.assertEqual(export(images[0])[8 * 512:16 * 512], pattern(8 * 512, 9))
+        status, _, sense = command(1, bytes(6))
+        self.assertEqual(sense_key_asc(sense), (0x2, 0x04, 0x03), "lun 1 kept the fenced client")
         self.assertIsNone(daemon.proc.poll())
 
 

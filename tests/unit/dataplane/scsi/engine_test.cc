@@ -1026,6 +1026,23 @@ TEST_F(FakeStoreTest, SynchronizeCacheErrorAndImmed) {
   EXPECT_EQ(completions_, 1);
 }
 
+// A flush the initiator will retry (the store timed out) does not use up the report of an earlier
+// failed write: the retried SYNCHRONIZE CACHE still reports it.
+TEST_F(FakeStoreTest, RetryableFlushErrorKeepsAnEarlierWriteError) {
+  fake_->write_err = EIO;
+  RunCdb({0x2A, 0, 0, 0, 0, 1, 0, 0, 1, 0}, 0, std::vector<uint8_t>(512, 0x11), 1);
+  ExpectCheck(SenseKey::kMediumError, Asc::kWriteError);
+  fake_->write_err = 0;
+  fake_->flush_err = ETIMEDOUT;
+  RunCdb({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, {}, 1);
+  ExpectCheck(SenseKey::kNotReady, Asc{0x04, 0x01});
+  fake_->flush_err = 0;
+  RunCdb({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, {}, 1);
+  ExpectCheck(SenseKey::kMediumError, Asc::kWriteError);
+  RunCdb({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, {}, 1);
+  ExpectGood();
+}
+
 // ------------------------------------------------------------------------------------------------
 // START STOP UNIT
 

@@ -109,6 +109,24 @@ TEST(StoreFault, FailedWriteIsNotReportedDurableByTheNextSynchronizeCache) {
   EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);
 }
 
+// A store that timed out is retryable, not a failed medium: NOT READY, BECOMING READY (SPC-4
+// table 52, 04h/01h), and the next SYNCHRONIZE CACHE has no write error to report.
+TEST(StoreFault, TimeoutIsNotReadyBecomingReady) {
+  FaultyLun lun(Failing(ETIMEDOUT, true, true, false));
+  ExpectSense(lun.Write10(1), SenseKey::kNotReady, Asc{0x04, 0x01});
+  ExpectSense(lun.Read10(1), SenseKey::kNotReady, Asc{0x04, 0x01});
+  EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);
+}
+
+// A fenced store (an rbd client the cluster blocklisted): NOT READY, MANUAL INTERVENTION REQUIRED
+// (04h/03h), which initiators do not retry on this path.
+TEST(StoreFault, FencedStoreIsNotReadyManualIntervention) {
+  FaultyLun lun(Failing(ESHUTDOWN, true, true, true));
+  ExpectSense(lun.Write10(1), SenseKey::kNotReady, Asc{0x04, 0x03});
+  ExpectSense(lun.Read10(1), SenseKey::kNotReady, Asc{0x04, 0x03});
+  ExpectSense(lun.SyncCache(), SenseKey::kNotReady, Asc{0x04, 0x03});
+}
+
 TEST(StoreFault, FailedImmedFlushFailsTheNextSynchronizeCache) {
   FaultyLun lun(Failing(EIO, false, false, true, /*after=*/0));
   EXPECT_EQ(lun.SyncCache(/*immed=*/true).status, ScsiStatus::kGood);  // SBC-3 5.22: IMMED
