@@ -532,6 +532,11 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
         params_.target_max_recv_data_segment_length, params_.initiator_max_recv_data_segment_length,
         params_.max_burst_length, params_.first_burst_length, params_.immediate_data,
         params_.initial_r2t);
+    // From here the session follows its target's configuration (Gateway::Publish). The login's
+    // copy would keep the LUNs of that time alive for the life of the connection: a deleted
+    // LUN's store open, its file's blocks not freed, its rbd image watched and not removable.
+    login_target_.reset();
+    chap_.reset();
   } else if (transit) {
     login_stage_ = nsg;
   }

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -84,6 +85,39 @@ class LunDirTest(Fixture):
         self.assertEqual(os.path.getsize(path), 16 * MiB)
         self.assertIn("backing file removed", d.ctl("lun", "delete", "rel", "0").stdout)
         self.assertFalse(os.path.exists(path))
+
+    def test_a_deleted_lun_lets_go_of_its_file_while_a_session_stays(self):
+        # Regression: the login kept its copy of the target's configuration for the life of the
+        # connection, and with it every LUN of that time: a deleted LUN's file stayed open (its
+        # blocks never freed) until the initiator logged out.
+        d = self.start()
+        self.file_lun(d, "held", "held.img")
+        path = os.path.join(self.lun_dir, "held.img")
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + "held")
+        self.addCleanup(c.close)
+        c.test_unit_ready(0)
+        self.assertEqual(c.write(0, 0, OLD)[0], 0)
+        fd_dir = f"/proc/{d.proc.pid}/fd"
+
+        def open_files():
+            out = []
+            for fd in os.listdir(fd_dir):
+                try:
+                    out.append(os.readlink(os.path.join(fd_dir, fd)))
+                except FileNotFoundError:
+                    pass
+            return out
+
+        self.assertIn(path, open_files())
+        self.assertIn("backing file removed", d.ctl("lun", "delete", "held", "0").stdout)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(p.startswith(path) for p in open_files()):
+            time.sleep(0.05)
+        self.assertEqual([p for p in open_files() if p.startswith(path)], [],
+                         "the deleted LUN's file is still open while its session stays")
+        status, _ = c.test_unit_ready(0)
+        self.assertEqual(status, 2)  # LOGICAL UNIT NOT SUPPORTED (or a unit attention first)
 
     def test_relative_paths_that_escape_or_without_a_lun_dir_are_refused(self):
         d = self.start()
