@@ -565,7 +565,7 @@ int Run(int argc, char** argv) {
         "delete", "remove a LUN, and the backing file the gateway created for it");
     del->add_option("target", l_target)->required();
     del->add_option("id", l_id)->required();
-    del->add_flag("--keep-backing", keep_backing, "keep the backing file");
+    del->add_flag("--keep-backing", keep_backing, "keep the backing file or rbd image");
     del->callback([&] {
       action = [&](Client& cl) {
         v1::DeleteLunRequest req;

@@ -375,7 +375,7 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
                   resp->sessions_terminated());
   if (req.keep_backing()) return Status::Ok();
   uint32_t removed = 0;
-  s = RemoveCreatedFiles(gone, &removed);
+  s = RemoveCreatedBacking(gone, &removed);
   resp->set_backing_files_removed(removed);
   return s;
 }
@@ -458,6 +458,7 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     if (Status room = state::RoomForLun(*t, store_->limits()); !room.ok()) return room;
   }
   if (Status p = PrepareFileLun(req, who, &lun); !p.ok()) return p;
+  if (Status p = PrepareRbdLun(req.target(), who, &lun); !p.ok()) return p;
   Status s = store_->Update([&](v1::State* st) {
     v1::Target* t = FindTarget(st, req.target());
     if (t == nullptr) return TargetNotFound(req.target());
@@ -469,6 +470,10 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     // A file that was not there before this call (a copy, or one the data plane created while
     // the change was tried) goes again.
     if (lun.has_file() && lun.file().created()) (void)state::RemoveLunFile(lun.file().path());
+    if (lun.has_rbd() && lun.rbd().created()) {
+      // The data plane may have opened it while the change was tried; that store is closing.
+      (void)api::RemoveRbdImage(state::ToRbdSpec(lun.rbd()), kRbdCloseWait);
+    }
     return s;
   }
   (void)LunView(req.target(), lun, resp);
@@ -580,7 +585,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteLun(Ctx* ctx,
     // they finish on the unlinked inode.
     if (req->keep_backing()) return Status::Ok();
     uint32_t removed = 0;
-    s = RemoveCreatedFiles(gone, &removed);
+    s = RemoveCreatedBacking(gone, &removed);
     resp->set_backing_removed(removed > 0);
     return s;
   });

@@ -31,6 +31,9 @@ namespace iscsigw::service {
 
 inline constexpr size_t kDefaultMaxQueuedChanges = 1024;
 inline constexpr size_t kDefaultMaxQueuedBytes = 64 << 20;
+// How long removing an rbd image waits for the gateway's own store of it to close (commands in
+// flight end first) before it takes the image's watcher for another client and keeps the image.
+inline constexpr std::chrono::milliseconds kRbdCloseWait{10000};
 
 struct ServiceOptions {
   std::string version;
@@ -126,10 +129,13 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   // sets it when the gateway makes the file: as a copy of req's source (made here) or from
   // nothing (create set and no file there yet).
   Status PrepareFileLun(const v1::CreateLunRequest& req, const std::string& who, v1::Lun* lun);
-  // Removes the backing files of `gone` (LUNs already out of the state) that the gateway created
-  // and that no LUN of the state uses any more. `removed` counts them; the first failure is
-  // returned after every file was tried.
-  Status RemoveCreatedFiles(const std::vector<v1::Lun>& gone, uint32_t* removed);
+  // Clears the client's rbd `created`; with rbd.create, makes the image unless it exists (the LUN
+  // spec checked first) and sets `created` when this call made it.
+  Status PrepareRbdLun(const std::string& target, const std::string& who, v1::Lun* lun);
+  // Removes the backing files and rbd images of `gone` (LUNs already out of the state) that the
+  // gateway created and that no LUN of the state uses any more. `removed` counts them; the first
+  // failure is returned after every one was tried.
+  Status RemoveCreatedBacking(const std::vector<v1::Lun>& gone, uint32_t* removed);
   Status DoCreateSnapshot(const v1::CreateSnapshotRequest& req, v1::Snapshot* resp);
   // Live (non-discovery) sessions of a target.
   size_t SessionsOf(const std::string& target) const;

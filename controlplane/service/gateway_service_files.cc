@@ -1,5 +1,6 @@
-// GatewayServiceImpl, the part that manages files: LUN files in the LUN directory, copies for
-// clones, backing files removed with their LUNs, snapshots and the directory's capacity.
+// GatewayServiceImpl, the part that manages backing: LUN files in the LUN directory, copies for
+// clones, rbd images made for their LUNs, backing files and images removed with their LUNs,
+// snapshots and the directory's capacity.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -136,15 +137,63 @@ size_t GatewayServiceImpl::SessionsOf(const std::string& target) const {
   return n;
 }
 
-Status GatewayServiceImpl::RemoveCreatedFiles(const std::vector<v1::Lun>& gone, uint32_t* removed) {
+Status GatewayServiceImpl::PrepareRbdLun(const std::string& target, const std::string& who,
+                                         v1::Lun* lun) {
+  if (!lun->has_rbd()) return Status::Ok();
+  v1::RbdBacking* rbd = lun->mutable_rbd();
+  rbd->clear_created();  // OUTPUT_ONLY: only the gateway decides which images it may remove
+  if (!rbd->create() || lun->read_only()) return Status::Ok();
+  // The spec as the data plane will check it, before anything reaches the cluster.
+  api::LunSpec spec;
+  spec.id = lun->id();
+  spec.backing = api::BackingKind::kRbd;
+  spec.rbd = state::ToRbdSpec(*rbd);
+  spec.create = true;
+  spec.size_bytes = lun->size_bytes();
+  spec.block_size = lun->block_size();
+  if (Status v = api::ValidateLun(state::QualifyTargetName(target), spec); !v.ok()) return v;
+  if (lun->size_bytes() == 0) {
+    return InvalidArgument(who + ": rbd.create needs size_bytes, the size of the image to make");
+  }
+  auto made = api::CreateRbdImage(spec.rbd, lun->size_bytes());
+  if (!made.ok()) return Status(made.status().code(), who + ": " + made.status().message());
+  rbd->set_created(made.value());
+  return Status::Ok();
+}
+
+Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone,
+                                                uint32_t* removed) {
   std::set<std::string> in_use;
+  // An rbd image by cluster conf, pool, namespace and name.
+  auto image_key = [](const v1::RbdBacking& r) {
+    return "rbd:" + r.conf() + '\0' + r.pool() + '\0' + r.namespace_() + '\0' + r.image();
+  };
   for (const auto& t : store_->Snapshot()->targets()) {
     for (const auto& l : t.luns()) {
       if (l.has_file()) in_use.insert(l.file().path());
+      if (l.has_rbd()) in_use.insert(image_key(l.rbd()));
     }
   }
   Status first = Status::Ok();
   for (const auto& l : gone) {
+    if (l.has_rbd() && l.rbd().created()) {
+      const v1::RbdBacking& r = l.rbd();
+      const std::string name = "rbd image " + r.pool() + "/" +
+                               (r.namespace_().empty() ? "" : r.namespace_() + "/") + r.image();
+      if (in_use.count(image_key(r)) != 0) {
+        log::Ctl().info("{}: {} kept: another LUN uses it", call_, name);
+        continue;
+      }
+      Status s = api::RemoveRbdImage(state::ToRbdSpec(r), kRbdCloseWait);
+      if (s.ok()) {
+        ++*removed;
+        log::Ctl().info("{}: {} removed", call_, name);
+      } else {
+        log::Ctl().error("{}: {} not removed: {}", call_, name, s.message());
+        if (first.ok()) first = Status(s.code(), "the LUN is deleted; " + s.message());
+      }
+      continue;
+    }
     if (!l.has_file() || !l.file().created()) continue;
     const std::string& path = l.file().path();
     if (in_use.count(path) != 0) {

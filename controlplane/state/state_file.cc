@@ -107,8 +107,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
         case iscsigw::v1::Lun::kRbd: {
           ls.backing = api::BackingKind::kRbd;
           const auto& r = l.rbd();
-          ls.rbd = api::RbdSpec{r.pool(), r.image(),     r.namespace_(),
-                                r.conf(), r.client_id(), r.keyring()};
+          ls.rbd = ToRbdSpec(r);
           ls.create = r.create();
           for (const std::string* path : {&r.conf(), &r.keyring()}) {
             if (path->size() > kMaxPathBytes) {
@@ -186,6 +185,10 @@ Status ToFaultSpec(const iscsigw::v1::FaultInjection& f, const std::string& who,
 
 api::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& c) {
   return api::ChapCredentials{c.user(), c.secret(), c.mutual_user(), c.mutual_secret()};
+}
+
+api::RbdSpec ToRbdSpec(const iscsigw::v1::RbdBacking& r) {
+  return api::RbdSpec{r.pool(), r.image(), r.namespace_(), r.conf(), r.client_id(), r.keyring()};
 }
 
 void Normalize(iscsigw::v1::State* state) {
@@ -336,6 +339,7 @@ Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootst
   for (const auto& t : decl.targets()) {
     for (const auto& l : t.luns()) {
       const char* output_only = l.has_file() && l.file().created() ? "file.created"
+                                : l.has_rbd() && l.rbd().created() ? "rbd.created"
                                 : !l.offline_reason().empty()      ? "offline_reason"
                                                                    : nullptr;
       if (output_only != nullptr) {

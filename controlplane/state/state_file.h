@@ -29,6 +29,8 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state);
 void Normalize(iscsigw::v1::State* state);
 
 api::ChapCredentials ToChap(const iscsigw::v1::ChapConfig& chap);
+// Where an rbd backing's image lives, for the data plane.
+api::RbdSpec ToRbdSpec(const iscsigw::v1::RbdBacking& rbd);
 // A LUN's test-only fault injection; `who` prefixes errors ("lun 0 of iqn...: fault.").
 Status ToFaultSpec(const iscsigw::v1::FaultInjection& fault, const std::string& who,
                    backing::FaultSpec* out);
@@ -47,7 +49,7 @@ Status ToFaultSpec(const iscsigw::v1::FaultInjection& fault, const std::string& 
 // The record is updated. Returns one line per change, for the log. A declared change that cannot
 // be made to what exists (another backing or path, block size, serial or device id; a smaller
 // size) is an error naming the target, the LUN and the field, and `into` is then unspecified.
-// A bootstrap may not set snapshots, the record, or FileBacking.created.
+// A bootstrap may not set snapshots, the record, FileBacking.created or RbdBacking.created.
 Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootstrap,
                                                 iscsigw::v1::State* into);
 

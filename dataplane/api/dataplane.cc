@@ -190,6 +190,29 @@ void RaiseOnTarget(const std::vector<std::shared_ptr<scsi::Lun>>& luns, scsi::Un
 
 }  // namespace
 
+namespace {
+backing::RbdStoreOptions RbdOptions(const RbdSpec& spec) {
+  backing::RbdStoreOptions o;
+  o.pool = spec.pool;
+  o.ns = spec.ns;
+  o.image = spec.image;
+  o.conf = spec.conf;
+  o.client_id = spec.client_id;
+  o.keyring = spec.keyring;
+  return o;
+}
+}  // namespace
+
+Result<bool> CreateRbdImage(const RbdSpec& spec, uint64_t size_bytes) {
+  backing::RbdStoreOptions o = RbdOptions(spec);
+  o.size_bytes = size_bytes;
+  return backing::RbdStore::CreateImage(o);
+}
+
+Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait) {
+  return backing::RbdStore::RemoveImage(RbdOptions(spec), busy_wait);
+}
+
 Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who) {
   return iscsi::ValidateChapCredentials(creds, who);
 }
@@ -581,13 +604,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           break;
         }
         case BackingKind::kRbd: {
-          backing::RbdStoreOptions ro;
-          ro.pool = l.rbd.pool;
-          ro.ns = l.rbd.ns;
-          ro.image = l.rbd.image;
-          ro.conf = l.rbd.conf;
-          ro.client_id = l.rbd.client_id;
-          ro.keyring = l.rbd.keyring;
+          backing::RbdStoreOptions ro = RbdOptions(l.rbd);
           ro.create = l.create;
           ro.size_bytes = l.size_bytes;
           ro.read_only = l.read_only;

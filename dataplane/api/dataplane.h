@@ -152,6 +152,11 @@ class Dataplane {
 
 // Checks one LUN spec; the message names target, LUN and field.
 Status ValidateLun(const std::string& target, const LunSpec& lun);
+// rbd images for the control plane, which creates an image before the LUN that uses it and
+// removes one it created after the LUN is gone (backing::RbdStore::CreateImage, RemoveImage).
+// Blocking: they talk to the cluster. CreateRbdImage is true when it made the image.
+Result<bool> CreateRbdImage(const RbdSpec& spec, uint64_t size_bytes);
+Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait);
 // RFC 7143 4.2.7: iqn., eui. and naa. names, lower case, at most 223 bytes.
 Status ValidateIscsiName(const std::string& name);
 // Checks one ACL entry of `target`: the initiator name and each source CIDR.

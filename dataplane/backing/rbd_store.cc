@@ -270,9 +270,89 @@ struct RbdStore::Slot {
   uint64_t native_compare_writes = 0;
 };
 
+namespace {
+
+// The I/O context of o's pool (and namespace) on `cluster`.
+Result<rados_ioctx_t> OpenPool(rados_t cluster, const RbdStoreOptions& o, const std::string& who) {
+  rados_ioctx_t io = nullptr;
+  if (int r = rados_ioctx_create(cluster, o.pool.c_str(), &io); r < 0) {
+    if (r == -ENOENT) return NotFound(who + "pool " + o.pool + " does not exist");
+    return Status(StatusCode::kUnavailable, who + "pool " + o.pool + ": " + ErrnoText(-r));
+  }
+  if (!o.ns.empty()) rados_ioctx_set_namespace(io, o.ns.c_str());
+  return io;
+}
+
+// Creates o.image, o.size_bytes long, with the cluster's default features: true when this call
+// created it, false when it was there already.
+Result<bool> CreateIn(rados_ioctx_t io, const RbdStoreOptions& o, const std::string& who) {
+  if (o.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create it");
+  rbd_image_options_t opts;
+  rbd_image_options_create(&opts);
+  const int c = rbd_create4(io, o.image.c_str(), o.size_bytes, opts);
+  rbd_image_options_destroy(opts);
+  if (c == -EEXIST) return false;
+  if (c < 0) {
+    return Status(
+        c == -ENOSPC || c == -EDQUOT ? StatusCode::kResourceExhausted : StatusCode::kIoError,
+        who + "create " + std::to_string(o.size_bytes) + " bytes: " + ErrnoText(-c));
+  }
+  log::Backing().info("{}created, {} bytes", who, o.size_bytes);
+  return true;
+}
+
+std::string NameOf(const RbdStoreOptions& o) {
+  return o.pool + "/" + (o.ns.empty() ? "" : o.ns + "/") + o.image;
+}
+
+}  // namespace
+
+Result<bool> RbdStore::CreateImage(const RbdStoreOptions& o) {
+  const std::string who = "rbd store " + NameOf(o) + ": ";
+  if (o.pool.empty() || o.image.empty()) return InvalidArgument(who + "pool or image is empty");
+  auto cluster = Cluster::Get(o, who);
+  if (!cluster.ok()) return cluster.status();
+  auto pool = OpenPool(cluster.value()->handle, o, who);
+  if (!pool.ok()) return pool.status();
+  auto made = CreateIn(pool.value(), o, who);
+  rados_ioctx_destroy(pool.value());
+  return made;
+}
+
+Status RbdStore::RemoveImage(const RbdStoreOptions& o, std::chrono::milliseconds busy_wait) {
+  const std::string who = "rbd store " + NameOf(o) + ": ";
+  if (o.pool.empty() || o.image.empty()) return InvalidArgument(who + "pool or image is empty");
+  auto cluster = Cluster::Get(o, who);
+  if (!cluster.ok()) return cluster.status();
+  auto pool = OpenPool(cluster.value()->handle, o, who);
+  if (!pool.ok()) return pool.status();
+  rados_ioctx_t io = pool.value();
+  const auto deadline = std::chrono::steady_clock::now() + busy_wait;
+  int r = 0;
+  // EBUSY: the image still has a watcher, which is a store of this gateway that is closing
+  // (commands in flight end first) or another client that has it open.
+  while ((r = rbd_remove(io, o.image.c_str())) == -EBUSY &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  rados_ioctx_destroy(io);
+  if (r == 0 || r == -ENOENT) {
+    if (r == 0) log::Backing().info("{}removed", who);
+    return Status::Ok();
+  }
+  if (r == -EBUSY) {
+    return Status(StatusCode::kFailedPrecondition,
+                  who + "not removed: another client has the image open (it has watchers)");
+  }
+  if (r == -ENOTEMPTY) {
+    return Status(StatusCode::kFailedPrecondition, who + "not removed: the image has snapshots");
+  }
+  return Status(StatusCode::kIoError, who + "rbd_remove: " + ErrnoText(-r));
+}
+
 Result<std::unique_ptr<RbdStore>> RbdStore::Open(
     const RbdStoreOptions& o, const std::vector<boost::asio::io_context*>& slots) {
-  std::string name = o.pool + "/" + (o.ns.empty() ? "" : o.ns + "/") + o.image;
+  std::string name = NameOf(o);
   const std::string who = "rbd store " + name + ": ";
   if (o.pool.empty()) return InvalidArgument("rbd store: pool is empty");
   if (o.image.empty()) return InvalidArgument("rbd store: image is empty");
@@ -295,28 +375,16 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
   if (!cluster.ok()) return cluster.status();
   store->cluster_ = std::move(cluster).value();
 
-  rados_ioctx_t io = nullptr;
-  if (int r = rados_ioctx_create(store->cluster_->handle, o.pool.c_str(), &io); r < 0) {
-    if (r == -ENOENT) return NotFound(who + "pool " + o.pool + " does not exist");
-    return Status(StatusCode::kUnavailable, who + "pool " + o.pool + ": " + ErrnoText(-r));
-  }
+  auto pool = OpenPool(store->cluster_->handle, o, who);
+  if (!pool.ok()) return pool.status();
+  rados_ioctx_t io = pool.value();
   store->ioctx_ = io;
-  if (!o.ns.empty()) rados_ioctx_set_namespace(io, o.ns.c_str());
 
   rbd_image_t image = nullptr;
   int r = o.read_only ? rbd_open_read_only(io, o.image.c_str(), &image, nullptr)
                       : rbd_open(io, o.image.c_str(), &image, nullptr);
   if (r == -ENOENT && o.create && !o.read_only) {
-    if (o.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create it");
-    rbd_image_options_t opts;
-    rbd_image_options_create(&opts);
-    const int c = rbd_create4(io, o.image.c_str(), o.size_bytes, opts);
-    rbd_image_options_destroy(opts);
-    if (c < 0 && c != -EEXIST) {
-      return Status(c == -ENOSPC ? StatusCode::kResourceExhausted : StatusCode::kIoError,
-                    who + "create " + std::to_string(o.size_bytes) + " bytes: " + ErrnoText(-c));
-    }
-    if (c == 0) log::Backing().info("{}created, {} bytes", who, o.size_bytes);
+    if (auto made = CreateIn(io, o, who); !made.ok()) return made.status();
     r = rbd_open(io, o.image.c_str(), &image, nullptr);
   }
   if (r == -ENOENT) {

@@ -101,6 +101,14 @@ class RbdStore final : public BackingStore {
   static Result<std::unique_ptr<RbdStore>> Open(const RbdStoreOptions& options,
                                                 const std::vector<boost::asio::io_context*>& slots);
 
+  // Blocking, for the control plane: creates `options.image` (options.size_bytes long) unless it
+  // exists; true when this call created it.
+  static Result<bool> CreateImage(const RbdStoreOptions& options);
+  // Blocking: removes `options.image` (gone already is success). While the image has watchers
+  // (a store of it closing, or another client) it retries for up to busy_wait, then refuses
+  // (kFailedPrecondition), as it does for an image with snapshots.
+  static Status RemoveImage(const RbdStoreOptions& options, std::chrono::milliseconds busy_wait);
+
   ~RbdStore() override;
   RbdStore(const RbdStore&) = delete;
   RbdStore& operator=(const RbdStore&) = delete;

@@ -5,6 +5,8 @@
   SYNCHRONIZE CACHE, UNMAP, COMPARE AND WRITE (one block: on the cluster; eight: in the gateway,
   with MISCOMPARE and its offset) and an online resize through ResizeLun, checked with libiscsi's
   tools and, for the data, with `rbd export`; the store's latency and errors show in /metrics.
+- `lun delete` and `target delete` remove an image the gateway created (and only such an image),
+  unless --keep-backing; an image another client has open is kept and the answer says why.
 - A cluster that is not there: CreateLun fails within 20 s naming the cluster; a missing image or
   pool names it; no keyring content reaches the log or the API.
 - The OSD stopped (SIGSTOP) for a few seconds while commands run: they wait and then complete,
@@ -27,6 +29,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
+import rados  # noqa: E402
+import rbd as rbdlib  # noqa: E402
 from ceph_cluster import TestCluster  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
@@ -157,7 +161,8 @@ class RbdLunTest(unittest.TestCase):
         lun = self.daemon.ctl_json("lun", "get", TARGET, 1)
         self.assertEqual(int(lun["size_bytes"]), 96 << 20, lun)
         self.assertEqual(lun["rbd"], {"pool": "rbd", "image": "vol1", "namespace": "", "conf": CONF,
-                                      "client_id": "", "keyring": "", "create": True}, lun)
+                                      "client_id": "", "keyring": "", "create": True,
+                                      "created": True}, lun)
 
         # The store's calls are timed under their operation, compare_and_write included.
         with urllib.request.urlopen(f"http://{self.daemon.ports['metrics']}/metrics") as r:
@@ -166,6 +171,65 @@ class RbdLunTest(unittest.TestCase):
             pat = r'iscsigw_store_io_duration_seconds_count\{lun="1",op="%s",target="%s"\} [1-9]'
             self.assertIsNotNone(re.search(pat % (op, re.escape(TARGET)), metrics), op)
         self.assertIn('iscsigw_store_io_errors_total{lun="1",target="%s"} 0' % TARGET, metrics)
+
+    def test_delete_removes_only_an_image_the_gateway_created(self):
+        def exists(image):
+            return rbd("info", "rbd/" + image, check=False).returncode == 0
+
+        made = f"made-{os.getpid()}"
+        given = f"given-{os.getpid()}"
+        kept = f"kept-{os.getpid()}"
+        rbd("create", "rbd/" + given, "--size", "16M")
+        self.addCleanup(rbd, "rm", "rbd/" + given, check=False)
+        self.addCleanup(rbd, "rm", "rbd/" + kept, check=False)
+        self.create_lun(10, made, "16M", "--create", "--size", "16M")
+        self.create_lun(11, given, "16M", "--create", "--size", "16M")  # there already
+        self.create_lun(12, kept, "16M", "--create", "--size", "16M")
+        self.assertTrue(self.daemon.ctl_json("lun", "get", TARGET, 10)["rbd"]["created"])
+        self.assertFalse(self.daemon.ctl_json("lun", "get", TARGET, 11)["rbd"]["created"])
+        # In use when it goes: the store closes once its commands are done, then the image goes.
+        ini = self.login()
+        status, _, sense = self.command(ini, 10, struct.pack(">BBIBHB", 0x2A, 0x08, 0, 0, 8, 0),
+                                        data=pattern(8 * 512, 3))
+        self.assertEqual(status, 0, sense.hex())
+        self.assertIn("backing file removed", self.daemon.ctl("lun", "delete", TARGET, 10).stdout)
+        self.assertFalse(exists(made))
+        self.assertNotIn("removed", self.daemon.ctl("lun", "delete", TARGET, 11).stdout)
+        self.assertTrue(exists(given))
+        self.daemon.ctl("lun", "delete", TARGET, 12, "--keep-backing")
+        self.assertTrue(exists(kept))
+
+        # Open by another client: the LUN goes, the image stays, and the answer says why.
+        busy = f"busy-{os.getpid()}"
+        self.create_lun(13, busy, "16M", "--create", "--size", "16M")
+        self.addCleanup(rbd, "rm", "rbd/" + busy, check=False)
+        cluster = rados.Rados(conffile=CONF)
+        cluster.connect()
+        self.addCleanup(cluster.shutdown)
+        ioctx = cluster.open_ioctx("rbd")
+        self.addCleanup(ioctx.close)
+        image = rbdlib.Image(ioctx, busy)  # a watcher
+        try:
+            p = self.daemon.ctl("lun", "delete", TARGET, 13, check=False)
+        finally:
+            image.close()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("FAILED_PRECONDITION", p.stderr.upper().replace(" ", "_"))
+        self.assertIn("the LUN is deleted", p.stderr)
+        self.assertIn("another client has the image open", p.stderr)
+        self.assertTrue(exists(busy))
+        self.assertNotIn(TARGET + " 13 ", self.daemon.ctl("lun", "list", TARGET).stdout)
+
+        # DeleteTarget removes the images its LUNs made.
+        other = "rbd-gone"
+        self.daemon.ctl("target", "create", other)
+        made2 = f"made2-{os.getpid()}"
+        self.daemon.ctl("lun", "create", other, 0, "--backing", "rbd", "--pool", "rbd",
+                        "--image", made2, "--ceph-conf", CONF, "--create", "--size", "8M")
+        self.assertTrue(exists(made2))
+        out = self.daemon.ctl("target", "delete", other).stdout
+        self.assertIn("1 backing file(s) removed", out)
+        self.assertFalse(exists(made2))
 
     def test_missing_cluster_image_and_pool(self):
         keyring = os.path.join(CLUSTER.dir, "client.gw.keyring")

@@ -293,6 +293,15 @@ TEST(Bootstrap, RefusesWhatOnlyTheGatewaySets) {
   v1::State snap;
   snap.add_snapshots()->set_name("s");
   EXPECT_FALSE(MergeBootstrap(snap, &into).ok());
+  // An image a declaration marks as the gateway's would be removed by DeleteLun.
+  v1::State image = DemoBootstrap();
+  auto* r = image.mutable_targets(0)->mutable_luns(0)->mutable_rbd();
+  r->set_pool("rbd");
+  r->set_image("db");
+  r->set_created(true);
+  auto refused = MergeBootstrap(image, &into);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rbd.created"), std::string::npos);
 }
 
 TEST(Normalize, FoldsInitiatorShorthandIntoAcl) {
