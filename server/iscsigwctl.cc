@@ -383,7 +383,7 @@ int Run(int argc, char** argv) {
     del->add_option("name", t_name)->required();
     del->add_flag("--force", t_force, "log out and drop its sessions first");
     del->add_flag("--keep-backing", keep_backing,
-                  "keep the backing files the gateway created for its LUNs");
+                  "keep the backing files and rbd images the gateway created for its LUNs");
     del->callback([&] {
       action = [&](Client& cl) {
         v1::DeleteTargetRequest req;
@@ -397,7 +397,7 @@ int Run(int argc, char** argv) {
           PrintJson(resp);
         } else {
           std::printf(
-              "target %s deleted (%u session(s) terminated, %u backing file(s) "
+              "target %s deleted (%u session(s) terminated, %u backing file(s) or image(s) "
               "removed)\n",
               t_name.c_str(), resp.sessions_terminated(), resp.backing_files_removed());
         }
@@ -579,7 +579,7 @@ int Run(int argc, char** argv) {
           PrintJson(resp);
         } else {
           std::printf("lun %u of %s deleted%s\n", l_id, l_target.c_str(),
-                      resp.backing_removed() ? "; backing file removed" : "");
+                      resp.backing_removed() ? "; backing file or image removed" : "");
         }
         return 0;
       };

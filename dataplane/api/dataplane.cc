@@ -841,6 +841,15 @@ void Dataplane::Stop() {
       }
     }
   }
+  // Flushes of IMMED SYNCHRONIZE CACHE commands (answered already) complete on the reactors,
+  // which must still run then: a store's completion must not find its reactor gone.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (scsi::Lun::DetachedFlushesInFlight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (const uint64_t left = scsi::Lun::DetachedFlushesInFlight(); left > 0) {
+    log::Backing().error("{} IMMED SYNCHRONIZE CACHE flush(es) still in flight after 60 s", left);
+  }
   impl_->pool.Stop();
 }
 

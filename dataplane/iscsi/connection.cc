@@ -485,6 +485,17 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     session_->set_exp_cmd_sn(h.cmd_sn());
     gw_.Register(session_, &replaced);
     session_->set_connection(this);
+    if (login_target_) {
+      // A configuration published after this login looked its target up and before Register
+      // made the session visible to Publish did not reach it: take the current one (a later
+      // Publish sees the session), or go as Publish drops a session whose target is gone.
+      auto now = gw_.snapshot()->Find(login_target_->info.name);
+      if (now == nullptr) {
+        asio::post(gw_.pool().context(reactor_), [s = session_] { s->Drop(); });
+      } else if (now != login_target_) {
+        session_->set_target(std::move(now));
+      }
+    }
   }
 
   ControlPdu* c = NewControl();

@@ -1,6 +1,7 @@
 #include "dataplane/iscsi/session.h"
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <cstdio>
 
 #include "dataplane/iscsi/connection.h"
@@ -58,14 +59,20 @@ SessionInfo Session::Info() const {
 }
 
 void Session::set_target(std::shared_ptr<const TargetConfig> target) {
-  const bool busy = std::any_of(tasks_.begin(), tasks_.end(),
-                                [](const Task& t) { return t.state != Task::State::kFree; });
-  if (busy) {
+  if (tasks_taken_ > 0) {
     retired_targets_.push_back(std::move(target_));
   } else {
     retired_targets_.clear();
   }
   target_ = std::move(target);
+}
+
+void Session::ReleaseRetiredTargets() {
+  // The last reference to a removed LUN, and so its store, may go with these: not inside the
+  // store completion that freed the last task, but in a later turn of this reactor.
+  boost::asio::post(gw_.pool().context(reactor_),
+                    [retired = std::move(retired_targets_)]() mutable { retired.clear(); });
+  retired_targets_.clear();
 }
 
 void Session::Drop(const std::shared_ptr<TaskDrain>& drain) {
@@ -92,6 +99,7 @@ Task* Session::AllocTask(bool immediate) {
   if (list.empty()) return nullptr;
   Task* t = &tasks_[list.back()];
   list.pop_back();
+  ++tasks_taken_;
   t->immediate = immediate;
   if (!immediate) ++windowed_in_flight_;
   return t;
@@ -107,6 +115,7 @@ void Session::FreeTask(Task* t) {
   }
   t->window_released = false;
   t->drain.reset();  // the last reference may run the waiting answer (task_drain.h)
+  if (--tasks_taken_ == 0 && !retired_targets_.empty()) ReleaseRetiredTargets();
 }
 
 }  // namespace iscsigw::iscsi

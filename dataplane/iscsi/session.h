@@ -90,6 +90,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<Task>& tasks() { return tasks_; }
 
  private:
+  void ReleaseRetiredTargets();
+
   Gateway& gw_;
   const unsigned reactor_;
   const std::string initiator_name_;
@@ -97,8 +99,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<const TargetConfig> target_;
   const std::string target_name_;
   // Configurations replaced while commands were in flight: they keep the LUNs (and their stores)
-  // those commands use alive. Cleared at the next swap that finds the session idle.
+  // those commands use alive. Let go once no task is taken (FreeTask), in a later reactor turn.
   std::vector<std::shared_ptr<const TargetConfig>> retired_targets_;
+  uint32_t tasks_taken_ = 0;  // from the free lists and not given back
   const SessionParams params_;
   const std::string peer_;
   uint16_t tsih_ = 0;

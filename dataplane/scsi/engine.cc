@@ -24,13 +24,23 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
   RestoreState();
 }
 
+namespace {
+std::atomic<uint64_t> detached_flushes_in_flight{0};
+}  // namespace
+
+uint64_t Lun::DetachedFlushesInFlight() {
+  return detached_flushes_in_flight.load(std::memory_order_acquire);
+}
+
 void Lun::HoldForDetachedFlush(unsigned slot) {
+  detached_flushes_in_flight.fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard lock(detached_mu_);
   if (detached_flushes_++ == 0) detached_hold_ = weak_from_this().lock();
   detached_slot_ = slot;
 }
 
 void Lun::ReleaseDetachedFlush() {
+  detached_flushes_in_flight.fetch_sub(1, std::memory_order_acq_rel);
   std::shared_ptr<Lun> last;
   unsigned slot = 0;
   {

@@ -113,6 +113,8 @@ class Lun : public std::enable_shared_from_this<Lun> {
   // inside the store's own completion. Rare (Linux never sets IMMED): a small per-LUN lock.
   void HoldForDetachedFlush(unsigned slot);
   void ReleaseDetachedFlush();
+  // Such flushes in flight in the process, for shutdown: the reactors must run their completions.
+  static uint64_t DetachedFlushesInFlight();
 
   // Makes the durable part of this LUN's state (lun_state.cc) durable through config().state_store
   // and runs done on reactor `slot`; false (done not called) when there is no state store.

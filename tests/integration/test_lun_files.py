@@ -11,7 +11,7 @@ import unittest
 
 import grpc
 
-from harness import IQN_PREFIX, INITIATOR, REPO, Daemon, loop_xfs
+from harness import IQN_PREFIX, INITIATOR, REPO, Daemon, loop_xfs, simple_state
 from iscsi_client import Initiator
 
 _GEN = tempfile.mkdtemp(prefix="iscsigw-pb2-")
@@ -28,6 +28,18 @@ NEW = bytes((i * 11 + 5) & 0xFF for i in range(4096))
 # iscsigwctl exit codes are gRPC status codes.
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS = 3, 5, 6
 FAILED_PRECONDITION, OUT_OF_RANGE = 9, 11
+
+
+def open_files(d):
+    """The paths the daemon has open now (its /proc fd links)."""
+    fd_dir = f"/proc/{d.proc.pid}/fd"
+    out = []
+    for fd in os.listdir(fd_dir):
+        try:
+            out.append(os.readlink(os.path.join(fd_dir, fd)))
+        except FileNotFoundError:
+            pass
+    return out
 
 
 class Fixture(unittest.TestCase):
@@ -83,7 +95,7 @@ class LunDirTest(Fixture):
         self.assertEqual(lun["file"]["path"], path)
         self.assertTrue(lun["file"]["created"])
         self.assertEqual(os.path.getsize(path), 16 * MiB)
-        self.assertIn("backing file removed", d.ctl("lun", "delete", "rel", "0").stdout)
+        self.assertIn("backing file or image removed", d.ctl("lun", "delete", "rel", "0").stdout)
         self.assertFalse(os.path.exists(path))
 
     def test_a_deleted_lun_lets_go_of_its_file_while_a_session_stays(self):
@@ -98,26 +110,43 @@ class LunDirTest(Fixture):
         self.addCleanup(c.close)
         c.test_unit_ready(0)
         self.assertEqual(c.write(0, 0, OLD)[0], 0)
-        fd_dir = f"/proc/{d.proc.pid}/fd"
-
-        def open_files():
-            out = []
-            for fd in os.listdir(fd_dir):
-                try:
-                    out.append(os.readlink(os.path.join(fd_dir, fd)))
-                except FileNotFoundError:
-                    pass
-            return out
-
-        self.assertIn(path, open_files())
-        self.assertIn("backing file removed", d.ctl("lun", "delete", "held", "0").stdout)
+        self.assertIn(path, open_files(d))
+        self.assertIn("backing file or image removed", d.ctl("lun", "delete", "held", "0").stdout)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(p.startswith(path) for p in open_files()):
+        while time.monotonic() < deadline and any(p.startswith(path) for p in open_files(d)):
             time.sleep(0.05)
-        self.assertEqual([p for p in open_files() if p.startswith(path)], [],
+        self.assertEqual([p for p in open_files(d) if p.startswith(path)], [],
                          "the deleted LUN's file is still open while its session stays")
         status, _ = c.test_unit_ready(0)
         self.assertEqual(status, 2)  # LOGICAL UNIT NOT SUPPORTED (or a unit attention first)
+
+    def test_a_lun_deleted_while_another_has_a_command_in_flight_is_let_go(self):
+        # Regression: a configuration replaced while a command was in flight was kept until a
+        # later change found the session idle, and with it the deleted LUN's open file.
+        lun_dir = tempfile.mkdtemp(prefix="iscsigw-luns-")
+        self.addCleanup(shutil.rmtree, lun_dir, True)
+        path = os.path.join(lun_dir, "busy1.img")
+        d = self.start(lun_dir=lun_dir, state=simple_state("busy", luns=[
+            {"id": 0, "ram": {}, "sizeBytes": str(8 * MiB), "blockSize": 512,
+             "fault": {"delayMs": 1500}},
+            {"id": 1, "file": {"path": path, "create": True},
+             "sizeBytes": str(8 * MiB), "blockSize": 512}]))
+        c = Initiator(d.portal, INITIATOR)
+        c.login(IQN_PREFIX + "busy")
+        self.addCleanup(c.close)
+        for lun in (0, 1):
+            c.test_unit_ready(lun)
+        self.assertEqual(c.write(1, 0, OLD)[0], 0)
+        self.assertTrue(any(p.startswith(path) for p in open_files(d)))
+        itt = c.send_command(0, bytes([0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0]), read_len=512)
+        d.ctl("lun", "delete", "busy", "1")  # while the READ of lun 0 waits in its store
+        got, status, _, _ = c.recv_response()
+        self.assertEqual((got, status), (itt, 0))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(p.startswith(path) for p in open_files(d)):
+            time.sleep(0.05)
+        self.assertFalse(any(p.startswith(path) for p in open_files(d)),
+                         "the deleted LUN's file is still open after the session went idle")
 
     def test_relative_paths_that_escape_or_without_a_lun_dir_are_refused(self):
         d = self.start()
@@ -196,7 +225,8 @@ class BackingRemovalTest(Fixture):
         d.ctl("lun", "create", "tgt", "1", "--backing", "file", "--path", "t1.img", "--create",
               "--size", "4M")
         d.ctl("lun", "create", "tgt", "2", "--backing", "ram", "--size", "4M")
-        self.assertIn("2 backing file(s) removed", d.ctl("target", "delete", "tgt").stdout)
+        self.assertIn("2 backing file(s) or image(s) removed",
+                      d.ctl("target", "delete", "tgt").stdout)
         self.assertEqual(sorted(os.listdir(self.lun_dir)), ["snapshots"])
         self.file_lun(d, "tgt2", "t2.img")
         d.ctl("target", "delete", "tgt2", "--keep-backing")

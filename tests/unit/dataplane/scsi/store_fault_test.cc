@@ -134,7 +134,7 @@ TEST(StoreFault, FailedImmedFlushFailsTheNextSynchronizeCache) {
 }
 
 // An IMMED flush outlives its command: the LUN (and its store) stay until the flush completes,
-// also when the LUN is removed meanwhile, and the flush's error still reaches the LUN.
+// also when the LUN is removed meanwhile (a failing flush notes its error on the LUN first).
 TEST(StoreFault, ImmedFlushKeepsARemovedLunUntilItCompletes) {
   backing::FaultSpec f = Failing(EIO, false, false, true);
   f.delay = std::chrono::milliseconds(1);
