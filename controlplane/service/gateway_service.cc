@@ -472,7 +472,9 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
     if (lun.has_file() && lun.file().created()) (void)state::RemoveLunFile(lun.file().path());
     if (lun.has_rbd() && lun.rbd().created()) {
       // The data plane may have opened it while the change was tried; that store is closing.
-      (void)api::RemoveRbdImage(state::ToRbdSpec(lun.rbd()), kRbdCloseWait);
+      if (Status r = api::RemoveRbdImage(state::ToRbdSpec(lun.rbd()), kRbdCloseWait); !r.ok()) {
+        log::Ctl().error("{}: {}: the image it made is left: {}", call_, who, r.message());
+      }
     }
     return s;
   }

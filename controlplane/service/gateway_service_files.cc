@@ -164,10 +164,14 @@ Status GatewayServiceImpl::PrepareRbdLun(const std::string& target, const std::s
 Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone,
                                                 uint32_t* removed) {
   std::set<std::string> in_use;
-  // An rbd image by cluster conf, pool, namespace and name.
+  // An rbd image by pool, namespace and name: two LUNs may name one cluster through different
+  // conf paths (or the default one), so the conf does not tell images apart.
   auto image_key = [](const v1::RbdBacking& r) {
-    return "rbd:" + r.conf() + '\0' + r.pool() + '\0' + r.namespace_() + '\0' + r.image();
+    return "rbd:" + r.pool() + '\0' + r.namespace_() + '\0' + r.image();
   };
+  // A cluster that did not answer is not asked again in this call: each try can take its
+  // client_mount_timeout, and a DeleteTarget of many LUNs would hold up every other change.
+  std::set<std::string> unreachable;
   for (const auto& t : store_->Snapshot()->targets()) {
     for (const auto& l : t.luns()) {
       if (l.has_file()) in_use.insert(l.file().path());
@@ -184,7 +188,12 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
         log::Ctl().info("{}: {} kept: another LUN uses it", call_, name);
         continue;
       }
-      Status s = api::RemoveRbdImage(state::ToRbdSpec(r), kRbdCloseWait);
+      const std::string cluster = r.conf() + '\0' + r.client_id() + '\0' + r.keyring();
+      Status s = unreachable.count(cluster) != 0
+                     ? Status(StatusCode::kUnavailable,
+                              name + " not removed: its cluster did not answer for another image")
+                     : api::RemoveRbdImage(state::ToRbdSpec(r), kRbdCloseWait);
+      if (s.code() == StatusCode::kUnavailable) unreachable.insert(cluster);
       if (s.ok()) {
         ++*removed;
         log::Ctl().info("{}: {} removed", call_, name);

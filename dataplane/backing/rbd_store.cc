@@ -285,12 +285,15 @@ Result<rados_ioctx_t> OpenPool(rados_t cluster, const RbdStoreOptions& o, const 
 
 // Creates o.image, o.size_bytes long, with the cluster's default features: true when this call
 // created it, false when it was there already.
-Result<bool> CreateIn(rados_ioctx_t io, const RbdStoreOptions& o, const std::string& who) {
+// A call that failed with ESHUTDOWN sets `fenced`: the cluster blocklisted the client.
+Result<bool> CreateIn(rados_ioctx_t io, const RbdStoreOptions& o, const std::string& who,
+                      std::atomic<bool>& fenced) {
   if (o.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create it");
   rbd_image_options_t opts;
   rbd_image_options_create(&opts);
   const int c = rbd_create4(io, o.image.c_str(), o.size_bytes, opts);
   rbd_image_options_destroy(opts);
+  if (c == -ESHUTDOWN) fenced.store(true);
   if (c == -EEXIST) return false;
   if (c < 0) {
     return Status(
@@ -307,47 +310,64 @@ std::string NameOf(const RbdStoreOptions& o) {
 
 }  // namespace
 
+// Runs `attempt` with the cluster's connection, and once more with a new one when the first was
+// blocklisted (fenced): every request of a blocklisted client fails, so an idle gateway learns of
+// it only here.
+template <typename Attempt>
+auto RbdStore::WithCluster(const RbdStoreOptions& o, const std::string& who, Attempt attempt)
+    -> decltype(attempt(std::shared_ptr<Cluster>())) {
+  for (int tries = 0;; ++tries) {
+    auto cluster = Cluster::Get(o, who);
+    if (!cluster.ok()) return cluster.status();
+    std::shared_ptr<Cluster> c = std::move(cluster).value();
+    auto r = attempt(c);
+    if (r.ok() || tries > 0 || !c->fenced.load()) return r;
+    log::Backing().warn("{}this gateway's client was blocklisted; connecting again", who);
+  }
+}
+
 Result<bool> RbdStore::CreateImage(const RbdStoreOptions& o) {
   const std::string who = "rbd store " + NameOf(o) + ": ";
   if (o.pool.empty() || o.image.empty()) return InvalidArgument(who + "pool or image is empty");
-  auto cluster = Cluster::Get(o, who);
-  if (!cluster.ok()) return cluster.status();
-  auto pool = OpenPool(cluster.value()->handle, o, who);
-  if (!pool.ok()) return pool.status();
-  auto made = CreateIn(pool.value(), o, who);
-  rados_ioctx_destroy(pool.value());
-  return made;
+  return WithCluster(o, who, [&](const std::shared_ptr<Cluster>& c) -> Result<bool> {
+    auto pool = OpenPool(c->handle, o, who);
+    if (!pool.ok()) return pool.status();
+    auto made = CreateIn(pool.value(), o, who, c->fenced);
+    rados_ioctx_destroy(pool.value());
+    return made;
+  });
 }
 
 Status RbdStore::RemoveImage(const RbdStoreOptions& o, std::chrono::milliseconds busy_wait) {
   const std::string who = "rbd store " + NameOf(o) + ": ";
   if (o.pool.empty() || o.image.empty()) return InvalidArgument(who + "pool or image is empty");
-  auto cluster = Cluster::Get(o, who);
-  if (!cluster.ok()) return cluster.status();
-  auto pool = OpenPool(cluster.value()->handle, o, who);
-  if (!pool.ok()) return pool.status();
-  rados_ioctx_t io = pool.value();
   const auto deadline = std::chrono::steady_clock::now() + busy_wait;
-  int r = 0;
-  // EBUSY: the image still has a watcher, which is a store of this gateway that is closing
-  // (commands in flight end first) or another client that has it open.
-  while ((r = rbd_remove(io, o.image.c_str())) == -EBUSY &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  rados_ioctx_destroy(io);
-  if (r == 0 || r == -ENOENT) {
-    if (r == 0) log::Backing().info("{}removed", who);
-    return Status::Ok();
-  }
-  if (r == -EBUSY) {
-    return Status(StatusCode::kFailedPrecondition,
-                  who + "not removed: another client has the image open (it has watchers)");
-  }
-  if (r == -ENOTEMPTY) {
-    return Status(StatusCode::kFailedPrecondition, who + "not removed: the image has snapshots");
-  }
-  return Status(StatusCode::kIoError, who + "rbd_remove: " + ErrnoText(-r));
+  return WithCluster(o, who, [&](const std::shared_ptr<Cluster>& c) -> Status {
+    auto pool = OpenPool(c->handle, o, who);
+    if (!pool.ok()) return pool.status();
+    rados_ioctx_t io = pool.value();
+    int r = 0;
+    // EBUSY: the image still has a watcher, which is a store of this gateway that is closing
+    // (commands in flight end first) or another client that has it open.
+    while ((r = rbd_remove(io, o.image.c_str())) == -EBUSY &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    rados_ioctx_destroy(io);
+    if (r == 0 || r == -ENOENT) {
+      if (r == 0) log::Backing().info("{}removed", who);
+      return Status::Ok();
+    }
+    if (r == -ESHUTDOWN) c->fenced.store(true);
+    if (r == -EBUSY) {
+      return Status(StatusCode::kFailedPrecondition,
+                    who + "not removed: another client has the image open (it has watchers)");
+    }
+    if (r == -ENOTEMPTY) {
+      return Status(StatusCode::kFailedPrecondition, who + "not removed: the image has snapshots");
+    }
+    return Status(StatusCode::kIoError, who + "rbd_remove: " + ErrnoText(-r));
+  });
 }
 
 Result<std::unique_ptr<RbdStore>> RbdStore::Open(
@@ -365,16 +385,25 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
     inboxes.push_back(&inbox);
   }
 
-  std::unique_ptr<RbdStore> store(new RbdStore());
-  store->name_ = name;
-  store->client_ = o.client_id.empty()                    ? std::string("client.admin")
-                   : o.client_id.rfind("client.", 0) == 0 ? o.client_id
-                                                          : "client." + o.client_id;
-  store->read_only_ = o.read_only;
-  auto cluster = Cluster::Get(o, who);
-  if (!cluster.ok()) return cluster.status();
-  store->cluster_ = std::move(cluster).value();
+  return WithCluster(
+      o, who, [&](const std::shared_ptr<Cluster>& c) -> Result<std::unique_ptr<RbdStore>> {
+        std::unique_ptr<RbdStore> store(new RbdStore());
+        store->name_ = name;
+        store->client_ = o.client_id.empty()                    ? std::string("client.admin")
+                         : o.client_id.rfind("client.", 0) == 0 ? o.client_id
+                                                                : "client." + o.client_id;
+        store->read_only_ = o.read_only;
+        store->cluster_ = c;
+        if (Status s = store->OpenImage(o, inboxes, slots, who); !s.ok()) return s;
+        return store;
+      });
+}
 
+Status RbdStore::OpenImage(const RbdStoreOptions& o,
+                           const std::vector<runtime::CompletionInbox*>& inboxes,
+                           const std::vector<boost::asio::io_context*>& slots,
+                           const std::string& who) {
+  RbdStore* store = this;
   auto pool = OpenPool(store->cluster_->handle, o, who);
   if (!pool.ok()) return pool.status();
   rados_ioctx_t io = pool.value();
@@ -384,9 +413,10 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
   int r = o.read_only ? rbd_open_read_only(io, o.image.c_str(), &image, nullptr)
                       : rbd_open(io, o.image.c_str(), &image, nullptr);
   if (r == -ENOENT && o.create && !o.read_only) {
-    if (auto made = CreateIn(io, o, who); !made.ok()) return made.status();
+    if (auto made = CreateIn(io, o, who, cluster_->fenced); !made.ok()) return made.status();
     r = rbd_open(io, o.image.c_str(), &image, nullptr);
   }
+  if (r == -ESHUTDOWN) cluster_->fenced.store(true);
   if (r == -ENOENT) {
     return NotFound(who + "image " + o.image + " does not exist in pool " + o.pool +
                     (o.ns.empty() ? "" : " namespace " + o.ns) +
@@ -424,7 +454,7 @@ Result<std::unique_ptr<RbdStore>> RbdStore::Open(
     store->slots_.push_back(
         std::make_unique<Slot>(static_cast<unsigned>(i), *slots[i], *inboxes[i]));
   }
-  return store;
+  return Status::Ok();
 }
 
 RbdStore::~RbdStore() {
@@ -567,8 +597,8 @@ int RbdStore::ready() const {
 std::string RbdStore::offline_reason() const {
   if (ready() == 0) return {};
   return "the Ceph cluster blocklisted this gateway's client " + client_ +
-         " (an exclusive lock it held was broken by another client): no I/O until the LUN is "
-         "created again or the daemon restarts";
+         " (another client broke an exclusive lock it held, or an operator blocklisted it): no "
+         "I/O until the LUN is created again or the daemon restarts";
 }
 
 uint64_t RbdStore::MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t len) const {

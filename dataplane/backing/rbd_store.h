@@ -46,9 +46,10 @@
 // C API offers no way around it.
 // A cluster that goes away: nothing blocks a reactor; an I/O waits for the OSDs up to
 // rados_osd_op_timeout and then completes with ETIMEDOUT (retryable NOT READY to the initiator). A
-// client the cluster blocklisted (another client broke its exclusive lock) gets ESHUTDOWN for
-// everything: the store is fenced (ready()), as is every store sharing that librados handle, and a
-// store opened later gets a new handle.
+// client the cluster blocklisted (another client broke its exclusive lock, or an operator) gets
+// ESHUTDOWN for everything: the store is fenced (ready()), as is every store sharing that librados
+// handle. Open, CreateImage and RemoveImage that meet ESHUTDOWN mark the handle fenced and try
+// once more on a new one; a fenced handle is never handed out again.
 //
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
@@ -160,6 +161,12 @@ class RbdStore final : public BackingStore {
   struct Slot;
   struct Cluster;
   RbdStore() = default;
+  template <typename Attempt>
+  static auto WithCluster(const RbdStoreOptions& o, const std::string& who, Attempt attempt)
+      -> decltype(attempt(std::shared_ptr<Cluster>()));
+  // Open's work once cluster_ is set: the pool, the image (created if asked), its properties.
+  Status OpenImage(const RbdStoreOptions& o, const std::vector<runtime::CompletionInbox*>& inboxes,
+                   const std::vector<boost::asio::io_context*>& slots, const std::string& who);
   Op* TakeOp(Slot& slot);
   void Submit(Op* op);
   void SubmitToPool(Op* op);

@@ -192,7 +192,7 @@ class RbdLunTest(unittest.TestCase):
         status, _, sense = self.command(ini, 10, struct.pack(">BBIBHB", 0x2A, 0x08, 0, 0, 8, 0),
                                         data=pattern(8 * 512, 3))
         self.assertEqual(status, 0, sense.hex())
-        self.assertIn("backing file removed", self.daemon.ctl("lun", "delete", TARGET, 10).stdout)
+        self.assertIn("backing file or image removed", self.daemon.ctl("lun", "delete", TARGET, 10).stdout)
         self.assertFalse(exists(made))
         self.assertNotIn("removed", self.daemon.ctl("lun", "delete", TARGET, 11).stdout)
         self.assertTrue(exists(given))
@@ -228,7 +228,7 @@ class RbdLunTest(unittest.TestCase):
                         "--image", made2, "--ceph-conf", CONF, "--create", "--size", "8M")
         self.assertTrue(exists(made2))
         out = self.daemon.ctl("target", "delete", other).stdout
-        self.assertIn("1 backing file(s) removed", out)
+        self.assertIn("1 backing file(s) or image(s) removed", out)
         self.assertFalse(exists(made2))
 
     def test_missing_cluster_image_and_pool(self):
@@ -455,12 +455,12 @@ class RbdLunFencedTest(unittest.TestCase):
         for lun in (0, 1):
             status, _, sense = write_fua(lun, 0, lun)  # takes the image's exclusive lock
             self.assertEqual(status, 0, sense.hex())
-        lockers = json.loads(rbd("lock", "ls", "--format", "json", "rbd/" + images[0]).stdout)
-        locks = lockers.get("locks", lockers) if isinstance(lockers, dict) else lockers
-        self.assertEqual(len(locks), 1, lockers)
-        lock = locks[0] if isinstance(locks, list) else next(iter(locks.values()))
-        cookie = lock.get("id") or next(iter(locks))
-        rbd("lock", "rm", "rbd/" + images[0], cookie, lock["locker"])  # breaks and blocklists
+        # Ceph 16: [{"id": cookie, "locker": "client.N", "address": ...}]
+        locks = json.loads(rbd("lock", "ls", "--format", "json", "rbd/" + images[0]).stdout)
+        self.assertIsInstance(locks, list, locks)
+        self.assertEqual(len(locks), 1, locks)
+        # Breaking the lock blocklists its owner, this gateway's client.
+        rbd("lock", "rm", "rbd/" + images[0], locks[0]["id"], locks[0]["locker"])
 
         t0 = time.monotonic()
         status, _, sense = write_fua(0, 8, 9)
