@@ -56,21 +56,11 @@ def pattern(n, seed):
     return bytes((seed + i * 31 + (i >> 9)) & 0xFF for i in range(n))
 
 
-class RbdLunTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        state = harness.simple_state("rbd", luns=[
-            {"id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512}])
-        # One reactor: a reactor blocked on the cluster would stall every session.
-        cls.daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.daemon.stop()
-        log = cls.daemon.read_log()
-        cls.daemon.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+class RbdLunTest(harness.DaemonTestCase):
+    STATE = harness.simple_state("rbd", luns=[
+        {"id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512}])
+    # One reactor: a reactor blocked on the cluster would stall every session.
+    EXTRA_ARGS = ("--reactors", "1")
 
     def create_lun(self, lun_id, image, size="64M", *extra, check=True):
         return self.daemon.ctl("lun", "create", TARGET, lun_id, "--backing", "rbd", "--pool", "rbd",

@@ -15,6 +15,8 @@ import sys
 
 import yaml
 
+from check_grpc_clients import fail
+
 
 def gateway_of(docs):
     for d in docs:
@@ -85,12 +87,6 @@ def main(argv):
             problems.append(f"{where}: Secret {secret} {name} is {mode:#o}: the keyring must be "
                             "neither world-readable nor writable")
     return fail(problems)
-
-
-def fail(problems):
-    for line in problems:
-        print(line, file=sys.stderr)
-    return 1 if problems else 0
 
 
 if __name__ == "__main__":
