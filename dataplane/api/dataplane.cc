@@ -851,6 +851,8 @@ void Dataplane::Stop() {
     log::Backing().error("{} IMMED SYNCHRONIZE CACHE flush(es) still in flight after 60 s", left);
   }
   impl_->pool.Stop();
+  // Retry threads of offline rbd LUNs removed on a reactor: none may outlive the process's state.
+  backing::OfflineRbdStore::JoinRetiredRetries();
 }
 
 }  // namespace iscsigw::api

@@ -866,6 +866,7 @@ struct OfflineRbdStore::State {
   std::string name;
   std::atomic<RbdStore*> live{nullptr};  // set once by the retry thread; owned by `store`
   std::unique_ptr<RbdStore> store;       // written by the retry thread before `live`
+  std::atomic<bool> ended{false};        // the retry thread has returned
   std::mutex mu;                         // guards what follows
   std::condition_variable cv;
   bool stop = false;
@@ -890,6 +891,10 @@ void OfflineRbdStore::Start(OnOnline on_online, std::chrono::milliseconds first_
                             std::chrono::milliseconds max_retry) {
   thread_ = std::thread([state = state_, on_online = std::move(on_online), first_retry, max_retry] {
     State& s = *state;
+    struct Ended {  // last to go, on every return
+      State& s;
+      ~Ended() { s.ended.store(true, std::memory_order_release); }
+    } ended{s};
     auto delay = first_retry;
     auto last_log = std::chrono::steady_clock::now();
     std::string logged = s.reason;
@@ -945,10 +950,43 @@ OfflineRbdStore::~OfflineRbdStore() {
   bool on_reactor = false;
   for (auto* ioc : slots_) on_reactor |= ioc->get_executor().running_in_this_thread();
   if (on_reactor) {
-    thread_.detach();  // it holds the state, and the store it may still open, until it returns
+    // A reactor must not wait for a connect attempt: the thread (which holds the state, and the
+    // store it may still open) finishes on its own and is joined later.
+    RetireRetry(std::move(thread_), state_);
   } else {
     thread_.join();
   }
+}
+
+namespace {
+struct RetiredRetry {
+  std::thread thread;
+  std::shared_ptr<const std::atomic<bool>> ended;
+};
+std::mutex retired_mu;
+std::vector<RetiredRetry> retired;  // guarded by retired_mu
+}  // namespace
+
+void OfflineRbdStore::RetireRetry(std::thread thread, const std::shared_ptr<State>& state) {
+  std::lock_guard lock(retired_mu);
+  // Those that have returned since are joined now (at once), so that the list stays short.
+  std::erase_if(retired, [](RetiredRetry& r) {
+    if (!r.ended->load(std::memory_order_acquire)) return false;
+    r.thread.join();
+    return true;
+  });
+  retired.push_back(
+      {std::move(thread), std::shared_ptr<const std::atomic<bool>>(state, &state->ended)});
+}
+
+size_t OfflineRbdStore::JoinRetiredRetries() {
+  std::vector<RetiredRetry> all;
+  {
+    std::lock_guard lock(retired_mu);
+    all.swap(retired);
+  }
+  for (auto& r : all) r.thread.join();
+  return all.size();
 }
 
 RbdStore* OfflineRbdStore::Live() const { return state_->live.load(std::memory_order_acquire); }

@@ -203,7 +203,8 @@ class RbdStore final : public BackingStore {
 // Until then size_bytes() is the configured size, or one block when the image's size is to be
 // used; GetLun/ListLuns show that size, and offline_reason() says why.
 // Lifetime: the destructor stops the retry and waits for an attempt in progress, except on one of
-// the store's reactors (the last task of a removed LUN), where the thread finishes on its own.
+// the store's reactors (the last task of a removed LUN), where the thread finishes on its own and
+// is joined by the next such destructor or, at shutdown, by JoinRetiredRetries.
 class OfflineRbdStore final : public BackingStore {
  public:
   using OnOnline = std::function<void(uint64_t offline_size, uint64_t size)>;
@@ -219,6 +220,9 @@ class OfflineRbdStore final : public BackingStore {
   bool online() const { return Live() != nullptr; }
   // Why the image is not open (empty once it is). Any thread.
   std::string offline_reason() const override;
+  // Joins the retry threads of stores destroyed on a reactor (each returns within one connect
+  // attempt once stopped); their count. For shutdown, once the reactors have stopped.
+  static size_t JoinRetiredRetries();
 
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override;
@@ -241,10 +245,11 @@ class OfflineRbdStore final : public BackingStore {
 
  private:
   struct State;
+  static void RetireRetry(std::thread thread, const std::shared_ptr<State>& state);
   RbdStore* Live() const;         // the open store, or null; any thread
   std::shared_ptr<State> state_;  // shared with the retry thread, which may outlive this
   std::vector<boost::asio::io_context*> slots_;
-  std::thread thread_;  // the retry; joined or detached by the destructor
+  std::thread thread_;  // the retry; joined by the destructor, or retired (RetireRetry)
 };
 
 }  // namespace iscsigw::backing

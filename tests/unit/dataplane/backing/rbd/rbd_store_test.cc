@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -542,6 +543,30 @@ TEST_F(RbdStoreTest, OfflineStoreStaysOfflineWithoutACluster) {
   }
   EXPECT_EQ(onlines, 0);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// Destroyed on its reactor (the last task of a removed LUN), an offline store does not wait for
+// its retry thread there; the thread ends on its own and shutdown joins it.
+TEST_F(RbdStoreTest, OfflineStoreDestroyedOnItsReactorLeavesNoThreadBehind) {
+  const std::string dead = Cluster::dir + "/dead-retired.conf";
+  std::ofstream(dead) << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                         "client mount timeout = 1\nlog file = /dev/null\n";
+  RbdStoreOptions o = Options(kMiB, false);
+  o.conf = dead;
+  (void)OfflineRbdStore::JoinRetiredRetries();
+  auto offline = std::make_unique<OfflineRbdStore>(o, std::vector<boost::asio::io_context*>{&ioc_},
+                                                   512, "down");
+  offline->Start(nullptr, std::chrono::milliseconds(1), std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // an attempt is under way
+  const auto t0 = std::chrono::steady_clock::now();
+  boost::asio::post(ioc_, [&] { offline.reset(); });
+  ioc_.restart();
+  ioc_.run_one();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500))
+      << "the reactor waited for the connect attempt";
+  EXPECT_EQ(offline, nullptr);
+  EXPECT_EQ(OfflineRbdStore::JoinRetiredRetries(), 1u);
+  EXPECT_EQ(OfflineRbdStore::JoinRetiredRetries(), 0u);
 }
 
 }  // namespace
