@@ -102,8 +102,8 @@ StateStore::StateStore(std::string dir, iscsigw::v1::State initial, api::Datapla
       state_(std::make_shared<const iscsigw::v1::State>(std::move(initial))) {}
 
 Status StateStore::Start() {
-  std::lock_guard lock(mu_);
-  return Commit(*state_, nullptr, api::Dataplane::ApplyMode::kStartup);
+  std::lock_guard update(update_mu_);
+  return Commit(*Snapshot(), nullptr, api::Dataplane::ApplyMode::kStartup);
 }
 
 Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
@@ -114,7 +114,10 @@ Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::Sta
     if (Status s = dataplane_->Apply(cfg.value(), mode); !s.ok()) return s;
   }
   Status written = WriteFileAtomically(path(), StateToJson(next), 0600);
-  health_ = written;
+  {
+    std::lock_guard lock(mu_);
+    health_ = written;
+  }
   if (!written.ok()) {
     log::Ctl().error("cannot persist the state: {}", written.message());
     // Keep the data plane in step with what is on disk.
@@ -131,13 +134,18 @@ Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::Sta
 }
 
 Status StateStore::Update(const std::function<Status(iscsigw::v1::State*)>& edit) {
-  std::lock_guard lock(mu_);
-  iscsigw::v1::State next = *state_;
+  // Changes are serialized by update_mu_ alone: applying one may wait for storage (an rbd cluster
+  // that does not answer), and readers (Snapshot, health) keep the last committed state meanwhile.
+  std::lock_guard update(update_mu_);
+  const auto current = Snapshot();
+  iscsigw::v1::State next = *current;
   if (Status s = edit(&next); !s.ok()) return s;
   Normalize(&next);
-  if (Status s = CheckLimits(next, *state_, limits_); !s.ok()) return s;
-  if (Status s = Commit(next, state_.get()); !s.ok()) return s;
-  state_ = std::make_shared<const iscsigw::v1::State>(std::move(next));
+  if (Status s = CheckLimits(next, *current, limits_); !s.ok()) return s;
+  if (Status s = Commit(next, current.get()); !s.ok()) return s;
+  auto committed = std::make_shared<const iscsigw::v1::State>(std::move(next));
+  std::lock_guard lock(mu_);
+  state_ = std::move(committed);
   return Status::Ok();
 }
 

@@ -6,9 +6,11 @@
 // that would grow the state past its Limits (controlplane/state/limits.h) is refused with
 // RESOURCE_EXHAUSTED.
 //
-// Threading: any thread; Update calls are serialised by an internal mutex (they are rare). The
-// state is held as an immutable snapshot: Snapshot() shares it under the same mutex without
-// copying (readers of thousands of targets must not copy them all), Get() copies it.
+// Threading: any thread; Update calls are serialised by an internal mutex (they are rare) that
+// readers never take: an Update waiting for storage (an rbd cluster that does not answer) holds up
+// neither Snapshot() nor health(), which see the last committed state. The state is held as an
+// immutable snapshot: Snapshot() shares it under a short lock without copying (readers of
+// thousands of targets must not copy them all), Get() copies it.
 #pragma once
 
 #include <functional>
@@ -71,7 +73,8 @@ class StateStore {
   const std::string dir_;
   api::Dataplane* const dataplane_;
   const Limits limits_;
-  mutable std::mutex mu_;
+  std::mutex update_mu_;   // held through a whole Start or Update (the change applied and written)
+  mutable std::mutex mu_;  // held only to read or swap what it guards
   std::shared_ptr<const iscsigw::v1::State> state_;  // guarded by mu_; never null
   Status health_;                                    // guarded by mu_: the last write
   Status probe_;                                     // guarded by mu_: the last ProbeDir

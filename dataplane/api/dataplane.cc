@@ -473,7 +473,48 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
   return dp;
 }
 
+namespace {
+backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l) {
+  backing::RbdStoreOptions o = RbdOptions(l.rbd);
+  o.create = l.create;
+  o.size_bytes = l.size_bytes;
+  o.read_only = l.read_only;
+  return o;
+}
+}  // namespace
+
 Status Dataplane::Apply(const Config& config, ApplyMode mode) {
+  // rbd images are opened before the configuration lock is taken: an open waits for its cluster
+  // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,
+  // must not wait with it. Only LUNs that are new or whose backing changed are opened; the
+  // locked pass below takes a store opened here when its spec is still the one it needs.
+  struct PreOpened {
+    LunSpec spec;
+    Result<std::unique_ptr<backing::RbdStore>> store;
+  };
+  std::map<std::pair<std::string, uint32_t>, PreOpened> pre;
+  {
+    std::vector<std::pair<std::pair<std::string, uint32_t>, LunSpec>> wanted;
+    {
+      std::lock_guard lock(impl_->config_mu);
+      for (const auto& t : config.targets) {
+        for (const auto& l : t.luns) {
+          if (l.backing != BackingKind::kRbd || !ValidateLun(t.name, l).ok()) continue;
+          auto old = impl_->luns.find({t.name, l.id});
+          if (old != impl_->luns.end() &&
+              (SameBacking(old->second.spec, l) || IsGrow(old->second.spec, l))) {
+            continue;
+          }
+          wanted.push_back({{t.name, l.id}, l});
+        }
+      }
+    }
+    for (auto& [key, l] : wanted) {
+      auto store = backing::RbdStore::Open(RbdOptionsOf(l), impl_->pool.contexts());
+      pre.emplace(key, PreOpened{l, std::move(store)});
+    }
+  }
+
   std::lock_guard lock(impl_->config_mu);
   std::set<std::string> names;
   for (const auto& t : config.targets) {
@@ -604,11 +645,11 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           break;
         }
         case BackingKind::kRbd: {
-          backing::RbdStoreOptions ro = RbdOptions(l.rbd);
-          ro.create = l.create;
-          ro.size_bytes = l.size_bytes;
-          ro.read_only = l.read_only;
-          auto rs = backing::RbdStore::Open(ro, impl_->pool.contexts());
+          const backing::RbdStoreOptions ro = RbdOptionsOf(l);
+          auto opened = pre.find(key);
+          auto rs = opened != pre.end() && SameBacking(opened->second.spec, l)
+                        ? std::move(opened->second.store)
+                        : backing::RbdStore::Open(ro, impl_->pool.contexts());
           if (!rs.ok() && mode == ApplyMode::kStartup &&
               rs.status().code() != StatusCode::kInvalidArgument) {
             // One unreachable cluster must not keep the daemon, and every other LUN, down.

@@ -22,6 +22,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import unittest
 import urllib.request
@@ -220,6 +221,40 @@ class RbdLunTest(harness.DaemonTestCase):
         out = self.daemon.ctl("target", "delete", other).stdout
         self.assertIn("1 backing file(s) or image(s) removed", out)
         self.assertFalse(exists(made2))
+
+    def test_reads_and_metrics_do_not_wait_for_a_cluster_that_does_not_answer(self):
+        # Regression: the data plane opened an rbd image under its configuration lock, so lun
+        # get/list and the /metrics scrape waited out a dead cluster's client_mount_timeout.
+        dead = os.path.join(CLUSTER.dir, "slow-dead.conf")
+        with open(dead, "w") as f:
+            f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                    "client mount timeout = 4\nlog file = /dev/null\n")
+        result = {}
+
+        def create():
+            result["p"] = self.daemon.ctl("lun", "create", TARGET, 20, "--backing", "rbd",
+                                          "--pool", "rbd", "--image", "x", "--ceph-conf", dead,
+                                          check=False)
+
+        worker = threading.Thread(target=create)
+        worker.start()
+        try:
+            time.sleep(1)  # the create waits for the dead cluster now
+            t0 = time.monotonic()
+            self.daemon.ctl("lun", "list", TARGET)
+            listed = time.monotonic() - t0
+            t0 = time.monotonic()
+            with urllib.request.urlopen(f"http://{self.daemon.ports['metrics']}/metrics") as r:
+                r.read()
+            scraped = time.monotonic() - t0
+            still_waiting = worker.is_alive()
+        finally:
+            worker.join(30)
+        self.assertTrue(still_waiting, "the create did not wait for the cluster")
+        self.assertLess(listed, 1.5)
+        self.assertLess(scraped, 1.5)
+        self.assertNotEqual(result["p"].returncode, 0)
+        self.assertIn("Ceph cluster of " + dead, result["p"].stderr)
 
     def test_missing_cluster_image_and_pool(self):
         keyring = os.path.join(CLUSTER.dir, "client.gw.keyring")
