@@ -484,38 +484,7 @@ backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l) {
 }  // namespace
 
 Status Dataplane::Apply(const Config& config, ApplyMode mode) {
-  // rbd images are opened before the configuration lock is taken: an open waits for its cluster
-  // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,
-  // must not wait with it. Only LUNs that are new or whose backing changed are opened; the
-  // locked pass below takes a store opened here when its spec is still the one it needs.
-  struct PreOpened {
-    LunSpec spec;
-    Result<std::unique_ptr<backing::RbdStore>> store;
-  };
-  std::map<std::pair<std::string, uint32_t>, PreOpened> pre;
-  {
-    std::vector<std::pair<std::pair<std::string, uint32_t>, LunSpec>> wanted;
-    {
-      std::lock_guard lock(impl_->config_mu);
-      for (const auto& t : config.targets) {
-        for (const auto& l : t.luns) {
-          if (l.backing != BackingKind::kRbd || !ValidateLun(t.name, l).ok()) continue;
-          auto old = impl_->luns.find({t.name, l.id});
-          if (old != impl_->luns.end() &&
-              (SameBacking(old->second.spec, l) || IsGrow(old->second.spec, l))) {
-            continue;
-          }
-          wanted.push_back({{t.name, l.id}, l});
-        }
-      }
-    }
-    for (auto& [key, l] : wanted) {
-      auto store = backing::RbdStore::Open(RbdOptionsOf(l), impl_->pool.contexts());
-      pre.emplace(key, PreOpened{l, std::move(store)});
-    }
-  }
-
-  std::lock_guard lock(impl_->config_mu);
+  // The whole configuration is checked first: nothing reaches a cluster for a refused change.
   std::set<std::string> names;
   for (const auto& t : config.targets) {
     if (Status s = ValidateIscsiName(t.name); !s.ok()) {
@@ -539,6 +508,38 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   if (Status s = iscsi::ValidateChapCredentials(config.discovery_chap, "discovery: "); !s.ok()) {
     return s;
   }
+
+  // rbd images are opened before the configuration lock is taken: an open waits for its cluster
+  // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,
+  // must not wait with it. Only LUNs that are new or whose backing changed are opened, in order;
+  // a strict change stops at the first that fails (the locked pass refuses it there). Changes are
+  // serialized by the caller (state::StateStore), so the locked pass finds the LUNs as they were.
+  std::map<std::pair<std::string, uint32_t>, Result<std::unique_ptr<backing::RbdStore>>> pre;
+  {
+    std::vector<std::pair<std::pair<std::string, uint32_t>, LunSpec>> wanted;
+    {
+      std::lock_guard lock(impl_->config_mu);
+      for (const auto& t : config.targets) {
+        for (const auto& l : t.luns) {
+          if (l.backing != BackingKind::kRbd) continue;
+          auto old = impl_->luns.find({t.name, l.id});
+          if (old != impl_->luns.end() &&
+              (SameBacking(old->second.spec, l) || IsGrow(old->second.spec, l))) {
+            continue;
+          }
+          wanted.push_back({{t.name, l.id}, l});
+        }
+      }
+    }
+    for (auto& [key, l] : wanted) {
+      auto store = backing::RbdStore::Open(RbdOptionsOf(l), impl_->pool.contexts());
+      const bool failed = !store.ok();
+      pre.emplace(key, std::move(store));
+      if (failed && mode == ApplyMode::kStrict) break;
+    }
+  }
+
+  std::lock_guard lock(impl_->config_mu);
 
   // Build the new LUN set first; only when every store opened is anything published.
   std::map<std::pair<std::string, uint32_t>, Impl::LunEntry> next;
@@ -647,9 +648,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
         case BackingKind::kRbd: {
           const backing::RbdStoreOptions ro = RbdOptionsOf(l);
           auto opened = pre.find(key);
-          auto rs = opened != pre.end() && SameBacking(opened->second.spec, l)
-                        ? std::move(opened->second.store)
-                        : backing::RbdStore::Open(ro, impl_->pool.contexts());
+          auto rs = opened != pre.end() ? std::move(opened->second)
+                                        : backing::RbdStore::Open(ro, impl_->pool.contexts());
           if (!rs.ok() && mode == ApplyMode::kStartup &&
               rs.status().code() != StatusCode::kInvalidArgument) {
             // One unreachable cluster must not keep the daemon, and every other LUN, down.

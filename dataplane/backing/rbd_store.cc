@@ -866,8 +866,10 @@ struct OfflineRbdStore::State {
   std::string name;
   std::atomic<RbdStore*> live{nullptr};  // set once by the retry thread; owned by `store`
   std::unique_ptr<RbdStore> store;       // written by the retry thread before `live`
-  std::atomic<bool> ended{false};        // the retry thread has returned
-  std::mutex mu;                         // guards what follows
+  // The retry thread has returned. Shared on its own: a retired thread's entry must not keep the
+  // state (and the store it holds open) alive.
+  std::shared_ptr<std::atomic<bool>> ended = std::make_shared<std::atomic<bool>>(false);
+  std::mutex mu;  // guards what follows
   std::condition_variable cv;
   bool stop = false;
   std::string reason;
@@ -893,7 +895,7 @@ void OfflineRbdStore::Start(OnOnline on_online, std::chrono::milliseconds first_
     State& s = *state;
     struct Ended {  // last to go, on every return
       State& s;
-      ~Ended() { s.ended.store(true, std::memory_order_release); }
+      ~Ended() { s.ended->store(true, std::memory_order_release); }
     } ended{s};
     auto delay = first_retry;
     auto last_log = std::chrono::steady_clock::now();
@@ -975,8 +977,11 @@ void OfflineRbdStore::RetireRetry(std::thread thread, const std::shared_ptr<Stat
     r.thread.join();
     return true;
   });
-  retired.push_back(
-      {std::move(thread), std::shared_ptr<const std::atomic<bool>>(state, &state->ended)});
+  if (state->ended->load(std::memory_order_acquire)) {
+    thread.join();  // it has returned: nothing to wait for
+    return;
+  }
+  retired.push_back({std::move(thread), state->ended});
 }
 
 size_t OfflineRbdStore::JoinRetiredRetries() {

@@ -203,8 +203,9 @@ class RbdStore final : public BackingStore {
 // Until then size_bytes() is the configured size, or one block when the image's size is to be
 // used; GetLun/ListLuns show that size, and offline_reason() says why.
 // Lifetime: the destructor stops the retry and waits for an attempt in progress, except on one of
-// the store's reactors (the last task of a removed LUN), where the thread finishes on its own and
-// is joined by the next such destructor or, at shutdown, by JoinRetiredRetries.
+// the store's reactors (the last task of a removed LUN), where a thread still running finishes on
+// its own and is joined once it has returned (by a later such destructor) or at shutdown
+// (JoinRetiredRetries); the retired thread keeps nothing of the store alive.
 class OfflineRbdStore final : public BackingStore {
  public:
   using OnOnline = std::function<void(uint64_t offline_size, uint64_t size)>;
