@@ -92,6 +92,15 @@ class RbdStoreTest : public ::testing::Test {
     o.size_bytes = size;
     return o;
   }
+  // Options naming a cluster whose only mon is at a closed port, with a 1 s mount timeout.
+  RbdStoreOptions DeadClusterOptions(const std::string& conf_name) {
+    const std::string dead = Cluster::dir + "/" + conf_name;
+    std::ofstream(dead) << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                           "client mount timeout = 1\nlog file = /dev/null\n";
+    RbdStoreOptions o = Options(kMiB, false);
+    o.conf = dead;
+    return o;
+  }
 
   void OpenOrDie(uint64_t size) {
     auto r = RbdStore::Open(Options(size), {&ioc_, &ioc_});
@@ -518,11 +527,7 @@ TEST_F(RbdStoreTest, OfflineStoreComesOnlineWhenTheImageAppears) {
 
 // A cluster that is not there: the store stays offline, and destroying it does not wait long.
 TEST_F(RbdStoreTest, OfflineStoreStaysOfflineWithoutACluster) {
-  const std::string dead = Cluster::dir + "/dead-offline.conf";
-  std::ofstream(dead) << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
-                         "client mount timeout = 1\nlog file = /dev/null\n";
-  RbdStoreOptions o = Options(kMiB, false);
-  o.conf = dead;
+  const RbdStoreOptions o = DeadClusterOptions("dead-offline.conf");
   std::atomic<int> onlines{0};
   const auto t0 = std::chrono::steady_clock::now();
   {
@@ -548,11 +553,7 @@ TEST_F(RbdStoreTest, OfflineStoreStaysOfflineWithoutACluster) {
 // Destroyed on its reactor (the last task of a removed LUN), an offline store does not wait for
 // its retry thread there; the thread ends on its own and shutdown joins it.
 TEST_F(RbdStoreTest, OfflineStoreDestroyedOnItsReactorLeavesNoThreadBehind) {
-  const std::string dead = Cluster::dir + "/dead-retired.conf";
-  std::ofstream(dead) << "[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
-                         "client mount timeout = 1\nlog file = /dev/null\n";
-  RbdStoreOptions o = Options(kMiB, false);
-  o.conf = dead;
+  const RbdStoreOptions o = DeadClusterOptions("dead-retired.conf");
   (void)OfflineRbdStore::JoinRetiredRetries();
   auto offline = std::make_unique<OfflineRbdStore>(o, std::vector<boost::asio::io_context*>{&ioc_},
                                                    512, "down");
