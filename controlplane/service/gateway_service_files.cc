@@ -179,6 +179,16 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
     }
   }
   Status first = Status::Ok();
+  // One removal's outcome: counted and logged; the first failure is what the call answers.
+  auto account = [&](const Status& s, const std::string& what) {
+    if (s.ok()) {
+      ++*removed;
+      log::Ctl().info("{}: {} removed", call_, what);
+      return;
+    }
+    log::Ctl().error("{}: {} not removed: {}", call_, what, s.message());
+    if (first.ok()) first = Status(s.code(), "the LUN is deleted; " + s.message());
+  };
   for (const auto& l : gone) {
     if (l.has_rbd() && l.rbd().created()) {
       const v1::RbdBacking& r = l.rbd();
@@ -194,13 +204,7 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
                               name + " not removed: its cluster did not answer for another image")
                      : api::RemoveRbdImage(state::ToRbdSpec(r), kRbdCloseWait);
       if (s.code() == StatusCode::kUnavailable) unreachable.insert(cluster);
-      if (s.ok()) {
-        ++*removed;
-        log::Ctl().info("{}: {} removed", call_, name);
-      } else {
-        log::Ctl().error("{}: {} not removed: {}", call_, name, s.message());
-        if (first.ok()) first = Status(s.code(), "the LUN is deleted; " + s.message());
-      }
+      account(s, name);
       continue;
     }
     if (!l.has_file() || !l.file().created()) continue;
@@ -209,14 +213,7 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
       log::Ctl().info("{}: {} kept: another LUN uses it", call_, path);
       continue;
     }
-    Status s = state::RemoveLunFile(path);
-    if (s.ok()) {
-      ++*removed;
-      log::Ctl().info("{}: backing file {} removed", call_, path);
-    } else {
-      log::Ctl().error("{}: backing file {} not removed: {}", call_, path, s.message());
-      if (first.ok()) first = Status(s.code(), "the LUN is deleted; " + s.message());
-    }
+    account(state::RemoveLunFile(path), "backing file " + path);
   }
   return first;
 }
