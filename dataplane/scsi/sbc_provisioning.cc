@@ -199,11 +199,10 @@ Disposition WriteSame(const Command& cmd, uint64_t lba, uint64_t blocks, uint16_
     return Disposition::kDone;
   }
   if (!CheckLbaRange(cmd, lba, blocks)) return Disposition::kDone;
-  if (blocks == 0) {
-    // WSNZ=1 in the Block Limits VPD page: a zero NUMBER OF LOGICAL BLOCKS is not accepted.
-    SetInvalidFieldInCdb(task, length_byte);
-    return Disposition::kDone;
-  }
+  // SBC-3 5.45 with WSNZ=0 in the Block Limits VPD page: NUMBER OF LOGICAL BLOCKS zero asks for
+  // every block from the LBA to the last one, within the MAXIMUM WRITE SAME LENGTH like any other
+  // count (the LBA itself is inside the medium: CheckLbaRange).
+  if (blocks == 0) blocks = lun.num_blocks() - lba;
   if (blocks * lun.block_size() > kMaxWriteSameBytes) {  // MAXIMUM WRITE SAME LENGTH
     SetInvalidFieldInCdb(task, length_byte);
     return Disposition::kDone;

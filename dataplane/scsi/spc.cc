@@ -178,7 +178,7 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
       StoreBe16(d + 6, static_cast<uint16_t>(granularity));  // OPTIMAL TRANSFER LENGTH GRANULARITY
       StoreBe32(d + 8, static_cast<uint32_t>(kMaxTransferBytes / bs));  // MAXIMUM TRANSFER LENGTH
       StoreBe32(d + 12, static_cast<uint32_t>(kOptimalTransferBytes / bs));  // OPTIMAL TRANSFER
-      d[4] = 0x01;  // WSNZ: WRITE SAME of zero blocks refused
+      d[4] = 0x00;  // WSNZ=0: WRITE SAME of zero blocks writes to the end of the medium
       d[5] = static_cast<uint8_t>(kMaxCompareAndWriteBlocks);  // MAXIMUM COMPARE AND WRITE LENGTH
       if (cmd.lun->store().thin_provisioned()) {
         StoreBe32(d + 20, kMaxUnmapBlocks);       // MAXIMUM UNMAP LBA COUNT

@@ -549,7 +549,7 @@ TEST_F(EngineTest, VpdBlockLimits) {
   EXPECT_EQ(LoadBe16(&d[6]), 8);                   // 4 KiB granularity in 512-byte blocks
   EXPECT_EQ(LoadBe32(&d[8]), (16u << 20) / 512);   // maximum transfer length
   EXPECT_EQ(LoadBe32(&d[12]), (1u << 20) / 512);   // optimal transfer length
-  EXPECT_EQ(d[4] & 0x01, 1);                       // WSNZ
+  EXPECT_EQ(d[4] & 0x01, 0);                       // WSNZ
   EXPECT_EQ(d[5], 255);                            // maximum COMPARE AND WRITE length
   EXPECT_EQ(LoadBe32(&d[20]), 1u << 20);           // maximum UNMAP LBA count (thin ram store)
   EXPECT_EQ(LoadBe32(&d[24]), 256u);               // maximum UNMAP block descriptor count
