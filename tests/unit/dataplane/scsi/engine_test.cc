@@ -668,6 +668,35 @@ TEST_F(EngineTest, ReadCapacity16) {
   EXPECT_EQ(d[14], 0xC0);  // LBPME 1, LBPRZ 1 (thin ram store)
 }
 
+// 512e: 512-byte logical blocks on 4096-byte physical blocks (SBC-3 5.16.2).
+TEST_F(EngineTest, ReadCapacity16ReportsPhysicalBlocksOf512e) {
+  LunConfig c = Config(1);
+  c.physical_block_size = 4096;
+  target_.luns.push_back(std::make_shared<Lun>(c, backing::NewRamStore(kBlocks * kBlock)));
+  EXPECT_EQ(target_.luns.back()->blocks_per_physical(), 8u);
+  Run({0x00}, 1);  // its power-on unit attention
+  Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 1);
+  ExpectGood();
+  auto d = DataIn();
+  EXPECT_EQ(LoadBe32(&d[8]), kBlock);
+  EXPECT_EQ(d[13] & 0x0F, 3);               // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
+  EXPECT_EQ(LoadBe16(&d[14]) & 0x3FFF, 0);  // LOWEST ALIGNED LBA
+  Run({0x12, 1, 0xB0, 0, 255, 0}, 1);
+  ExpectGood();
+  d = DataIn();
+  EXPECT_EQ(LoadBe16(&d[6]), 8);    // OPTIMAL TRANSFER LENGTH GRANULARITY
+  EXPECT_GE(LoadBe32(&d[28]), 8u);  // OPTIMAL UNMAP GRANULARITY
+  // The physical block of a 4096-byte-block LUN is its logical block.
+  c = Config(2);
+  c.block_size = 4096;
+  c.physical_block_size = 4096;
+  target_.luns.push_back(std::make_shared<Lun>(c, backing::NewRamStore(kBlocks * kBlock)));
+  Run({0x00}, 2);
+  Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 2);
+  ExpectGood();
+  EXPECT_EQ(DataIn()[13] & 0x0F, 0);
+}
+
 TEST_F(EngineTest, ReadCapacity16TruncatesAndRejectsOtherServiceActions) {
   Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0});
   ExpectGood();
