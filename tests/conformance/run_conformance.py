@@ -9,7 +9,8 @@ in either direction, fails the run, so an expectation cannot go stale silently.
 Usage: run_conformance.py [--store ram|file|file-direct|rbd] [--keep-log PATH]
 
 --store rbd serves an RBD image of a throwaway Ceph cluster (scripts/ceph-test-cluster.sh) that
-the run starts in its work directory and stops at the end.
+the run starts in its work directory and stops at the end. The LUN is 512e (512-byte blocks on
+4096-byte physical blocks), so that the suite's unaligned cases run.
 """
 import argparse
 import os
@@ -72,7 +73,8 @@ def run(workdir):
     cluster_script = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
     cluster_dir = os.path.join(workdir, "ceph")
     if args.store == "ram":
-        lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
+        lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
     elif args.store == "rbd":
         r = subprocess.run(["bash", cluster_script, "start", cluster_dir], capture_output=True,
                            text=True, timeout=300)
@@ -81,11 +83,13 @@ def run(workdir):
         conf = r.stdout.strip().splitlines()[-1]
         lun = {"id": 0, "rbd": {"pool": "rbd", "image": "conformance", "conf": conf,
                                 "create": True},
-               "sizeBytes": str(size), "blockSize": 512}
+               "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
     else:
         lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True,
                                  "direct": args.store == "file-direct"},
-               "sizeBytes": str(size), "blockSize": 512}
+               "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
     state = {"targets": [{"name": TARGET, "allowAnyInitiator": False,
                           "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun]}]}
 
