@@ -207,6 +207,8 @@ Disposition WriteSame(const Command& cmd, uint64_t lba, uint64_t blocks, uint16_
     SetInvalidFieldInCdb(task, length_byte);
     return Disposition::kDone;
   }
+  // SBC-3 4.13: a write-protected LUN answers DATA PROTECT whatever data came with the command.
+  if (!CheckWritable(cmd)) return Disposition::kDone;
   // The Data-Out Buffer holds exactly one logical block (none with NDOB).
   const uint32_t want = ndob ? 0 : lun.block_size();
   if (task.expected_length != want || task.data_out_len != want) {
@@ -214,7 +216,6 @@ Disposition WriteSame(const Command& cmd, uint64_t lba, uint64_t blocks, uint16_
     return Disposition::kDone;
   }
   task.transfer_bytes = want;
-  if (!CheckWritable(cmd)) return Disposition::kDone;
   const bool zeros = ndob || AllZero(task.buf, want);
   if (unmap && zeros) {
     // SBC-3 4.7.3.3: deallocate; LBPRZ=1 makes the range read back as the zeros asked for.

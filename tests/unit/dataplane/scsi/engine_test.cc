@@ -857,6 +857,10 @@ TEST_F(RwTest, WriteProtected) {
   ExpectCheck(SenseKey::kDataProtect, Asc::kWriteProtected);
   RunCdb({0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0}, kBlock, {}, 1);
   ExpectGood();
+  // WRITE SAME with UNMAP and no Data-Out at all: still DATA PROTECT (SBC-3 4.13), before the
+  // missing block would be INVALID FIELD IN COMMAND INFORMATION UNIT.
+  RunCdb({0x41, 0x08, 0, 0, 0, 0, 0, 0, 1, 0}, 0, {}, 1);
+  ExpectCheck(SenseKey::kDataProtect, Asc::kWriteProtected);
 }
 
 TEST_F(RwTest, ProtectFieldIsInvalid) {
