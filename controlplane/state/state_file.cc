@@ -203,6 +203,9 @@ void Normalize(iscsigw::v1::State* state) {
     t.clear_initiators();
     for (auto& l : *t.mutable_luns()) {
       if (l.block_size() == 0) l.set_block_size(512);
+      // A physical block the size of the logical one is the default: one form, so that a
+      // declaration saying it equals a LUN that left it out.
+      if (l.physical_block_size() == l.block_size()) l.clear_physical_block_size();
     }
     // Output-only flags are never stored; an all-empty CHAP block is no CHAP.
     if (t.has_chap()) {

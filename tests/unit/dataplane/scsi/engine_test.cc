@@ -681,11 +681,6 @@ TEST_F(EngineTest, ReadCapacity16ReportsPhysicalBlocksOf512e) {
   EXPECT_EQ(LoadBe32(&d[8]), kBlock);
   EXPECT_EQ(d[13] & 0x0F, 3);               // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
   EXPECT_EQ(LoadBe16(&d[14]) & 0x3FFF, 0);  // LOWEST ALIGNED LBA
-  Run({0x12, 1, 0xB0, 0, 255, 0}, 1);
-  ExpectGood();
-  d = DataIn();
-  EXPECT_EQ(LoadBe16(&d[6]), 8);    // OPTIMAL TRANSFER LENGTH GRANULARITY
-  EXPECT_GE(LoadBe32(&d[28]), 8u);  // OPTIMAL UNMAP GRANULARITY
   // The physical block of a 4096-byte-block LUN is its logical block.
   c = Config(2);
   c.block_size = 4096;
@@ -695,6 +690,28 @@ TEST_F(EngineTest, ReadCapacity16ReportsPhysicalBlocksOf512e) {
   Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 2);
   ExpectGood();
   EXPECT_EQ(DataIn()[13] & 0x0F, 0);
+}
+
+// WRITE SAME with NUMBER OF LOGICAL BLOCKS zero on a LUN larger than MAXIMUM WRITE SAME LENGTH
+// (16 MiB): to the end of the medium only when that end is within the maximum.
+TEST_F(EngineTest, WriteSameOfZeroBlocksStaysWithinTheMaximumLength) {
+  constexpr uint64_t kBig = (64u << 20) / kBlock;
+  constexpr uint64_t kMaxWs = (16u << 20) / kBlock;
+  AddLun(3, backing::NewRamStore(kBig * kBlock));
+  Run({0x00}, 3);  // its power-on unit attention
+  const std::vector<uint8_t> block(kBlock, 0x42);
+  Run({0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, kBlock, block);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  uint64_t lba = kBig - kMaxWs - 1;
+  Run({0x41, 0, static_cast<uint8_t>(lba >> 24), static_cast<uint8_t>(lba >> 16),
+       static_cast<uint8_t>(lba >> 8), static_cast<uint8_t>(lba), 0, 0, 0, 0},
+      3, kBlock, block);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  lba = kBig - kMaxWs;
+  Run({0x41, 0, static_cast<uint8_t>(lba >> 24), static_cast<uint8_t>(lba >> 16),
+       static_cast<uint8_t>(lba >> 8), static_cast<uint8_t>(lba), 0, 0, 0, 0},
+      3, kBlock, block);
+  ExpectGood();
 }
 
 TEST_F(EngineTest, ReadCapacity16TruncatesAndRejectsOtherServiceActions) {

@@ -212,6 +212,13 @@ TEST_F(SbcExtTest, WriteSameOfZeroBlocksWritesToTheEnd) {
   ExpectGood();
   EXPECT_EQ(Read(0, 1)[3], 0x21);
   EXPECT_EQ(Read(kBlocks - 1, 1)[3], 0x21);
+  // With UNMAP and a zero block: the blocks from the LBA to the end are deallocated.
+  Run({0x41, 0x08, 0, 0, B(from, 8), B(from, 0), 0, 0, 0, 0}, kBlock,
+      std::vector<uint8_t>(kBlock, 0));
+  ExpectGood();
+  EXPECT_EQ(Read(from - 1, 1)[3], 0x21);
+  EXPECT_EQ(Read(from, 1)[3], 0);
+  EXPECT_EQ(Read(kBlocks - 1, 1)[3], 0);
 }
 
 TEST_F(SbcExtTest, WriteSameUnmapWithZerosDeallocates) {
