@@ -239,8 +239,11 @@ void PrintLuns(const std::string& target, const google::protobuf::RepeatedPtrFie
   Table t({"TARGET", "LUN", "BACKING", "SIZE", "BLOCK", "RO", "STATE", "SERIAL"});
   for (const auto& l : luns) {
     t.Add({target, std::to_string(l.id()), Backing(l), HumanSize(l.size_bytes()),
-           std::to_string(l.block_size()), l.read_only() ? "yes" : "no",
-           l.offline_reason().empty() ? "online" : "offline", l.serial()});
+           l.physical_block_size() > l.block_size()
+               ? std::to_string(l.block_size()) + "/" + std::to_string(l.physical_block_size())
+               : std::to_string(l.block_size()),
+           l.read_only() ? "yes" : "no", l.offline_reason().empty() ? "online" : "offline",
+           l.serial()});
   }
   t.Print();
   for (const auto& l : luns) {
@@ -410,7 +413,7 @@ int Run(int argc, char** argv) {
   auto* lun = app.add_subcommand("lun", "LUNs of a target")->require_subcommand(1);
   std::string l_target, l_backing = "ram", l_path, l_size, l_from_snapshot, l_from_lun;
   std::string l_pool, l_image, l_namespace, l_ceph_conf, l_client_id, l_keyring;
-  uint32_t l_id = 0, l_block = 512;
+  uint32_t l_id = 0, l_block = 512, l_physical = 0;
   bool l_create = false, l_thick = false, l_ro = false, l_direct = false;
   {
     auto* c = lun->add_subcommand("create", "add a LUN to a target");
@@ -432,6 +435,9 @@ int Run(int argc, char** argv) {
     c->add_flag("--thick", l_thick, "allocate the whole file when creating it");
     c->add_flag("--direct", l_direct, "O_DIRECT: aligned I/O bypasses the page cache");
     c->add_option("--block-size", l_block, "512 or 4096");
+    c->add_option(
+        "--physical-block-size", l_physical,
+        "4096 over --block-size 512 (512e: initiators align to 4 KiB); default: the same");
     c->add_flag("--read-only", l_ro);
     c->add_option("--request-id", request_id, "makes a retried create idempotent");
     auto* from_snap = c->add_option("--from-snapshot", l_from_snapshot,
@@ -456,6 +462,7 @@ int Run(int argc, char** argv) {
         }
         l->set_size_bytes(size);
         l->set_block_size(l_block);
+        l->set_physical_block_size(l_physical);
         l->set_read_only(l_ro);
         if (l_backing != "file" && (l_thick || l_direct)) {
           return Fail(kExitUsage, "--thick and --direct apply to --backing file only");

@@ -82,6 +82,7 @@ Result<api::Config> ToConfig(const iscsigw::v1::State& state) {
       ls.id = l.id();
       ls.size_bytes = l.size_bytes();
       ls.block_size = l.block_size() ? l.block_size() : 512;
+      ls.physical_block_size = l.physical_block_size();
       ls.read_only = l.read_only();
       ls.serial = l.serial();
       ls.device_id = l.device_id();
@@ -202,6 +203,9 @@ void Normalize(iscsigw::v1::State* state) {
     t.clear_initiators();
     for (auto& l : *t.mutable_luns()) {
       if (l.block_size() == 0) l.set_block_size(512);
+      // A physical block the size of the logical one is the default: one form, so that a
+      // declaration saying it equals a LUN that left it out.
+      if (l.physical_block_size() == l.block_size()) l.clear_physical_block_size();
     }
     // Output-only flags are never stored; an all-empty CHAP block is no CHAP.
     if (t.has_chap()) {
@@ -243,6 +247,11 @@ Status UpdateDeclaredLun(const iscsigw::v1::Lun& want, const std::string& who,
   if (want.block_size() != have->block_size()) {
     return FailedPrecondition(who + ": block_size " + std::to_string(have->block_size()) +
                               " cannot become " + std::to_string(want.block_size()) + delete_first);
+  }
+  if (want.physical_block_size() != have->physical_block_size()) {
+    return FailedPrecondition(who + ": physical_block_size " +
+                              std::to_string(have->physical_block_size()) + " cannot become " +
+                              std::to_string(want.physical_block_size()) + delete_first);
   }
   if (!want.serial().empty() && want.serial() != have->serial()) {
     return FailedPrecondition(who + ": serial " + have->serial() + " cannot become " +

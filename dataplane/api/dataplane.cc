@@ -140,8 +140,9 @@ constexpr bool kFaultInjectionBuilt = false;
 bool SameBacking(const LunSpec& a, const LunSpec& b) {
   return a.backing == b.backing && a.path == b.path && a.rbd == b.rbd &&
          a.size_bytes == b.size_bytes && a.block_size == b.block_size &&
-         a.read_only == b.read_only && a.direct == b.direct && a.serial == b.serial &&
-         a.device_id == b.device_id && a.fault == b.fault;
+         a.physical_block_size == b.physical_block_size && a.read_only == b.read_only &&
+         a.direct == b.direct && a.serial == b.serial && a.device_id == b.device_id &&
+         a.fault == b.fault;
 }
 
 // Same LUN except for a larger size: grown online rather than reopened.
@@ -265,6 +266,11 @@ Status ValidateLun(const std::string& target, const LunSpec& lun) {
   if (lun.block_size != 512 && lun.block_size != 4096) {
     return InvalidArgument(who + "block_size " + std::to_string(lun.block_size) +
                            " is not 512 or 4096");
+  }
+  if (lun.physical_block_size != 0 && lun.physical_block_size != lun.block_size &&
+      !(lun.physical_block_size == 4096 && lun.block_size == 512)) {
+    return InvalidArgument(who + "physical_block_size " + std::to_string(lun.physical_block_size) +
+                           " is not 0, block_size, or 4096 over a block_size of 512");
   }
   if (lun.size_bytes % lun.block_size != 0) {
     return InvalidArgument(who + "size_bytes " + std::to_string(lun.size_bytes) +
@@ -678,6 +684,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       scsi::LunConfig lc;
       lc.id = l.id;
       lc.block_size = l.block_size;
+      lc.physical_block_size = l.physical_block_size;
       lc.read_only = l.read_only;
       const uint64_t h = Fnv1a(t.name + "/" + std::to_string(l.id));
       if (l.serial.empty()) {

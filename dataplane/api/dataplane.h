@@ -43,6 +43,7 @@ struct LunSpec {
   bool create = false;  // file and rbd backing: create the file or image if missing
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;
+  uint32_t physical_block_size = 0;  // 0 or block_size: the same; 4096 over 512: 512e
   bool read_only = false;
   bool thick = false;   // file backing: allocate every block when the file is created
   bool direct = false;  // file backing: O_DIRECT (backing::FileStoreOptions::direct)

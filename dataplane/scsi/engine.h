@@ -38,6 +38,10 @@ inline constexpr uint64_t kMaxLuns = 256;  // LUN ids 0..255 (peripheral device 
 struct LunConfig {
   uint64_t id = 0;
   uint32_t block_size = 512;  // 512 or 4096
+  // The medium's physical block: block_size (0 means that), or 4096 over 512-byte logical blocks
+  // (512e), reported as LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT 3 (SBC-3 5.16.2) and in the
+  // Block Limits granularities, so that initiators align their I/O to it.
+  uint32_t physical_block_size = 0;
   bool read_only = false;
   std::string serial;   // VPD 0x80 unit serial number (ASCII, <= 32 chars)
   uint64_t naa_id = 0;  // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
@@ -73,6 +77,17 @@ class Lun : public std::enable_shared_from_this<Lun> {
   const LunConfig& config() const { return config_; }
   uint64_t id() const { return config_.id; }
   uint32_t block_size() const { return config_.block_size; }
+  // Logical blocks per physical block (1, or 8 for 512e) and its log2.
+  uint32_t blocks_per_physical() const {
+    return config_.physical_block_size > config_.block_size && config_.block_size != 0
+               ? config_.physical_block_size / config_.block_size
+               : 1;
+  }
+  uint8_t blocks_per_physical_exponent() const {
+    uint8_t e = 0;
+    while ((uint32_t{1} << e) < blocks_per_physical()) ++e;
+    return e;
+  }
   uint64_t num_blocks() const;
   backing::BackingStore& store() { return *store_; }
 

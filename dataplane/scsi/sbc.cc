@@ -272,9 +272,10 @@ Disposition ServiceActionIn16(const Command& cmd) {
   StoreBe64(data, blocks == 0 ? 0 : blocks - 1);
   StoreBe32(data + 8, cmd.lun->block_size());
   // data[12]: P_TYPE / PROT_EN = 0 (no protection information).
-  // data[13]: P_I_EXPONENT = 0, LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT = 0.
+  // data[13]: P_I_EXPONENT = 0, LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT (3 for 512e).
+  data[13] = cmd.lun->blocks_per_physical_exponent() & 0x0F;
   // data[14..15]: LBPME and LBPRZ when the store is thin provisioned (unmapped blocks read as
-  // zeros, SBC-3 4.7.3.1); LOWEST ALIGNED LBA = 0.
+  // zeros, SBC-3 4.7.3.1); LOWEST ALIGNED LBA = 0 (LBA 0 starts a physical block).
   if (cmd.lun->store().thin_provisioned()) data[14] = 0x80 | 0x40;
   ReturnData(task, data, sizeof(data), alloc);
   return Disposition::kDone;

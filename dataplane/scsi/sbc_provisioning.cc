@@ -199,15 +199,16 @@ Disposition WriteSame(const Command& cmd, uint64_t lba, uint64_t blocks, uint16_
     return Disposition::kDone;
   }
   if (!CheckLbaRange(cmd, lba, blocks)) return Disposition::kDone;
-  if (blocks == 0) {
-    // WSNZ=1 in the Block Limits VPD page: a zero NUMBER OF LOGICAL BLOCKS is not accepted.
-    SetInvalidFieldInCdb(task, length_byte);
-    return Disposition::kDone;
-  }
+  // SBC-3 5.45 with WSNZ=0 in the Block Limits VPD page: NUMBER OF LOGICAL BLOCKS zero asks for
+  // every block from the LBA to the last one, within the MAXIMUM WRITE SAME LENGTH like any other
+  // count (the LBA itself is inside the medium: CheckLbaRange).
+  if (blocks == 0) blocks = lun.num_blocks() - lba;
   if (blocks * lun.block_size() > kMaxWriteSameBytes) {  // MAXIMUM WRITE SAME LENGTH
     SetInvalidFieldInCdb(task, length_byte);
     return Disposition::kDone;
   }
+  // SBC-3 4.13: a write-protected LUN answers DATA PROTECT whatever data came with the command.
+  if (!CheckWritable(cmd)) return Disposition::kDone;
   // The Data-Out Buffer holds exactly one logical block (none with NDOB).
   const uint32_t want = ndob ? 0 : lun.block_size();
   if (task.expected_length != want || task.data_out_len != want) {
@@ -215,7 +216,6 @@ Disposition WriteSame(const Command& cmd, uint64_t lba, uint64_t blocks, uint16_
     return Disposition::kDone;
   }
   task.transfer_bytes = want;
-  if (!CheckWritable(cmd)) return Disposition::kDone;
   const bool zeros = ndob || AllZero(task.buf, want);
   if (unmap && zeros) {
     // SBC-3 4.7.3.3: deallocate; LBPRZ=1 makes the range read back as the zeros asked for.

@@ -174,18 +174,21 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
       return VpdThirdPartyCopy(cmd, d);
     case 0xB0: {  // SBC-3 6.5.3 Block Limits
       StoreBe16(d + 2, 0x3C);
-      const uint32_t granularity = bs < 4096 ? 4096 / bs : 1;
+      // At least a physical block (SBC-3 6.5.3: transfers of a multiple of it are optimal).
+      const uint32_t granularity =
+          std::max<uint32_t>(bs < 4096 ? 4096 / bs : 1, cmd.lun->blocks_per_physical());
       StoreBe16(d + 6, static_cast<uint16_t>(granularity));  // OPTIMAL TRANSFER LENGTH GRANULARITY
       StoreBe32(d + 8, static_cast<uint32_t>(kMaxTransferBytes / bs));  // MAXIMUM TRANSFER LENGTH
       StoreBe32(d + 12, static_cast<uint32_t>(kOptimalTransferBytes / bs));  // OPTIMAL TRANSFER
-      d[4] = 0x01;  // WSNZ: WRITE SAME of zero blocks refused
+      d[4] = 0x00;  // WSNZ=0: WRITE SAME of zero blocks writes to the end of the medium
       d[5] = static_cast<uint8_t>(kMaxCompareAndWriteBlocks);  // MAXIMUM COMPARE AND WRITE LENGTH
       if (cmd.lun->store().thin_provisioned()) {
         StoreBe32(d + 20, kMaxUnmapBlocks);       // MAXIMUM UNMAP LBA COUNT
         StoreBe32(d + 24, kMaxUnmapDescriptors);  // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT
         // OPTIMAL UNMAP GRANULARITY, and UGAVALID with UNMAP GRANULARITY ALIGNMENT 0.
-        StoreBe32(d + 28, static_cast<uint32_t>(
-                              std::max<uint64_t>(1, cmd.lun->store().unmap_granularity() / bs)));
+        StoreBe32(d + 28,
+                  static_cast<uint32_t>(std::max<uint64_t>(
+                      cmd.lun->blocks_per_physical(), cmd.lun->store().unmap_granularity() / bs)));
         StoreBe32(d + 32, 0x80000000u);
       }
       StoreBe64(d + 36, kMaxWriteSameBytes / bs);  // MAXIMUM WRITE SAME LENGTH

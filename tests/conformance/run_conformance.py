@@ -9,7 +9,8 @@ in either direction, fails the run, so an expectation cannot go stale silently.
 Usage: run_conformance.py [--store ram|file|file-direct|rbd] [--keep-log PATH]
 
 --store rbd serves an RBD image of a throwaway Ceph cluster (scripts/ceph-test-cluster.sh) that
-the run starts in its work directory and stops at the end.
+the run starts in its work directory and stops at the end. The LUN is 512e (512-byte blocks on
+4096-byte physical blocks), so that the suite's unaligned cases run.
 """
 import argparse
 import os
@@ -72,7 +73,8 @@ def run(workdir):
     cluster_script = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
     cluster_dir = os.path.join(workdir, "ceph")
     if args.store == "ram":
-        lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512}
+        lun = {"id": 0, "ram": {}, "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
     elif args.store == "rbd":
         r = subprocess.run(["bash", cluster_script, "start", cluster_dir], capture_output=True,
                            text=True, timeout=300)
@@ -81,13 +83,32 @@ def run(workdir):
         conf = r.stdout.strip().splitlines()[-1]
         lun = {"id": 0, "rbd": {"pool": "rbd", "image": "conformance", "conf": conf,
                                 "create": True},
-               "sizeBytes": str(size), "blockSize": 512}
+               "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
     else:
         lun = {"id": 0, "file": {"path": os.path.join(workdir, "lun0.img"), "create": True,
                                  "direct": args.store == "file-direct"},
-               "sizeBytes": str(size), "blockSize": 512}
+               "sizeBytes": str(size), "blockSize": 512,
+               "physicalBlockSize": 4096}
+    # LUN 1: the same kind of store, read-only, for the ReadOnly suite (which skips on a
+    # writable LUN). Its medium exists before the daemon starts: a read-only LUN creates none.
+    ro_size = 16 << 20
+    if args.store == "ram":
+        ro_lun = {"id": 1, "ram": {}, "sizeBytes": str(ro_size), "blockSize": 512,
+                  "readOnly": True}
+    elif args.store == "rbd":
+        subprocess.run(["rbd", "-c", conf, "create", "rbd/conformance-ro", "--size",
+                        str(ro_size >> 20)], check=True, capture_output=True, timeout=120)
+        ro_lun = {"id": 1, "rbd": {"pool": "rbd", "image": "conformance-ro", "conf": conf},
+                  "blockSize": 512, "readOnly": True}
+    else:
+        ro_path = os.path.join(workdir, "lun1-ro.img")
+        with open(ro_path, "wb") as f:
+            f.truncate(ro_size)
+        ro_lun = {"id": 1, "file": {"path": ro_path, "direct": args.store == "file-direct"},
+                  "blockSize": 512, "readOnly": True}
     state = {"targets": [{"name": TARGET, "allowAnyInitiator": False,
-                          "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun]}]}
+                          "initiators": [INITIATOR_1, INITIATOR_2], "luns": [lun, ro_lun]}]}
 
     def stop_cluster():
         if args.store == "rbd":
@@ -105,6 +126,8 @@ def run(workdir):
     try:
         p = harness.run(["iscsi-test-cu", "--dataloss", "--allow-sanitize", "-t", "ALL",
                          "-i", INITIATOR_1, "-I", INITIATOR_2, url, url], timeout=1800, check=False)
+        ro = harness.run(["iscsi-test-cu", "--dataloss", "-t", "SCSI.ReadOnly", "-i", INITIATOR_1,
+                          f"iscsi://{daemon.portal}/{TARGET}/1"], timeout=600, check=False)
     finally:
         rc = daemon.stop()
         stop_cluster()
@@ -134,6 +157,16 @@ def run(workdir):
     for name in expected:
         if name not in seen:
             problems.append(f"{name}: listed in expectations.txt but not run by iscsi-test-cu")
+    # On the read-only LUN every ReadOnly test must pass (write protection, SBC-3 4.13).
+    ro_results = cu_results.parse(ro.stdout + ro.stderr)
+    if not ro_results:
+        problems.append("the ReadOnly run on the read-only LUN reported no test:\n" +
+                        (ro.stdout + ro.stderr)[-2000:])
+    for name, result, msg in ro_results:
+        print(f"  read-only LUN: {result:4} {name}" + (f": {msg}" if msg else ""))
+        if result != "PASS":
+            problems.append(f"{name} on the read-only LUN: expected PASS, got {result}" +
+                            (f" ({msg})" if msg else ""))
     total = sum(counts.values())
     print(f"iscsi-test-cu -t ALL --dataloss --allow-sanitize on a {args.store} LUN: {total} tests, "
           f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} really skipped")

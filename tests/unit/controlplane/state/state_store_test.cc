@@ -304,6 +304,40 @@ TEST(Bootstrap, RefusesWhatOnlyTheGatewaySets) {
   EXPECT_NE(refused.status().message().find("rbd.created"), std::string::npos);
 }
 
+TEST(Normalize, APhysicalBlockOfTheLogicalSizeIsTheDefault) {
+  v1::State st;
+  auto* t = st.add_targets();
+  t->set_name("t");
+  auto* same = t->add_luns();
+  same->mutable_ram();
+  same->set_size_bytes(1 << 20);
+  same->set_block_size(4096);
+  same->set_physical_block_size(4096);
+  auto* e512 = t->add_luns();
+  e512->set_id(1);
+  e512->mutable_ram();
+  e512->set_size_bytes(1 << 20);
+  e512->set_physical_block_size(4096);  // over the default 512: 512e
+  Normalize(&st);
+  EXPECT_EQ(st.targets(0).luns(0).physical_block_size(), 0u);
+  EXPECT_EQ(st.targets(0).luns(1).block_size(), 512u);
+  EXPECT_EQ(st.targets(0).luns(1).physical_block_size(), 4096u);
+  auto cfg = ToConfig(st);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg.value().targets[0].luns[1].physical_block_size, 4096u);
+  // 512 over 4096-byte blocks is refused by the data plane's checks.
+  auto* bad = t->add_luns();
+  bad->set_id(2);
+  bad->set_block_size(4096);
+  bad->set_physical_block_size(512);
+  api::LunSpec spec;
+  spec.id = 2;
+  spec.block_size = 4096;
+  spec.physical_block_size = 512;
+  spec.size_bytes = 1 << 20;
+  EXPECT_FALSE(api::ValidateLun("iqn.2026-11.io.iscsigw:t", spec).ok());
+}
+
 TEST(Normalize, FoldsInitiatorShorthandIntoAcl) {
   v1::State st;
   auto* t = st.add_targets();

@@ -549,7 +549,7 @@ TEST_F(EngineTest, VpdBlockLimits) {
   EXPECT_EQ(LoadBe16(&d[6]), 8);                   // 4 KiB granularity in 512-byte blocks
   EXPECT_EQ(LoadBe32(&d[8]), (16u << 20) / 512);   // maximum transfer length
   EXPECT_EQ(LoadBe32(&d[12]), (1u << 20) / 512);   // optimal transfer length
-  EXPECT_EQ(d[4] & 0x01, 1);                       // WSNZ
+  EXPECT_EQ(d[4] & 0x01, 0);                       // WSNZ
   EXPECT_EQ(d[5], 255);                            // maximum COMPARE AND WRITE length
   EXPECT_EQ(LoadBe32(&d[20]), 1u << 20);           // maximum UNMAP LBA count (thin ram store)
   EXPECT_EQ(LoadBe32(&d[24]), 256u);               // maximum UNMAP block descriptor count
@@ -666,6 +666,52 @@ TEST_F(EngineTest, ReadCapacity16) {
   EXPECT_EQ(d[12], 0);     // no protection
   EXPECT_EQ(d[13], 0);     // LBPPBE 0
   EXPECT_EQ(d[14], 0xC0);  // LBPME 1, LBPRZ 1 (thin ram store)
+}
+
+// 512e: 512-byte logical blocks on 4096-byte physical blocks (SBC-3 5.16.2).
+TEST_F(EngineTest, ReadCapacity16ReportsPhysicalBlocksOf512e) {
+  LunConfig c = Config(1);
+  c.physical_block_size = 4096;
+  target_.luns.push_back(std::make_shared<Lun>(c, backing::NewRamStore(kBlocks * kBlock)));
+  EXPECT_EQ(target_.luns.back()->blocks_per_physical(), 8u);
+  Run({0x00}, 1);  // its power-on unit attention
+  Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 1);
+  ExpectGood();
+  auto d = DataIn();
+  EXPECT_EQ(LoadBe32(&d[8]), kBlock);
+  EXPECT_EQ(d[13] & 0x0F, 3);               // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
+  EXPECT_EQ(LoadBe16(&d[14]) & 0x3FFF, 0);  // LOWEST ALIGNED LBA
+  // The physical block of a 4096-byte-block LUN is its logical block.
+  c = Config(2);
+  c.block_size = 4096;
+  c.physical_block_size = 4096;
+  target_.luns.push_back(std::make_shared<Lun>(c, backing::NewRamStore(kBlocks * kBlock)));
+  Run({0x00}, 2);
+  Run({0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 2);
+  ExpectGood();
+  EXPECT_EQ(DataIn()[13] & 0x0F, 0);
+}
+
+// WRITE SAME with NUMBER OF LOGICAL BLOCKS zero on a LUN larger than MAXIMUM WRITE SAME LENGTH
+// (16 MiB): to the end of the medium only when that end is within the maximum.
+TEST_F(EngineTest, WriteSameOfZeroBlocksStaysWithinTheMaximumLength) {
+  constexpr uint64_t kBig = (64u << 20) / kBlock;
+  constexpr uint64_t kMaxWs = (16u << 20) / kBlock;
+  AddLun(3, backing::NewRamStore(kBig * kBlock));
+  Run({0x00}, 3);  // its power-on unit attention
+  const std::vector<uint8_t> block(kBlock, 0x42);
+  Run({0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, kBlock, block);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  uint64_t lba = kBig - kMaxWs - 1;
+  Run({0x41, 0, static_cast<uint8_t>(lba >> 24), static_cast<uint8_t>(lba >> 16),
+       static_cast<uint8_t>(lba >> 8), static_cast<uint8_t>(lba), 0, 0, 0, 0},
+      3, kBlock, block);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  lba = kBig - kMaxWs;
+  Run({0x41, 0, static_cast<uint8_t>(lba >> 24), static_cast<uint8_t>(lba >> 16),
+       static_cast<uint8_t>(lba >> 8), static_cast<uint8_t>(lba), 0, 0, 0, 0},
+      3, kBlock, block);
+  ExpectGood();
 }
 
 TEST_F(EngineTest, ReadCapacity16TruncatesAndRejectsOtherServiceActions) {
@@ -828,6 +874,10 @@ TEST_F(RwTest, WriteProtected) {
   ExpectCheck(SenseKey::kDataProtect, Asc::kWriteProtected);
   RunCdb({0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0}, kBlock, {}, 1);
   ExpectGood();
+  // WRITE SAME with UNMAP and no Data-Out at all: still DATA PROTECT (SBC-3 4.13), before the
+  // missing block would be INVALID FIELD IN COMMAND INFORMATION UNIT.
+  RunCdb({0x41, 0x08, 0, 0, 0, 0, 0, 0, 1, 0}, 0, {}, 1);
+  ExpectCheck(SenseKey::kDataProtect, Asc::kWriteProtected);
 }
 
 TEST_F(RwTest, ProtectFieldIsInvalid) {

@@ -182,8 +182,8 @@ TEST_F(SbcExtTest, WriteSame10WritesTheBlockToEveryLba) {
 
 TEST_F(SbcExtTest, WriteSameChecks) {
   std::vector<uint8_t> block(kBlock, 1);
-  Run({0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0}, kBlock, block);  // zero blocks with WSNZ=1
-  ExpectInvalidField(7);
+  Run({0x41, 0, 0, 0, B(kBlocks, 8), B(kBlocks, 0), 0, 0, 0, 0}, kBlock, block);  // zero, at end
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
   Run({0x41, 0, 0, 0, B(kBlocks, 8), B(kBlocks, 0), 0, 0, 1, 0}, kBlock, block);
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
   Run({0x41, 0x20, 0, 0, 0, 0, 0, 0, 1, 0}, kBlock, block);  // WRPROTECT
@@ -195,6 +195,30 @@ TEST_F(SbcExtTest, WriteSameChecks) {
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
   Run({0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 2 * kBlock, std::vector<uint8_t>(2 * kBlock, 1));
   ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+}
+
+// SBC-3 5.45, WSNZ=0: NUMBER OF LOGICAL BLOCKS zero writes from the LBA to the end of the medium.
+TEST_F(SbcExtTest, WriteSameOfZeroBlocksWritesToTheEnd) {
+  std::vector<uint8_t> block(kBlock, 0x5c);
+  const uint64_t from = kBlocks - 192;
+  Run({0x41, 0, 0, 0, B(from, 8), B(from, 0), 0, 0, 0, 0}, kBlock, block);
+  ExpectGood();
+  auto d = Read(from - 1, 193);
+  EXPECT_EQ(d[0], 0);  // the block before is untouched
+  for (uint64_t b = 1; b <= 192; ++b) EXPECT_EQ(d[b * kBlock + 7], 0x5c) << b;
+  // WRITE SAME(16), every block of the LUN (within MAXIMUM WRITE SAME LENGTH here).
+  std::vector<uint8_t> other(kBlock, 0x21);
+  Run({0x93, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, kBlock, other);
+  ExpectGood();
+  EXPECT_EQ(Read(0, 1)[3], 0x21);
+  EXPECT_EQ(Read(kBlocks - 1, 1)[3], 0x21);
+  // With UNMAP and a zero block: the blocks from the LBA to the end are deallocated.
+  Run({0x41, 0x08, 0, 0, B(from, 8), B(from, 0), 0, 0, 0, 0}, kBlock,
+      std::vector<uint8_t>(kBlock, 0));
+  ExpectGood();
+  EXPECT_EQ(Read(from - 1, 1)[3], 0x21);
+  EXPECT_EQ(Read(from, 1)[3], 0);
+  EXPECT_EQ(Read(kBlocks - 1, 1)[3], 0);
 }
 
 TEST_F(SbcExtTest, WriteSameUnmapWithZerosDeallocates) {
