@@ -1,19 +1,18 @@
-// CRC32C (Castagnoli) header and data digests, RFC 7143 13.1 and Appendix B, computed by ISA-L.
+// CRC32C (Castagnoli) header and data digests, RFC 7143 13.1 and Appendix B (base/crc32c.h).
 // The digest goes on the wire least significant byte first (as the reference implementations do).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "dataplane/base/crc32c.h"
+
 namespace iscsigw::pdu {
 
-// Running CRC: start with kCrc32cInit, feed pieces, finish with Crc32cFinish.
-inline constexpr uint32_t kCrc32cInit = 0xffffffff;
-uint32_t Crc32cUpdate(uint32_t crc, const void* data, size_t len);
-inline uint32_t Crc32cFinish(uint32_t crc) { return crc ^ 0xffffffff; }
-inline uint32_t Crc32c(const void* data, size_t len) {
-  return Crc32cFinish(Crc32cUpdate(kCrc32cInit, data, len));
-}
+using iscsigw::Crc32c;
+using iscsigw::Crc32cFinish;
+using iscsigw::Crc32cUpdate;
+using iscsigw::kCrc32cInit;
 
 inline void StoreDigest(uint8_t* p, uint32_t crc) {
   p[0] = static_cast<uint8_t>(crc);

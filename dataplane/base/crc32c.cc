@@ -1,8 +1,8 @@
-#include "dataplane/pdu/crc32c.h"
+#include "dataplane/base/crc32c.h"
 
 #include <isa-l/crc.h>
 
-namespace iscsigw::pdu {
+namespace iscsigw {
 
 uint32_t Crc32cUpdate(uint32_t crc, const void* data, size_t len) {
   // ISA-L's crc32_iscsi neither inverts its input nor its output: the running value is the raw
@@ -11,4 +11,4 @@ uint32_t Crc32cUpdate(uint32_t crc, const void* data, size_t len) {
                      crc);
 }
 
-}  // namespace iscsigw::pdu
+}  // namespace iscsigw
