@@ -3,8 +3,8 @@
 // from the call to its completion and whether it failed. Every LUN's store is wrapped in one, so
 // latency and errors are measured the same way for ram, null, file and rbd stores.
 //
-// What is timed: Read, Write, Flush, Unmap, ReadModifyWrite and CompareAndWrite of a store
-// constructed `timed`.
+// What is timed: Read, Write, WriteAtomic, Flush, Unmap, ReadModifyWrite and CompareAndWrite of a
+// store constructed `timed`.
 // MapRead (zero-copy reads of ram and null stores), GetProvisioning, Prefetch and Grow pass
 // through untimed: they move no data. Stores that complete every call inline in memory (ram, null)
 // are wrapped untimed: their call time is part of the SCSI command time already, and two clock
@@ -79,6 +79,11 @@ class InstrumentedStore final : public backing::BackingStore {
   }
   void Flush(unsigned slot, backing::IoCompletion done) override {
     inner_->Flush(slot, Begin(slot, runtime::StoreOp::kFlush, done));
+  }
+  AtomicLimits atomic_limits() const override { return inner_->atomic_limits(); }
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   backing::IoCompletion done) override {
+    inner_->WriteAtomic(slot, offset, buf, fua, Begin(slot, runtime::StoreOp::kWriteAtomic, done));
   }
   int Grow(uint64_t new_size_bytes) override { return inner_->Grow(new_size_bytes); }
 

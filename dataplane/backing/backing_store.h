@@ -125,6 +125,30 @@ class BackingStore {
     ReadModifyWrite(slot, offset, op->scratch, op->fua, ModifyFn{&CompareModify, op}, done);
   }
 
+  // --- Atomic writes (SBC-4 4.29, WRITE ATOMIC(16)) ---------------------------------------------
+  // A write of at most max_bytes that starts at a multiple of align_bytes (0: anywhere) lands
+  // entirely or not at all: whatever ends it (the process killed, an error, and for persistent
+  // stores the machine losing power), the range afterwards holds either all of the old bytes or
+  // all of the new ones, and no other Write, Unmap or WriteAtomic of the store lands in between.
+  // max_bytes 0: the store cannot write atomically. The SCSI layer checks size and alignment.
+  struct AtomicLimits {
+    uint64_t max_bytes = 0;
+    uint64_t align_bytes = 0;
+  };
+  virtual AtomicLimits atomic_limits() const { return {}; }
+  // The max_bytes of the stores that make any write atomic themselves (ram, null, file): it bounds
+  // the file store's journal record and how long the write gate is held.
+  static constexpr uint64_t kAtomicWriteMaxBytes = uint64_t{1} << 20;
+  // fua as for Write. ENOTSUP when atomic_limits().max_bytes is 0.
+  virtual void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                           IoCompletion done) {
+    (void)slot;
+    (void)offset;
+    (void)buf;
+    (void)fua;
+    done(ENOTSUP);
+  }
+
   // Hint (PRE-FETCH): [offset, offset+len) will be read soon. Never blocks the caller.
   virtual void Prefetch(uint64_t offset, uint64_t len) {
     (void)offset;

@@ -60,6 +60,12 @@ void FaultStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> 
       [this, slot, offset, buf, fua, done] { inner_->Write(slot, offset, buf, fua, done); });
 }
 
+void FaultStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                             IoCompletion done) {
+  Run(slot, Op::kWrite, done,
+      [this, slot, offset, buf, fua, done] { inner_->WriteAtomic(slot, offset, buf, fua, done); });
+}
+
 void FaultStore::Flush(unsigned slot, IoCompletion done) {
   Run(slot, Op::kFlush, done, [this, slot, done] { inner_->Flush(slot, done); });
 }

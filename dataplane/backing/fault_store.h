@@ -1,7 +1,8 @@
 // FaultStore: a BackingStore for tests that wraps another and makes its calls slow or failing, the
 // way a sick disk or a full thin pool does (leveldb's SpecialEnv idea). Configured per LUN:
-//   - which calls: reads, writes (Write, ReadModifyWrite, CompareAndWrite, Unmap) and/or
-//     flushes, after the first `after_ops` of those have gone through, each with a probability;
+//   - which calls: reads, writes (Write, WriteAtomic, ReadModifyWrite, CompareAndWrite, Unmap)
+//     and/or flushes, after the first `after_ops` of those have gone through, each with a
+//     probability;
 //   - what happens to them: started `delay` later (so their data lands later too), on the same
 //     reactor, without blocking it; and/or failed with an errno (EIO, ENOSPC, EROFS).
 // Calls not chosen go straight through.
@@ -58,6 +59,7 @@ class FaultStore final : public BackingStore {
   bool thin_provisioned() const override { return inner_->thin_provisioned(); }
   uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
   uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }
+  AtomicLimits atomic_limits() const override { return inner_->atomic_limits(); }
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        IoCompletion done) override {
     inner_->GetProvisioning(slot, offset, max_len, out, done);
@@ -72,6 +74,8 @@ class FaultStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override;
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
   void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
                        ModifyFn modify, IoCompletion done) override;

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "dataplane/backing/op_pool.h"
+#include "dataplane/backing/posix_io.h"
 #include "dataplane/base/log.h"
 #include "dataplane/base/unique_fd.h"
 
@@ -45,35 +46,6 @@ asio::executor_work_guard<asio::io_context::executor_type> Busy(asio::io_context
 asio::thread_pool& SyncPool() {
   static asio::thread_pool pool(2);
   return pool;
-}
-
-// Blocking positional I/O for the pool: the whole range or a positive errno.
-int PreadAll(int fd, uint64_t offset, std::span<uint8_t> buf) {
-  size_t done = 0;
-  while (done < buf.size()) {
-    const ssize_t n =
-        ::pread(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
-// pwrite with RWF_DSYNC when fua: the data is stable when it returns.
-int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf, bool fua) {
-  size_t done = 0;
-  while (done < buf.size()) {
-    iovec iov{const_cast<uint8_t*>(buf.data() + done), buf.size() - done};
-    const ssize_t n =
-        ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset + done), fua ? RWF_DSYNC : 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
 }
 
 // Punches a hole, or zeroes the range on a file system without holes: either way it reads as zeros
@@ -252,8 +224,22 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
     rings.push_back(&ring);
   }
 
+  if (S_ISREG(st.st_mode)) {
+    auto recovery = AtomicJournal::Recover(path, fd.get(), size, options.read_only);
+    if (!recovery.ok()) return fail(recovery.status());
+    if (recovery->found == AtomicJournal::Found::kReplayed) {
+      log::Backing().warn(
+          "file store {}: completed an atomic write of {} bytes at offset {} that a crash had "
+          "interrupted",
+          path, recovery->len, recovery->offset);
+    }
+  }
+
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
+  if (store->regular_file_ && !options.read_only) {
+    store->journal_ = std::make_unique<AtomicJournal>(path, kAtomicWriteMaxBytes);
+  }
   store->direct_fd_ = direct.release();
   store->mem_align_ = mem_align;
   store->offset_align_ = offset_align;
@@ -637,6 +623,27 @@ void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_
       if (!out.empty()) err = PwriteAll(fd_, offset, out.first(scratch.size()), fua);
     }
     gate_.UnlockExclusive();
+    asio::post(*ioc, [done, err] { done(err); });
+  });
+}
+
+BackingStore::AtomicLimits FileStore::atomic_limits() const {
+  // A read-only file keeps its limits (its atomic writes are refused as write protected).
+  return regular_file_ ? AtomicLimits{kAtomicWriteMaxBytes, 0} : AtomicLimits{};
+}
+
+void FileStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                            IoCompletion done) {
+  (void)fua;  // every atomic write is durable when it completes
+  if (slot >= slots_.size()) return done(EINVAL);
+  asio::io_context* ioc = slots_[slot]->ioc;
+  if (read_only_ || journal_ == nullptr) {
+    const int err = read_only_ ? EROFS : ENOTSUP;
+    asio::post(*ioc, [done, err] { done(err); });
+    return;
+  }
+  asio::post(SyncPool(), [this, offset, buf, ioc, done, work = Busy(*ioc)] {
+    const int err = journal_->Write(fd_, offset, buf, gate_);
     asio::post(*ioc, [done, err] { done(err); });
   });
 }

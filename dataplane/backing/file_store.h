@@ -21,6 +21,10 @@
 // A direct read or write whose buffer lies in the ring's registered arena (the reactor's
 // BufferPool, see FileRing) is submitted as a fixed read/write, which spares pinning its pages;
 // any other as a plain one.
+// Atomic writes (WRITE ATOMIC), on regular files only: a redo journal beside the file
+// (AtomicJournal, "<path>.atomic-journal"), run on that pool; each is durable when it completes.
+// Open first completes an atomic write that a crash interrupted. A block device has no place for a
+// journal and offers no atomic writes.
 // Where io_uring is refused (seccomp), every call runs on a pool of 16 threads instead, with a
 // warning that says so.
 // Each operation in flight lives in a per-slot record taken from a free list that grows, in
@@ -39,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/backing/atomic_journal.h"
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/write_gate.h"
 #include "dataplane/base/status.h"
@@ -86,6 +91,10 @@ class FileStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+
+  AtomicLimits atomic_limits() const override;
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override;
 
   // Thin provisioning for regular files: Unmap punches holes (fallocate PUNCH_HOLE|KEEP_SIZE, so
   // the range reads as zeros), GetProvisioning reports holes (lseek SEEK_DATA/SEEK_HOLE).
@@ -144,6 +153,7 @@ class FileStore final : public BackingStore {
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   bool regular_file_ = false;                 // set by Open
   WriteGate gate_;                            // any thread
+  std::unique_ptr<AtomicJournal> journal_;    // regular files; used on the pool
 };
 
 }  // namespace iscsigw::backing

@@ -26,6 +26,12 @@ class NullStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  // Writes nothing, whole.
+  AtomicLimits atomic_limits() const override { return {kAtomicWriteMaxBytes, 0}; }
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override {
+    Write(slot, offset, buf, fua, done);
+  }
 
   // Nothing is stored, so every block is deallocated and reads as zeros (LBPRZ).
   bool thin_provisioned() const override { return true; }

@@ -160,6 +160,26 @@ int RamStore::CopyIn(uint64_t offset, std::span<const uint8_t> buf) {
   return 0;
 }
 
+void RamStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                           IoCompletion done) {
+  (void)slot;
+  (void)fua;
+  gate_.LockExclusive();
+  int err = 0;
+  if (!buf.empty()) {
+    for (uint64_t index = offset / kChunkSize; index <= (offset + buf.size() - 1) / kChunkSize;
+         ++index) {
+      if (GetOrAllocate(index) == nullptr) {
+        err = ENOMEM;
+        break;
+      }
+    }
+  }
+  if (err == 0) err = CopyIn(offset, buf);
+  gate_.UnlockExclusive();
+  done(err);
+}
+
 void RamStore::Flush(unsigned slot, IoCompletion done) {
   (void)slot;
   done(0);

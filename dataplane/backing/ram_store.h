@@ -43,6 +43,11 @@ class RamStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  // Atomic with respect to every other write through the gate; every chunk the range needs is
+  // allocated before a byte is copied, so ENOMEM leaves the range as it was.
+  AtomicLimits atomic_limits() const override { return {kAtomicWriteMaxBytes, 0}; }
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override;
   // Up to max_size_bytes() (ENOSPC beyond).
   int Grow(uint64_t new_size_bytes) override;
   uint64_t max_size_bytes() const { return num_leaves_ * kLeafChunks * kChunkSize; }

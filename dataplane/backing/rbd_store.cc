@@ -55,6 +55,22 @@ std::string ConfGet(rados_t h, const char* option) {
   return buf;
 }
 
+// What librbd sends to the cluster as one request to one object, which the OSD applies whole: a
+// stripe unit (the object size unless the image uses fancy striping), provided writes reach the
+// cluster as they were made. Ceph 16's default cache policy (writearound) sends each write on at
+// once; with rbd_cache_policy writeback (in the conf, or the image's conf_rbd_cache_policy
+// metadata) librbd's ObjectCacher may write a range back in pieces, so there is no atomic unit: 0.
+uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
+  uint64_t unit = 0;
+  if (rbd_get_stripe_unit(image, &unit) < 0 || unit == 0 || (unit & (unit - 1)) != 0) return 0;
+  std::string policy = ConfGet(h, "rbd_cache_policy");
+  char value[64] = {};
+  size_t len = sizeof(value) - 1;
+  if (rbd_metadata_get(image, "conf_rbd_cache_policy", value, &len) == 0) policy = value;
+  if (policy == "writeback" && ConfGet(h, "rbd_cache") != "false") return 0;
+  return unit;
+}
+
 bool IsCephDefault(const std::string& value, const char* ceph_default) {
   if (value == ceph_default) return true;
   // Durations read back as seconds with a fraction ("300.000000") in some versions.
@@ -435,6 +451,7 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
   if (info.obj_size > 0 && (info.obj_size & (info.obj_size - 1)) == 0) {
     store->object_size_ = info.obj_size;
   }
+  store->atomic_unit_ = AtomicUnit(store->cluster_->handle, image);
   uint64_t size = o.size_bytes == 0 ? info.size : o.size_bytes;
   if (size == 0) return InvalidArgument(who + "the image is 0 bytes");
   if (info.size < size) {
@@ -760,6 +777,14 @@ void RbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> bu
   Submit(op);
 }
 
+void RbdStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                           IoCompletion done) {
+  // Inside one stripe unit, one object request: the OSD applies it whole (see AtomicUnit).
+  if (atomic_unit_ == 0) return done(ENOTSUP);
+  if (offset % atomic_unit_ != 0 || buf.size() > atomic_unit_) return done(EINVAL);
+  Write(slot, offset, buf, fua, done);
+}
+
 void RbdStore::Flush(unsigned slot, IoCompletion done) {
   if (slot >= slots_.size()) return done(EINVAL);
   Op* op = TakeOp(*slots_[slot]);
@@ -1026,6 +1051,17 @@ void OfflineRbdStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> bu
 void OfflineRbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
                             IoCompletion done) {
   if (RbdStore* s = Live()) return s->Write(slot, offset, buf, fua, done);
+  done(ENOTCONN);
+}
+
+BackingStore::AtomicLimits OfflineRbdStore::atomic_limits() const {
+  RbdStore* s = Live();
+  return s != nullptr ? s->atomic_limits() : AtomicLimits{};
+}
+
+void OfflineRbdStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf,
+                                  bool fua, IoCompletion done) {
+  if (RbdStore* s = Live()) return s->WriteAtomic(slot, offset, buf, fua, done);
   done(ENOTCONN);
 }
 

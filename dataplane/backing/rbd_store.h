@@ -27,6 +27,9 @@
 //   librbd's cache (rbd_cache, Ceph 16's default policy writearound) acknowledges a write before
 //   the OSDs have it: that is the volatile write cache the caching mode page reports (WCE=1), and
 //   FUA and SYNCHRONIZE CACHE flush it (LIBRADOS_OP_FLAG_FADVISE_FUA is only a hint to it).
+//   WriteAtomic -> rbd_aio_write of a range inside one stripe unit: one request to one object,
+//   which the OSD applies whole (atomic_limits: max and alignment the stripe unit; none with
+//   rbd_cache_policy writeback, whose cache may write a range back in pieces).
 //   CompareAndWrite -> rbd_aio_compare_and_write, atomic on the cluster against every client,
 //   where librbd takes the range (Ceph 16: at most 512 bytes, inside one 512-byte sector: one block
 //   of a 512-byte LUN). A longer range, and ReadModifyWrite (ORWRITE), run as a read-modify-write
@@ -136,6 +139,9 @@ class RbdStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  AtomicLimits atomic_limits() const override { return {atomic_unit_, atomic_unit_}; }
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override;
 
   bool thin_provisioned() const override { return true; }
   uint64_t unmap_granularity() const override { return object_size_; }
@@ -184,6 +190,7 @@ class RbdStore final : public BackingStore {
   std::atomic<uint64_t> size_bytes_{0};
   bool read_only_ = false;
   uint64_t object_size_ = 4 << 20;
+  uint64_t atomic_unit_ = 0;  // bytes; 0: no atomic writes (see WriteAtomic)
   bool use_object_map_ = false;
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   WriteGate gate_;                            // any thread
@@ -235,6 +242,10 @@ class OfflineRbdStore final : public BackingStore {
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              IoCompletion done) override;
   void Flush(unsigned slot, IoCompletion done) override;
+  // None until the image opens (a WRITE ATOMIC meanwhile is answered NOT READY like any I/O).
+  AtomicLimits atomic_limits() const override;
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   IoCompletion done) override;
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion done) override;
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        IoCompletion done) override;

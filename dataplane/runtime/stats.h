@@ -41,7 +41,8 @@ enum class CmdClass : uint8_t { kRead = 0, kWrite = 1, kOther = 2 };
 inline constexpr size_t kCmdClasses = 3;
 inline constexpr std::array<const char*, kCmdClasses> kCmdClassNames = {"read", "write", "other"};
 
-// Classifies a CDB by its operation code (SBC-3 READ/WRITE (6/10/12/16), WRITE AND VERIFY).
+// Classifies a CDB by its operation code (SBC-3 READ/WRITE (6/10/12/16), WRITE AND VERIFY, SBC-4
+// WRITE ATOMIC (16)).
 constexpr CmdClass ClassifyCdb(uint8_t opcode) {
   switch (opcode) {
     case 0x08:
@@ -55,6 +56,7 @@ constexpr CmdClass ClassifyCdb(uint8_t opcode) {
     case 0x8a:  // WRITE (6) (10) (12) (16)
     case 0x2e:
     case 0x8e:  // WRITE AND VERIFY (10) (16)
+    case 0x9c:  // WRITE ATOMIC (16)
       return CmdClass::kWrite;
     default:
       return CmdClass::kOther;
@@ -83,11 +85,12 @@ enum class StoreOp : uint8_t {
   kFlush,
   kUnmap,
   kReadModifyWrite,
-  kCompareAndWrite
+  kCompareAndWrite,
+  kWriteAtomic
 };
-inline constexpr size_t kStoreOps = 6;
+inline constexpr size_t kStoreOps = 7;
 inline constexpr std::array<const char*, kStoreOps> kStoreOpNames = {
-    "read", "write", "flush", "unmap", "read_modify_write", "compare_and_write"};
+    "read", "write", "flush", "unmap", "read_modify_write", "compare_and_write", "write_atomic"};
 
 // One reactor's share of one LUN's counters.
 struct alignas(64) LunShard {

@@ -84,6 +84,20 @@ TEST(RamStore, WriteThenReadRoundTrip) {
   EXPECT_EQ(back, data);
 }
 
+TEST(RamStore, AtomicWriteLandsWholeWithinItsLimits) {
+  RamStore store(4 * kMiB);
+  EXPECT_EQ(store.atomic_limits().max_bytes, BackingStore::kAtomicWriteMaxBytes);
+  EXPECT_EQ(store.atomic_limits().align_bytes, 0u);
+  const auto data = Pattern(kMiB, 9);
+  Result w, rd;
+  store.WriteAtomic(0, 3 * kMiB - 4096, data, false, Record(&w));  // across chunks
+  ASSERT_EQ(w.calls, 1);
+  ASSERT_EQ(w.err, 0);
+  std::vector<uint8_t> back(data.size());
+  store.Read(0, 3 * kMiB - 4096, back, Record(&rd));
+  EXPECT_EQ(back, data);
+}
+
 TEST(RamStore, MapReadCrossesChunkBoundaryZeroCopy) {
   RamStore store(4 * kMiB);
   const auto data = Pattern(8192, 3);

@@ -381,6 +381,36 @@ TEST_F(RbdStoreTest, OrWriteIsAReadModifyWrite) {
   EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0xff; }));
 }
 
+TEST_F(RbdStoreTest, AtomicWritesStayInsideOneStripeUnit) {
+  OpenOrDie(12 * kMiB);
+  // The default layout: one stripe unit is one 4 MiB object.
+  EXPECT_EQ(store_->atomic_limits().max_bytes, 4 * kMiB);
+  EXPECT_EQ(store_->atomic_limits().align_bytes, 4 * kMiB);
+  const auto data = Pattern(4 * kMiB, 21);
+  Result w, misaligned;
+  store_->WriteAtomic(0, 4 * kMiB, data, true, Record(&w));
+  store_->WriteAtomic(1, 4 * kMiB + 512, std::span(data).first(4096), false, Record(&misaligned));
+  Wait({&w, &misaligned});
+  EXPECT_EQ(w.err, 0);
+  EXPECT_EQ(misaligned.err, EINVAL);
+  std::vector<uint8_t> back(data.size());
+  Result r;
+  store_->Read(0, 4 * kMiB, back, Record(&r));
+  Wait({&r});
+  EXPECT_EQ(back, data);
+
+  // librbd's write-back cache may write a range back in pieces: no atomic writes behind it.
+  store_.reset();
+  Shell("rbd -c " + Cluster::conf + " image-meta set rbd/" + image_ +
+        " conf_rbd_cache_policy writeback");
+  OpenOrDie(12 * kMiB);
+  EXPECT_EQ(store_->atomic_limits().max_bytes, 0u);
+  Result refused;
+  store_->WriteAtomic(0, 0, std::span(data).first(4096), false, Record(&refused));
+  Wait({&refused});
+  EXPECT_EQ(refused.err, ENOTSUP);
+}
+
 TEST_F(RbdStoreTest, GrowsOnline) {
   OpenOrDie(4 * kMiB);
   ASSERT_EQ(store_->Grow(12 * kMiB), 0);
