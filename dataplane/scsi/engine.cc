@@ -214,6 +214,7 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   t[kWrite10] = Medium(internal::Write10);
   t[kWrite12] = Medium(internal::Write12);
   t[kWrite16] = Medium(internal::Write16);
+  t[kWriteAtomic16] = Medium(internal::WriteAtomic16);
   t[kSynchronizeCache10] = Medium(internal::SynchronizeCache10);
   t[kSynchronizeCache16] = Medium(internal::SynchronizeCache16);
   AddServiceAction(t[kServiceActionIn16], kSaReadCapacity16);

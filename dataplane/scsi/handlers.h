@@ -72,6 +72,15 @@ Disposition Write6(const Command& cmd);
 Disposition Write10(const Command& cmd);
 Disposition Write12(const Command& cmd);
 Disposition Write16(const Command& cmd);
+Disposition WriteAtomic16(const Command& cmd);
+// The LUN's atomic write limits in logical blocks (SBC-4 6.6.4, Block Limits VPD page): MAXIMUM
+// ATOMIC TRANSFER LENGTH (0: no atomic writes) and ATOMIC ALIGNMENT (0: none). Both come from the
+// store, the maximum capped at the MAXIMUM TRANSFER LENGTH.
+struct AtomicBlocks {
+  uint32_t max = 0;
+  uint32_t alignment = 0;
+};
+AtomicBlocks AtomicBlocksOf(Lun& lun);
 Disposition SynchronizeCache10(const Command& cmd);
 Disposition SynchronizeCache16(const Command& cmd);
 

@@ -31,6 +31,7 @@ enum Opcode : uint8_t {
   kRead16 = 0x88,
   kWrite16 = 0x8A,
   kSynchronizeCache16 = 0x91,
+  kWriteAtomic16 = 0x9C,  // SBC-4
   kServiceActionIn16 = 0x9E,
   kReportLuns = 0xA0,
   kMaintenanceIn = 0xA3,

@@ -41,6 +41,14 @@ void PutTimeouts(uint8_t opcode, uint8_t* d) {
   StoreBe32(d + 8, recommended);
 }
 
+// Whether the logical unit offers the command of `entry`: registered, and for WRITE ATOMIC(16) a
+// store that writes atomically (the handler refuses it otherwise).
+bool Offered(const Command& cmd, uint8_t opcode, const OpEntry& entry) {
+  if (entry.handler == nullptr) return false;
+  if (opcode == kWriteAtomic16) return cmd.lun != nullptr && AtomicBlocksOf(*cmd.lun).max > 0;
+  return true;
+}
+
 // Whether requests for `opcode` must name a service action.
 bool HasServiceActions(uint8_t opcode, const OpEntry& e) {
   return HasServiceActionField(opcode) || e.sa_count > 0;
@@ -82,7 +90,7 @@ Disposition ReportSupportedOperationCodes(const Command& cmd) {
     };
     for (unsigned op = 0; op < 256; ++op) {
       const OpEntry& e = table[op];
-      if (e.handler == nullptr) continue;
+      if (!Offered(cmd, static_cast<uint8_t>(op), e)) continue;
       if (HasServiceActions(static_cast<uint8_t>(op), e)) {
         for (uint8_t i = 0; i < e.sa_count; ++i) add(static_cast<uint8_t>(op), true, e.sas[i]);
       } else {
@@ -96,7 +104,7 @@ Disposition ReportSupportedOperationCodes(const Command& cmd) {
 
   const OpEntry& e = table[req_op];
   const bool has_sa = HasServiceActions(req_op, e);
-  bool supported = e.handler != nullptr;
+  bool supported = Offered(cmd, req_op, e);
   bool with_sa = false;
   switch (options) {
     case 1:  // operation code only; one with service actions must be asked with them

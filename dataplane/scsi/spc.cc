@@ -192,6 +192,12 @@ size_t VpdPage(const Command& cmd, uint8_t page, uint8_t* d) {
         StoreBe32(d + 32, 0x80000000u);
       }
       StoreBe64(d + 36, kMaxWriteSameBytes / bs);  // MAXIMUM WRITE SAME LENGTH
+      // SBC-4 6.6.4: MAXIMUM ATOMIC TRANSFER LENGTH and ATOMIC ALIGNMENT from the store; ATOMIC
+      // TRANSFER LENGTH GRANULARITY 0 (any length); the atomic boundary fields 0 (WRITE ATOMIC
+      // with a non-zero ATOMIC BOUNDARY is refused).
+      const AtomicBlocks atomic = AtomicBlocksOf(*cmd.lun);
+      StoreBe32(d + 44, atomic.max);
+      StoreBe32(d + 48, atomic.alignment);
       return 64;
     }
     case 0xB1:  // SBC-3 6.5.2 Block Device Characteristics

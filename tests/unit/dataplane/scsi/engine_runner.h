@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "dataplane/scsi/engine.h"
@@ -26,12 +27,21 @@ class Runner {
 
   Task& Run(std::initializer_list<uint8_t> cdb, uint32_t expected = 0,
             const std::vector<uint8_t>& data_out = {}) {
+    return RunCdb(std::span<const uint8_t>(cdb.begin(), cdb.size()), expected, data_out);
+  }
+  // The same for a CDB built at run time.
+  Task& RunCdb(std::span<const uint8_t> cdb, uint32_t expected = 0,
+               const std::vector<uint8_t>& data_out = {}) {
     Start(cdb, expected, data_out);
     EXPECT_EQ(completions_, 1);
     return task_;
   }
   // Executes one CDB (on `nexus` when not null); completions() tells whether it has completed.
   Task& Start(std::initializer_list<uint8_t> cdb, uint32_t expected = 0,
+              const std::vector<uint8_t>& data_out = {}, Nexus* nexus = nullptr) {
+    return Start(std::span<const uint8_t>(cdb.begin(), cdb.size()), expected, data_out, nexus);
+  }
+  Task& Start(std::span<const uint8_t> cdb, uint32_t expected = 0,
               const std::vector<uint8_t>& data_out = {}, Nexus* nexus = nullptr) {
     task_ = Task{};
     task_.lun = lun_;

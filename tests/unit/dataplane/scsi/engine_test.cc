@@ -556,6 +556,9 @@ TEST_F(EngineTest, VpdBlockLimits) {
   EXPECT_EQ(LoadBe32(&d[28]), (1u << 20) / 512);   // optimal unmap granularity: one chunk
   EXPECT_EQ(LoadBe32(&d[32]), 0x80000000u);        // UGAVALID, alignment 0
   EXPECT_EQ(LoadBe64(&d[36]), (16u << 20) / 512);  // maximum WRITE SAME length
+  EXPECT_EQ(LoadBe32(&d[44]), (1u << 20) / 512);   // maximum atomic transfer length (ram: 1 MiB)
+  // No atomic alignment, granularity or boundaries.
+  for (size_t i = 48; i < 64; i += 4) EXPECT_EQ(LoadBe32(&d[i]), 0u) << i;
 }
 
 TEST_F(EngineTest, VpdBlockDeviceCharacteristics) {

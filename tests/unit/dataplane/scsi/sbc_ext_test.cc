@@ -1,6 +1,6 @@
 // SBC-3 commands beyond READ/WRITE through Engine::Execute on a RamStore: UNMAP, GET LBA STATUS,
 // WRITE SAME, COMPARE AND WRITE (including concurrent use from several threads), ORWRITE, VERIFY,
-// WRITE AND VERIFY, PRE-FETCH, SANITIZE, READ DEFECT DATA.
+// WRITE AND VERIFY, PRE-FETCH, SANITIZE, READ DEFECT DATA; and SBC-4 WRITE ATOMIC(16).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -329,6 +329,155 @@ TEST_F(SbcExtTest, CompareAndWriteIsAtomicAcrossThreads) {
   threads.back().join();
   EXPECT_EQ(good.load(), kThreads * kIncrements);
   EXPECT_EQ(LoadBe64(Read(0, 1).data()), static_cast<uint64_t>(kThreads * kIncrements));
+}
+
+// ---- WRITE ATOMIC(16) ---------------------------------------------------------------------------
+
+std::vector<uint8_t> WriteAtomic16Cdb(uint64_t lba, uint16_t blocks, uint8_t byte1 = 0,
+                                      uint16_t boundary = 0) {
+  std::vector<uint8_t> c(16, 0);
+  c[0] = 0x9C;
+  c[1] = byte1;
+  StoreBe64(&c[2], lba);
+  StoreBe16(&c[10], boundary);
+  StoreBe16(&c[12], blocks);
+  return c;
+}
+
+TEST_F(SbcExtTest, WriteAtomic16WritesTheWholeRange) {
+  const std::vector<uint8_t> data(64 * kBlock, 0xA7);
+  // DPO and FUA; across two ram chunks.
+  Task& t = runner_->RunCdb(WriteAtomic16Cdb(kChunkBlocks - 32, 64, 0x18),
+                            static_cast<uint32_t>(data.size()), data);
+  EXPECT_EQ(t.status, ScsiStatus::kGood);
+  EXPECT_EQ(Read(kChunkBlocks - 32, 64), data);
+}
+
+// Runs `cdb` with data_blocks blocks of Data-Out.
+Task& RunWithBlocks(Runner& runner, const std::vector<uint8_t>& cdb, uint32_t data_blocks) {
+  return runner.RunCdb(cdb, data_blocks * kBlock, std::vector<uint8_t>(data_blocks * kBlock, 0x3C));
+}
+
+TEST_F(SbcExtTest, WriteAtomic16Checks) {
+  // SBC-4 5.49: a TRANSFER LENGTH of zero writes nothing and is GOOD; the LBA must still be in
+  // range, checked before the atomic limits.
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(0, 0), 0);
+  ExpectGood();
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(kBlocks, 0), 0);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(kBlocks - 1, 4000), 4000);  // past the end and too long
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kLbaOutOfRange);
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(0, 1, 0x20),
+                1);  // WRPROTECT without protection information
+  ExpectInvalidField(1);
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(0, 1, 0, 1), 1);  // ATOMIC BOUNDARY: not offered
+  ExpectInvalidField(10);
+  // Beyond MAXIMUM ATOMIC TRANSFER LENGTH (1 MiB on ram).
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(0, 2049), 2049);
+  ExpectInvalidField(12);
+  // All or nothing: less data than the TRANSFER LENGTH is refused whole, nothing written.
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(16, 8), 4);
+  ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidFieldInCommandInformationUnit);
+  EXPECT_EQ(Read(16, 8), std::vector<uint8_t>(8 * kBlock, 0));
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(kBlocks - 2048, 2048), 2048);
+  ExpectGood();
+}
+
+// A store with the limits a test gives it, else the ram store's behaviour.
+class LimitedAtomicStore final : public backing::BackingStore {
+ public:
+  LimitedAtomicStore(uint64_t size, AtomicLimits limits)
+      : ram_(backing::NewRamStore(size)), limits_(limits) {}
+  std::string_view kind() const override { return "ram"; }
+  uint64_t size_bytes() const override { return ram_->size_bytes(); }
+  bool persistent() const override { return false; }
+  AtomicLimits atomic_limits() const override { return limits_; }
+  void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+                   backing::IoCompletion done) override {
+    ram_->WriteAtomic(slot, offset, buf, fua, done);
+  }
+  void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
+            backing::IoCompletion done) override {
+    ram_->Read(slot, offset, buf, done);
+  }
+  void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
+             backing::IoCompletion done) override {
+    ram_->Write(slot, offset, buf, fua, done);
+  }
+  void Flush(unsigned slot, backing::IoCompletion done) override { ram_->Flush(slot, done); }
+
+ private:
+  std::unique_ptr<backing::RamStore> ram_;
+  const AtomicLimits limits_;
+};
+
+class WriteAtomicLimitsTest : public ::testing::Test {
+ protected:
+  void Use(backing::BackingStore::AtomicLimits limits) {
+    target_.name = "iqn.2026-11.io.iscsigw:t1";
+    LunConfig c;
+    c.id = 0;
+    c.block_size = kBlock;
+    c.naa_id = 0x6001405000000001ull;
+    target_.luns.push_back(
+        std::make_shared<Lun>(c, std::make_shared<LimitedAtomicStore>(kBlocks * kBlock, limits)));
+    runner_ = std::make_unique<Runner>(target_, nexus_);
+    runner_->Run({0x00});
+  }
+  std::vector<uint8_t> BlockLimits() {
+    EXPECT_EQ(runner_->Run({0x12, 1, 0xB0, 0, 255, 0}, 255).status, ScsiStatus::kGood);
+    return runner_->DataIn();
+  }
+  // REPORT SUPPORTED OPERATION CODES for one opcode: the SUPPORT field and the CDB usage data.
+  std::vector<uint8_t> Rsoc(uint8_t op) {
+    EXPECT_EQ(runner_->Run({0xA3, 0x0C, 0x01, op, 0, 0, 0, 0, 0, 255, 0, 0}, 255).status,
+              ScsiStatus::kGood);
+    return runner_->DataIn();
+  }
+
+  Nexus nexus_{"iqn.test,i,0x1", 1};
+  TargetInfo target_;
+  std::unique_ptr<Runner> runner_;
+};
+
+TEST_F(WriteAtomicLimitsTest, AlignmentIsEnforcedAndReported) {
+  Use({64 * 1024, 64 * 1024});  // an rbd-like unit: 128 blocks, aligned to 128
+  const auto vpd = BlockLimits();
+  ASSERT_EQ(vpd.size(), 64u);
+  EXPECT_EQ(LoadBe32(&vpd[44]), 128u);  // MAXIMUM ATOMIC TRANSFER LENGTH
+  EXPECT_EQ(LoadBe32(&vpd[48]), 128u);  // ATOMIC ALIGNMENT
+  EXPECT_EQ(LoadBe32(&vpd[52]), 0u);    // ATOMIC TRANSFER LENGTH GRANULARITY
+  auto run = [&](uint64_t lba, uint16_t blocks) {
+    return RunWithBlocks(*runner_, WriteAtomic16Cdb(lba, blocks), blocks).status;
+  };
+  EXPECT_EQ(run(128, 128), ScsiStatus::kGood);
+  EXPECT_EQ(run(256, 7), ScsiStatus::kGood);
+  EXPECT_EQ(run(129, 8), ScsiStatus::kCheckCondition);
+  ExpectSense(runner_->task(), SenseKey::kIllegalRequest, Asc::kInvalidFieldInCdb);
+  EXPECT_EQ(LoadBe16(&runner_->task().sense[16]), 2);  // the LBA
+  EXPECT_EQ(run(0, 129), ScsiStatus::kCheckCondition);
+  EXPECT_EQ(LoadBe16(&runner_->task().sense[16]), 12);  // the TRANSFER LENGTH
+  const auto rsoc = Rsoc(0x9C);
+  ASSERT_GE(rsoc.size(), 4u + 16u);
+  EXPECT_EQ(rsoc[1] & 0x07, 0x03);  // supported as the standard says
+  EXPECT_EQ(rsoc[5], 0xF8);         // WRPROTECT, DPO, FUA evaluated
+}
+
+TEST_F(WriteAtomicLimitsTest, AStoreWithoutAtomicWritesDoesNotOfferTheCommand) {
+  Use({0, 0});
+  const auto vpd = BlockLimits();
+  ASSERT_EQ(vpd.size(), 64u);
+  for (size_t i = 44; i < 64; i += 4) EXPECT_EQ(LoadBe32(&vpd[i]), 0u) << i;
+  RunWithBlocks(*runner_, WriteAtomic16Cdb(0, 1), 1);
+  ExpectSense(runner_->task(), SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
+  const auto rsoc = Rsoc(0x9C);
+  ASSERT_GE(rsoc.size(), 4u);
+  EXPECT_EQ(rsoc[1] & 0x07, 0x01);  // not supported
+  // Nor in the list of all commands.
+  ASSERT_EQ(runner_->Run({0xA3, 0x0C, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0}, 65535).status,
+            ScsiStatus::kGood);
+  const auto all = runner_->DataIn();
+  for (size_t at = 4; at + 8 <= all.size(); at += 8) EXPECT_NE(all[at], 0x9C);
 }
 
 // ---- ORWRITE / VERIFY / WRITE AND VERIFY / PRE-FETCH -------------------------------------------

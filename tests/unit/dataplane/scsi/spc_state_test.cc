@@ -307,6 +307,8 @@ TEST_F(SpcStateTest, RsocAllListsEveryCommandOfTheTable) {
   const auto& table = internal::OpTable();
   for (unsigned op = 0; op < 256; ++op) {
     if (table[op].handler == nullptr) continue;
+    // WRITE ATOMIC(16) only where the store writes atomically (this one does not).
+    if (op == 0x9C && store_->atomic_limits().max_bytes == 0) continue;
     expected += internal::HasServiceActionField(static_cast<uint8_t>(op)) ? table[op].sa_count : 1;
   }
   EXPECT_EQ(ds.size(), expected);
