@@ -104,6 +104,7 @@ struct FileStore::Op : runtime::FileRing::Op {
   bool dsync = false;       // this piece: a write with RWF_DSYNC
   bool sync_after = false;  // a FUA write through the page cache: fdatasync once it has landed
   bool gated = false;       // holds the gate shared (writes and unmaps)
+  bool read_gated = false;  // holds the read gate shared (reads)
   bool carrier = false;     // the record whose ring operation is its slot's group fdatasync
   int mode = 0;             // fallocate mode
   uint64_t offset = 0;
@@ -112,7 +113,8 @@ struct FileStore::Op : runtime::FileRing::Op {
   uint64_t done_bytes = 0;
   IoCompletion done;
   Op* next_free = nullptr;
-  Op* next_sync = nullptr;  // in its slot's sync_waiting or sync_covered list
+  Op* next_sync = nullptr;        // in its slot's sync_waiting or sync_covered list
+  AtomicJournal::Request atomic;  // an atomic write: its place in the journal's queue
 };
 
 struct FileStore::Slot {
@@ -225,6 +227,7 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   }
 
   if (S_ISREG(st.st_mode)) {
+    // Journals of another file of this name (a removed LUN's) are recognised and dropped.
     auto recovery = AtomicJournal::Recover(path, fd.get(), size, options.read_only);
     if (!recovery.ok()) return fail(recovery.status());
     if (recovery->found == AtomicJournal::Found::kReplayed) {
@@ -238,7 +241,8 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
   if (store->regular_file_ && !options.read_only) {
-    store->journal_ = std::make_unique<AtomicJournal>(path, kAtomicWriteMaxBytes);
+    store->journal_ =
+        std::make_unique<AtomicJournal>(path, store->fd_, store->gates_, kAtomicWriteMaxBytes);
   }
   store->direct_fd_ = direct.release();
   store->mem_align_ = mem_align;
@@ -486,16 +490,18 @@ void FileStore::Finish(Op* op, int err) {
   }
   Slot& slot = *op->slot;
   if (op->gated) gate_.ExitShared(slot.index);
+  if (op->read_gated) read_gate_.ExitShared(slot.index);
   const IoCompletion done = op->done;
   slot.ops.Give(op);
   done(err);
 }
 
-void FileStore::RunBehindGate(Slot& slot, std::function<int()> fn, IoCompletion done) {
-  asio::post(SyncPool(), [this, fn = std::move(fn), ioc = slot.ioc, done, work = Busy(*slot.ioc)] {
+void FileStore::RunBehindGate(Slot& slot, WriteGate& gate, std::function<int()> fn,
+                              IoCompletion done) {
+  asio::post(SyncPool(), [&gate, fn = std::move(fn), ioc = slot.ioc, done, work = Busy(*slot.ioc)] {
     int err = 0;
     {
-      std::lock_guard<std::mutex> lock(gate_.mutex());
+      std::lock_guard<std::mutex> lock(gate.mutex());
       err = fn();
     }
     asio::post(*ioc, [done, err] { done(err); });
@@ -509,8 +515,14 @@ void FileStore::Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoC
     asio::post(*s.ioc, [done] { done(0); });
     return;
   }
+  if (!read_gate_.TryEnterShared(slot)) {
+    // An atomic write is going in place: read behind it.
+    return RunBehindGate(
+        s, read_gate_, [fd = fd_, offset, buf] { return PreadAll(fd, offset, buf); }, done);
+  }
   Op* op = TakeOp(s);
   op->kind = Op::Kind::kRead;
+  op->read_gated = true;
   op->offset = offset;
   op->data = buf.data();
   op->len = buf.size();
@@ -530,7 +542,7 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
   if (!gate_.TryEnterShared(slot)) {
     // A ReadModifyWrite is active: write on the pool behind it.
     return RunBehindGate(
-        s, [fd = fd_, offset, buf, fua] { return PwriteAll(fd, offset, buf, fua); }, done);
+        s, gate_, [fd = fd_, offset, buf, fua] { return PwriteAll(fd, offset, buf, fua); }, done);
   }
   Op* op = TakeOp(s);
   op->kind = Op::Kind::kWrite;
@@ -561,7 +573,7 @@ void FileStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion
   }
   if (!gate_.TryEnterShared(slot)) {
     return RunBehindGate(
-        s, [fd = fd_, offset, len] { return Deallocate(fd, offset, len); }, done);
+        s, gate_, [fd = fd_, offset, len] { return Deallocate(fd, offset, len); }, done);
   }
   Op* op = TakeOp(s);
   op->kind = Op::Kind::kUnmap;
@@ -636,16 +648,41 @@ void FileStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint
                             IoCompletion done) {
   (void)fua;  // every atomic write is durable when it completes
   if (slot >= slots_.size()) return done(EINVAL);
-  asio::io_context* ioc = slots_[slot]->ioc;
+  Slot& s = *slots_[slot];
   if (read_only_ || journal_ == nullptr) {
     const int err = read_only_ ? EROFS : ENOTSUP;
-    asio::post(*ioc, [done, err] { done(err); });
+    asio::post(*s.ioc, [done, err] { done(err); });
     return;
   }
-  asio::post(SyncPool(), [this, offset, buf, ioc, done, work = Busy(*ioc)] {
-    const int err = journal_->Write(fd_, offset, buf, gate_);
-    asio::post(*ioc, [done, err] { done(err); });
+  Op* op = TakeOp(s);
+  op->kind = Op::Kind::kWrite;  // never issued to the ring: the journal writes it
+  op->done = done;
+  s.ioc->get_executor().on_work_started();  // the reactor runs on until its completion
+  op->atomic.offset = offset;
+  op->atomic.data = buf;
+  op->atomic.ctx = op;
+  op->atomic.finish = &FileStore::AtomicDone;
+  journal_->Submit(&op->atomic);
+}
+
+void FileStore::AtomicDone(AtomicJournal::Request* request, int err) {
+  Op* op = static_cast<Op*>(request->ctx);
+  FileStore* store = op->store;
+  // A record left for the next open: serving on would show its range torn, and writes to it would
+  // be undone by the replay.
+  if (store->journal_->record_left()) store->fenced_.store(ESHUTDOWN, std::memory_order_relaxed);
+  asio::post(*op->slot->ioc, [op, err] {
+    op->slot->ioc->get_executor().on_work_finished();
+    op->store->Finish(op, err);
   });
+}
+
+int FileStore::ready() const { return fenced_.load(std::memory_order_relaxed); }
+
+std::string FileStore::offline_reason() const {
+  if (ready() == 0) return {};
+  return "an atomic write failed in place (see the log); its journal record completes it when "
+         "the LUN opens next: restart the gateway once the file can be written";
 }
 
 void FileStore::Prefetch(uint64_t offset, uint64_t len) {

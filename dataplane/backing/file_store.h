@@ -22,9 +22,12 @@
 // BufferPool, see FileRing) is submitted as a fixed read/write, which spares pinning its pages;
 // any other as a plain one.
 // Atomic writes (WRITE ATOMIC), on regular files only: a redo journal beside the file
-// (AtomicJournal, "<path>.atomic-journal"), run on that pool; each is durable when it completes.
-// Open first completes an atomic write that a crash interrupted. A block device has no place for a
-// journal and offers no atomic writes.
+// (AtomicJournal, "<path>.atomic-journal.<random>") on a pool of its own; each is durable when it
+// completes. While one goes in place it holds both gates: reads take the read gate shared (like
+// writes the write gate), so that a read sees all of it or none. Open first completes an atomic
+// write that a crash interrupted. An atomic write that fails in place fences the store (ready()
+// ESHUTDOWN, NOT READY to initiators) until the next open completes it. A block device has no
+// place for a journal and offers no atomic writes.
 // Where io_uring is refused (seccomp), every call runs on a pool of 16 threads instead, with a
 // warning that says so.
 // Each operation in flight lives in a per-slot record taken from a free list that grows, in
@@ -78,6 +81,9 @@ class FileStore final : public BackingStore {
   FileStore& operator=(const FileStore&) = delete;
 
   std::string_view kind() const override { return "file"; }
+  // ESHUTDOWN once an atomic write failed in place (see WriteAtomic); 0 otherwise.
+  int ready() const override;
+  std::string offline_reason() const override;
   uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }
   bool persistent() const override { return true; }
   bool read_only() const { return read_only_; }
@@ -141,7 +147,8 @@ class FileStore final : public BackingStore {
   void SyncDone(Slot& slot, int err);
   // The slow path of Write and Unmap while a ReadModifyWrite holds the gate: on the pool, under
   // the gate's mutex.
-  void RunBehindGate(Slot& slot, std::function<int()> fn, IoCompletion done);
+  void RunBehindGate(Slot& slot, WriteGate& gate, std::function<int()> fn, IoCompletion done);
+  static void AtomicDone(AtomicJournal::Request* request, int err);
 
   const std::string path_;
   std::atomic<uint64_t> size_bytes_;
@@ -153,7 +160,10 @@ class FileStore final : public BackingStore {
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   bool regular_file_ = false;                 // set by Open
   WriteGate gate_;                            // any thread
-  std::unique_ptr<AtomicJournal> journal_;    // regular files; used on the pool
+  WriteGate read_gate_;                       // reads shared; atomic writes exclusive
+  AtomicJournal::Gates gates_{gate_, read_gate_};
+  std::unique_ptr<AtomicJournal> journal_;  // regular files that can be written
+  std::atomic<int> fenced_{0};
 };
 
 }  // namespace iscsigw::backing

@@ -63,11 +63,15 @@ std::string ConfGet(rados_t h, const char* option) {
 uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
   uint64_t unit = 0;
   if (rbd_get_stripe_unit(image, &unit) < 0 || unit == 0 || (unit & (unit - 1)) != 0) return 0;
-  std::string policy = ConfGet(h, "rbd_cache_policy");
-  char value[64] = {};
-  size_t len = sizeof(value) - 1;
-  if (rbd_metadata_get(image, "conf_rbd_cache_policy", value, &len) == 0) policy = value;
-  if (policy == "writeback" && ConfGet(h, "rbd_cache") != "false") return 0;
+  // An image's conf_<option> metadata overrides the option for that image.
+  auto option = [&](const char* name) {
+    char value[64] = {};
+    size_t len = sizeof(value) - 1;
+    const std::string key = std::string("conf_") + name;
+    if (rbd_metadata_get(image, key.c_str(), value, &len) == 0) return std::string(value);
+    return ConfGet(h, name);
+  };
+  if (option("rbd_cache_policy") == "writeback" && option("rbd_cache") != "false") return 0;
   return unit;
 }
 

@@ -1,9 +1,11 @@
 #include "dataplane/backing/atomic_journal.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstring>
@@ -39,6 +41,52 @@ void WriteRange(const std::string& path, uint64_t offset, const std::vector<uint
             static_cast<ssize_t>(data.size()));
 }
 
+// The journal files beside lun_path.
+std::vector<std::string> JournalsOf(const std::string& lun_path) {
+  std::vector<std::string> out;
+  const fs::path lun(lun_path);
+  for (const auto& e : fs::directory_iterator(lun.parent_path())) {
+    if (AtomicJournal::IsJournalOf(e.path().filename().string(), lun.filename().string())) {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+// A journal write and its outcome.
+struct Pending {
+  AtomicJournal::Request request;
+  std::atomic<int> err{-1};
+  std::atomic<bool> done{false};
+
+  Pending(uint64_t offset, std::span<const uint8_t> data) {
+    request.offset = offset;
+    request.data = data;
+    request.ctx = this;
+    request.finish = [](AtomicJournal::Request* r, int e) {
+      auto* p = static_cast<Pending*>(r->ctx);
+      p->err = e;
+      p->done = true;
+    };
+  }
+  int Wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(done);
+    return err;
+  }
+};
+
+bool WaitFor(const WriteGate& gate) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!gate.exclusive_active() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return gate.exclusive_active();
+}
+
 class AtomicJournalTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -46,7 +94,6 @@ class AtomicJournalTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     lun_ = (dir_ / "lun.img").string();
-    journal_ = AtomicJournal::JournalPath(lun_);
     old_ = Pattern(kLunBytes, 1);
     std::ofstream(lun_, std::ios::binary)
         .write(reinterpret_cast<const char*>(old_.data()), static_cast<std::streamsize>(kLunBytes));
@@ -58,36 +105,34 @@ class AtomicJournalTest : public ::testing::Test {
             old_.begin() + static_cast<ptrdiff_t>(offset + len)};
   }
 
-  // The files as a crash would leave them once the record of an atomic write of `data` at
-  // `offset` is durable and before any of it is written in place: a Write is held there (an
-  // ordinary write in flight keeps it from taking the gate) while both files are copied to
-  // `crash_dir`, then let go. Returns the copy of the LUN file.
+  // The LUN file and its journal as a crash would leave them once the record of an atomic write
+  // of `data` at `offset` is durable and before any of it is written in place: the write is held
+  // there (an ordinary write in flight keeps it from taking the gate) while its journal is copied,
+  // then let go; afterwards the range gets its old bytes back and the journal copy its place.
+  // Returns the LUN file's path.
   std::string CrashAfterRecord(uint64_t offset, const std::vector<uint8_t>& data) {
-    const fs::path crash_dir = dir_ / "crash";
-    fs::create_directories(crash_dir);
-    const std::string lun_copy = (crash_dir / "lun.img").string();
-    UniqueFd fd(::open(lun_.c_str(), O_RDWR | O_CLOEXEC));
-    EXPECT_TRUE(fd.valid());
-    AtomicJournal journal(lun_, kMiB);
-    WriteGate gate;
-    EXPECT_TRUE(gate.TryEnterShared(0));
-    int err = -1;
-    std::thread writer([&] { err = journal.Write(fd.get(), offset, data, gate); });
-    // The writer waits at the gate once the record is written and synced.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!gate.exclusive_active() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::string at_crash = (dir_ / "journal-at-crash").string();
+    std::string journal_path;
+    {
+      UniqueFd fd(::open(lun_.c_str(), O_RDWR | O_CLOEXEC));
+      EXPECT_TRUE(fd.valid());
+      WriteGate writes, reads;
+      AtomicJournal journal(lun_, fd.get(), {writes, reads}, kMiB);
+      EXPECT_TRUE(writes.TryEnterShared(0));
+      Pending p(offset, data);
+      journal.Submit(&p.request);
+      EXPECT_TRUE(WaitFor(writes)) << "the write never reached its place";
+      EXPECT_EQ(ReadRange(lun_, offset, data.size()), Old(offset, data.size()));
+      journal_path = journal.path();
+      fs::copy_file(journal_path, at_crash);
+      writes.ExitShared(0);
+      EXPECT_EQ(p.Wait(), 0);
+      EXPECT_EQ(ReadRange(lun_, offset, data.size()), data);
     }
-    EXPECT_TRUE(gate.exclusive_active());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    fs::copy_file(lun_, lun_copy);
-    fs::copy_file(journal_, AtomicJournal::JournalPath(lun_copy));
-    gate.ExitShared(0);
-    writer.join();
-    EXPECT_EQ(err, 0);
-    // Nothing of it had reached the LUN when the copy was taken.
-    EXPECT_EQ(ReadRange(lun_copy, offset, data.size()), Old(offset, data.size()));
-    return lun_copy;
+    EXPECT_TRUE(JournalsOf(lun_).empty());
+    WriteRange(lun_, offset, Old(offset, data.size()));
+    fs::rename(at_crash, journal_path);
+    return lun_;
   }
 
   iscsigw::Result<AtomicJournal::Recovery> Recover(const std::string& lun, bool read_only = false) {
@@ -98,34 +143,45 @@ class AtomicJournalTest : public ::testing::Test {
 
   fs::path dir_;
   std::string lun_;
-  std::string journal_;
   std::vector<uint8_t> old_;
 };
 
 TEST_F(AtomicJournalTest, WriteLandsInPlaceAndRetiresItsRecord) {
   const auto data = Pattern(256 * 1024, 7);
+  std::string journal_path;
   {
     UniqueFd fd(::open(lun_.c_str(), O_RDWR | O_CLOEXEC));
-    AtomicJournal journal(lun_, kMiB);
-    WriteGate gate;
-    ASSERT_EQ(journal.Write(fd.get(), 12288, data, gate), 0);
+    WriteGate writes, reads;
+    AtomicJournal journal(lun_, fd.get(), {writes, reads}, kMiB);
+    Pending p(12288, data);
+    journal.Submit(&p.request);
+    ASSERT_EQ(p.Wait(), 0);
     EXPECT_EQ(ReadRange(lun_, 12288, data.size()), data);
     EXPECT_EQ(ReadRange(lun_, 0, 12288), Old(0, 12288));
-    // The journal stays while the store is open, its record retired: nothing to replay.
-    ASSERT_TRUE(fs::exists(journal_));
-    EXPECT_GE(fs::file_size(journal_), AtomicJournal::kHeaderBytes + kMiB);
-    fs::copy_file(journal_, dir_ / "retired");
-    EXPECT_EQ(journal.Write(fd.get(), 0, Pattern(kMiB + 512, 3), gate), EINVAL);  // > max_len
+    // The journal stays while its store is open, its record retired: nothing to replay.
+    journal_path = journal.path();
+    ASSERT_EQ(JournalsOf(lun_), std::vector<std::string>{journal_path});
+    EXPECT_GE(fs::file_size(journal_path), AtomicJournal::kHeaderBytes + kMiB);
+    fs::copy_file(journal_path, dir_ / "retired");
+    const auto too_long = Pattern(kMiB + 512, 3);
+    Pending refused(0, too_long);
+    journal.Submit(&refused.request);
+    EXPECT_EQ(refused.Wait(), EINVAL);
+    // A live store's journal is not another open's to touch.
+    auto r = Recover(lun_);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->found, AtomicJournal::Found::kNothing);
+    EXPECT_TRUE(fs::exists(journal_path));
   }
-  EXPECT_FALSE(fs::exists(journal_)) << "the journal outlived its store";
+  EXPECT_TRUE(JournalsOf(lun_).empty()) << "the journal outlived its store";
   // A retired record found at open (a crash after the write completed) is not replayed.
-  fs::copy_file(dir_ / "retired", journal_);
+  fs::copy_file(dir_ / "retired", journal_path);
   WriteRange(lun_, 12288, Old(12288, data.size()));
   auto r = Recover(lun_);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
   EXPECT_EQ(ReadRange(lun_, 0, kLunBytes), old_);
-  EXPECT_FALSE(fs::exists(journal_));
+  EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
 TEST_F(AtomicJournalTest, NoJournalIsNothingToRecover) {
@@ -146,11 +202,12 @@ TEST_F(AtomicJournalTest, ACrashMidWriteIsCompletedAtTheNextOpen) {
   auto r = Recover(lun);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kReplayed);
+  EXPECT_EQ(r->replayed, 1);
   EXPECT_EQ(r->offset, offset);
   EXPECT_EQ(r->len, data.size());
   EXPECT_EQ(ReadRange(lun, offset, data.size()), data) << "the range is still torn";
   EXPECT_EQ(ReadRange(lun, 0, offset), Old(0, offset));
-  EXPECT_FALSE(fs::exists(AtomicJournal::JournalPath(lun)));
+  EXPECT_TRUE(JournalsOf(lun).empty());
 }
 
 TEST_F(AtomicJournalTest, ARecordNotWhollyDurableIsDiscardedAndTheRangeKeepsItsOldBytes) {
@@ -158,14 +215,34 @@ TEST_F(AtomicJournalTest, ARecordNotWhollyDurableIsDiscardedAndTheRangeKeepsItsO
   const std::string lun = CrashAfterRecord(8192, data);
   // The last bytes of the record never reached the disk: its write had not been acknowledged,
   // nor had anything been written in place.
-  const std::string journal = AtomicJournal::JournalPath(lun);
+  const std::string journal = JournalsOf(lun).at(0);
   WriteRange(journal, AtomicJournal::kHeaderBytes + data.size() - 512, std::vector<uint8_t>(512));
 
   auto r = Recover(lun);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
   EXPECT_EQ(ReadRange(lun, 0, kLunBytes), old_);
-  EXPECT_FALSE(fs::exists(journal));
+  EXPECT_TRUE(JournalsOf(lun).empty());
+}
+
+TEST_F(AtomicJournalTest, ARecordOfAnotherFileOfTheSameNameIsDiscarded) {
+  const auto data = Pattern(64 * 1024, 23);
+  const std::string lun = CrashAfterRecord(0, data);
+  // The LUN was removed and a new one made at its path before any open: the journal left beside
+  // it is the old file's, and none of its data may reach the new one.
+  const std::string journal = JournalsOf(lun).at(0);
+  const std::string kept = (dir_ / "kept").string();
+  fs::rename(journal, kept);
+  fs::remove(lun);
+  std::ofstream(lun, std::ios::binary)
+      .write(reinterpret_cast<const char*>(old_.data()), static_cast<std::streamsize>(kLunBytes));
+  fs::rename(kept, journal);
+
+  auto r = Recover(lun);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
+  EXPECT_EQ(ReadRange(lun, 0, kLunBytes), old_);
+  EXPECT_TRUE(JournalsOf(lun).empty());
 }
 
 TEST_F(AtomicJournalTest, AReadOnlyOpenRefusesAnUnfinishedWriteAndChangesNothing) {
@@ -176,7 +253,7 @@ TEST_F(AtomicJournalTest, AReadOnlyOpenRefusesAnUnfinishedWriteAndChangesNothing
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("open the LUN writable once"), std::string::npos)
       << r.status().ToString();
-  EXPECT_TRUE(fs::exists(AtomicJournal::JournalPath(lun)));
+  EXPECT_EQ(JournalsOf(lun).size(), 1u);
   EXPECT_EQ(ReadRange(lun, 0, data.size()), Old(0, data.size()));
   // Writable, it completes.
   r = Recover(lun);
@@ -187,54 +264,120 @@ TEST_F(AtomicJournalTest, AReadOnlyOpenRefusesAnUnfinishedWriteAndChangesNothing
 
 TEST_F(AtomicJournalTest, ARecordOutsideTheLunIsAnErrorThatNamesIt) {
   const std::string lun = CrashAfterRecord(kLunBytes - 4096, Pattern(4096, 15));
+  const std::string journal = JournalsOf(lun).at(0);
   UniqueFd fd(::open(lun.c_str(), O_RDWR | O_CLOEXEC));
   auto r = AtomicJournal::Recover(lun, fd.get(), kLunBytes - 4096, false);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("lies outside the LUN"), std::string::npos)
       << r.status().ToString();
-  EXPECT_NE(r.status().message().find(AtomicJournal::JournalPath(lun)), std::string::npos);
+  EXPECT_NE(r.status().message().find(journal), std::string::npos);
 }
 
-// Through the file store: limits, durability, the journal's lifetime, and Open's recovery.
-TEST_F(AtomicJournalTest, FileStoreWritesAtomicallyAndOpenCompletesAnInterruptedWrite) {
-  boost::asio::io_context ioc;
-  auto run_until = [&](const Result& r) {
+// Through the file store: limits, durability, the journal's lifetime, Open's recovery, and the
+// store fenced when a write fails in place.
+class FileStoreAtomicTest : public AtomicJournalTest {
+ protected:
+  void RunUntil(const Result& r) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (r.calls == 0 && std::chrono::steady_clock::now() < deadline) {
-      ioc.restart();
-      ioc.run_for(std::chrono::milliseconds(10));
+      ioc_.restart();
+      ioc_.run_for(std::chrono::milliseconds(10));
     }
     ASSERT_EQ(r.calls, 1);
-  };
+  }
+  boost::asio::io_context ioc_;
+};
+
+TEST_F(FileStoreAtomicTest, WritesAtomicallyAndOpenCompletesAnInterruptedWrite) {
   const auto data = Pattern(kMiB, 17);
   {
-    auto store = FileStore::Open(FileStoreOptions{lun_, 0}, {&ioc});
+    auto store = FileStore::Open(FileStoreOptions{lun_, 0}, {&ioc_});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_EQ((*store)->atomic_limits().max_bytes, BackingStore::kAtomicWriteMaxBytes);
     EXPECT_EQ((*store)->atomic_limits().align_bytes, 0u);
     Result w;
     (*store)->WriteAtomic(0, 512, data, false, Record(&w));
-    run_until(w);
+    RunUntil(w);
     EXPECT_EQ(w.err, 0);
     EXPECT_EQ(w.thread, std::this_thread::get_id());
     EXPECT_EQ(ReadRange(lun_, 512, data.size()), data);
+    EXPECT_EQ((*store)->in_flight(0), 0u);
   }
-  EXPECT_FALSE(fs::exists(journal_));
+  EXPECT_TRUE(JournalsOf(lun_).empty());
   {
-    auto store = FileStore::Open(FileStoreOptions{lun_, 0, /*read_only=*/true}, {&ioc});
+    auto store = FileStore::Open(FileStoreOptions{lun_, 0, /*read_only=*/true}, {&ioc_});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     Result w;
     (*store)->WriteAtomic(0, 0, data, false, Record(&w));
-    run_until(w);
+    RunUntil(w);
     EXPECT_EQ(w.err, EROFS);
   }
 
   const auto later = Pattern(128 * 1024, 19);
   const std::string crashed = CrashAfterRecord(2 * kMiB, later);
-  auto store = FileStore::Open(FileStoreOptions{crashed, 0}, {&ioc});
+  auto store = FileStore::Open(FileStoreOptions{crashed, 0}, {&ioc_});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_EQ(ReadRange(crashed, 2 * kMiB, later.size()), later);
-  EXPECT_FALSE(fs::exists(AtomicJournal::JournalPath(crashed)));
+  EXPECT_TRUE(JournalsOf(crashed).empty());
+}
+
+// The store's own descriptor of the LUN file (read-write, through the page cache).
+int StoreFd(const std::string& lun) {
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = fs::read_symlink(e.path(), ec);
+    if (ec || target != fs::path(lun)) continue;
+    const int fd = std::stoi(e.path().filename().string());
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) return fd;
+  }
+  return -1;
+}
+
+TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen) {
+  const auto data = Pattern(64 * 1024, 29);
+  {
+    auto opened = FileStore::Open(FileStoreOptions{lun_, 0}, {&ioc_});
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    FileStore& store = **opened;
+    // An ordinary read in flight holds the write up before it goes in place (after its record
+    // is durable); meanwhile the store's descriptor is swapped for a read-only one, so that the
+    // write in place fails as a failing disk would make it.
+    Result first;
+    store.WriteAtomic(0, 0, std::span(data).first(4096), false, Record(&first));
+    RunUntil(first);  // makes the journal
+    ASSERT_EQ(first.err, 0);
+    const int fd = StoreFd(lun_);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> buf(4096);
+    Result read;
+    store.Read(0, 0, buf, Record(&read));  // submitted, not yet reaped: holds the read gate
+    Result w;
+    store.WriteAtomic(0, 8192, data, false, Record(&w));
+    // Its record is being written once the journal's header holds a record again.
+    const std::string journal = JournalsOf(lun_).at(0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ReadRange(journal, 0, 8) !=
+               std::vector<uint8_t>{'I', 'G', 'W', 'A', 'T', 'O', 'M', '2'} &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    UniqueFd ro(::open(lun_.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_EQ(::dup2(ro.get(), fd), fd);
+    RunUntil(read);
+    RunUntil(w);
+    EXPECT_NE(w.err, 0);
+    EXPECT_EQ(store.ready(), ESHUTDOWN);
+    EXPECT_NE(store.offline_reason().find("restart the gateway"), std::string::npos);
+    EXPECT_EQ(ReadRange(lun_, 8192, data.size()), Old(8192, data.size()));
+  }
+  // The record stayed: the next open writes it in place.
+  ASSERT_EQ(JournalsOf(lun_).size(), 1u);
+  auto reopened = FileStore::Open(FileStoreOptions{lun_, 0}, {&ioc_});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->ready(), 0);
+  EXPECT_EQ(ReadRange(lun_, 8192, data.size()), data);
+  EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
 }  // namespace
