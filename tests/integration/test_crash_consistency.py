@@ -10,6 +10,14 @@ What is proven, for the write cache on (WCE=1, the default) and off (WCE=0, set 
   - Blocks next to the written regions are still zeros (no write landed in the wrong place), and
     what the restarted daemon serves is what is in the LUN file.
 
+For WRITE ATOMIC(16) (SBC-4), a second scenario: each writer rewrites whole slots of SLOT_BLOCKS
+blocks, one atomic write per slot at a time, with FUA. After the restart every slot holds exactly
+one write's blocks, all of them (never some blocks of one write and some of another: no torn
+write), and that write is the last one acknowledged for the slot or the one in flight. A file LUN
+completes at its next open an atomic write the kill cut short (its journal, AtomicJournal); the
+unit tests (backing_test AtomicJournalTest) stop a write at that point deterministically and tear
+the range by hand, which this scenario cannot.
+
 What is not proven: power loss. kill -9 ends the process, not the kernel; data the daemon has handed
 to the page cache survives it whether or not it was fdatasync'ed. So this checks the gateway's own
 ordering and acknowledgement logic (no GOOD before the write reached the kernel, FUA/WCE=0 writes
@@ -17,6 +25,7 @@ and SYNCHRONIZE CACHE answered only after their I/O, no write left in a queue of
 not that fdatasync/O_DSYNC reach the disk: that would need a VM or a block device that drops its
 cache.
 """
+import functools
 import hashlib
 import os
 import random
@@ -71,6 +80,15 @@ def decode_block(data, nonce, writer, lba):
     return gen if data == block_image(nonce, writer, lba, gen) else None
 
 
+SLOT_BLOCKS = 64            # WRITE ATOMIC scenario: one atomic write covers one whole slot
+
+
+def write_atomic16(lba, blocks, fua):
+    # SBC-4 WRITE ATOMIC(16): WRPROTECT/DPO/FUA in byte 1, ATOMIC BOUNDARY 0, TRANSFER LENGTH in
+    # bytes 12-13.
+    return struct.pack(">BBQHHBB", 0x9C, 0x08 if fua else 0, lba, 0, blocks, 0, 0)
+
+
 def write10(lba, blocks, fua):
     # SBC-3 5.41: FUA is byte 1 bit 3.
     return struct.pack(">BBIBHB", 0x2A, 0x08 if fua else 0, lba, 0, blocks, 0)
@@ -105,6 +123,20 @@ def clear_unit_attentions(c, lun=0, tries=8):
         if status != 2 or sense_key_asc(sense)[0] != 0x6:
             raise AssertionError(f"TEST UNIT READY: status {status:#x} sense {sense.hex()}")
     raise AssertionError(f"unit attentions did not clear after {tries} TEST UNIT READY")
+
+
+def atomic_limits(portal):
+    """(MAXIMUM ATOMIC TRANSFER LENGTH, ATOMIC ALIGNMENT) from LUN 0's Block Limits VPD page."""
+    c = Initiator(portal, "iqn.2026-11.io.iscsigw.test:crash-limits")
+    c.login(TARGET)
+    clear_unit_attentions(c)
+    status, data, sense = c._command(0, struct.pack(">BBBHB", 0x12, 0x01, 0xB0, 64, 0),
+                                     read_len=64)
+    c.logout()
+    c.close()
+    if status != 0 or len(data) < 52:
+        raise AssertionError(f"INQUIRY Block Limits: status {status:#x} sense {sense.hex()}")
+    return struct.unpack(">II", data[44:52])
 
 
 def read_wce(c, pc=0):
@@ -221,6 +253,10 @@ class Writer(threading.Thread):
         finally:
             c.close()
 
+    def going(self):
+        """Enough written for the kill: writes, FUA writes and a SYNCHRONIZE CACHE answered."""
+        return self.writes_acked >= MIN_ACKED_PER_WRITER and self.syncs_acked and self.fua_acked
+
     def _free_extent(self):
         while True:
             n = self.rng.randint(1, MAX_WRITE_BLOCKS)
@@ -261,6 +297,125 @@ class Writer(threading.Thread):
         return failures, counts
 
 
+class AtomicWriter(threading.Thread):
+    """One session rewriting the slots of its region with WRITE ATOMIC(16) FUA, DEPTH in flight,
+    never two writes to one slot at once, until the connection dies. The attributes the scenario
+    reads are Writer's. `alignment` is the LUN's ATOMIC ALIGNMENT (Block Limits VPD page): the
+    region and every slot start on a multiple of it (an rbd LUN's is its 4 MiB object, so there a
+    writer has one slot), and the region's blocks outside the slots must stay zeros."""
+
+    def __init__(self, portal, index, nonce, seed, alignment=0):
+        super().__init__(name=f"atomic-writer-{index}", daemon=True)
+        self.portal = portal
+        self.index = index
+        self.nonce = nonce
+        self.rng = random.Random(seed)
+        a = max(alignment, 1)
+        if a == 1:
+            self.base = index * REGION_STRIDE + GUARD_BLOCKS
+        else:
+            self.base = index * max(REGION_STRIDE, 2 * a) + a
+        step = -(-SLOT_BLOCKS // a) * a
+        self.slot_at = [k * step for k in range(REGION_BLOCKS // step + 1)
+                        if k * step + SLOT_BLOCKS <= REGION_BLOCKS]  # from base
+        assert self.slot_at, f"no slot of {SLOT_BLOCKS} blocks aligned to {a} in the region"
+        self.slots = len(self.slot_at)
+        self.ready = threading.Event()
+        self.stop_at = None
+        self.acked = [[0] for _ in range(self.slots)]  # per slot: generations answered GOOD
+        self.in_flight = [None] * self.slots
+        self.writes_sent = 0
+        self.writes_acked = 0
+        self.fua_acked = 0
+        self.syncs_acked = 0
+        self.synced_blocks = 0
+        self.error = None
+        self.ended_by = None
+        self.commands_in_flight_at_end = 0
+
+    def going(self):
+        return self.writes_acked >= MIN_ACKED_PER_WRITER
+
+    def run(self):
+        c = None
+        try:
+            c = Initiator(self.portal, f"iqn.2026-11.io.iscsigw.test:atomic-writer-{self.index}")
+            c.login(TARGET)
+            clear_unit_attentions(c)
+        except Exception as e:  # reported by the test
+            self.error = f"atomic writer {self.index} setup: {e!r}"
+            self.ready.set()
+            return
+        self.ready.set()
+        gen = 0
+        pending = {}  # itt -> (slot, gen)
+        try:
+            while self.stop_at is None or time.monotonic() < self.stop_at:
+                while len(pending) < min(DEPTH, self.slots) and c.window_open():
+                    slot = self.rng.choice([k for k in range(self.slots)
+                                            if self.in_flight[k] is None])
+                    gen += 1
+                    first = self.base + self.slot_at[slot]
+                    data = b"".join(block_image(self.nonce, self.index, first + b, gen)
+                                    for b in range(SLOT_BLOCKS))
+                    self.in_flight[slot] = gen
+                    self.writes_sent += 1
+                    itt = c.send_command(0, write_atomic16(first, SLOT_BLOCKS, True), data=data)
+                    pending[itt] = (slot, gen)
+                itt, status, _, sense = c.recv_response()
+                slot, g = pending.pop(itt)
+                if status != 0:
+                    self.error = (f"atomic writer {self.index}: WRITE ATOMIC(16) answered status "
+                                  f"{status:#x} sense {sense.hex()}")
+                    return
+                self.writes_acked += 1
+                self.fua_acked += 1
+                self.in_flight[slot] = None
+                self.acked[slot].append(g)
+            self.error = f"atomic writer {self.index}: still writing at the safety deadline"
+        except (OSError, ConnectionError) as e:
+            self.ended_by = e
+            self.commands_in_flight_at_end = len(pending)
+        except Exception as e:  # reported by the test
+            self.error = f"atomic writer {self.index}: {e!r}"
+        finally:
+            c.close()
+
+    def check(self, data, write_cache):
+        """Every slot holds all the blocks of one write: the last acknowledged (each was FUA, so
+        durable) or the one in flight."""
+        del write_cache  # FUA writes: durable either way
+        failures = []
+        # Every block of the region is verified: a slot's against its writes, the rest as zeros.
+        counts = {"blocks": REGION_BLOCKS, "at_last_acked": 0, "at_in_flight": 0,
+                  "older_than_acked": 0}
+        in_slots = {at + b for at in self.slot_at for b in range(SLOT_BLOCKS)}
+        for b in range(REGION_BLOCKS):
+            if b not in in_slots and data[b * BLOCK:(b + 1) * BLOCK] != bytes(BLOCK):
+                failures.append(f"lba {self.base + b} (writer {self.index}): written, outside "
+                                f"every slot")
+        for k in range(self.slots):
+            at = self.slot_at[k]
+            first = self.base + at
+            gens = [decode_block(data[(at + b) * BLOCK:(at + b + 1) * BLOCK],
+                                 self.nonce, self.index, first + b) for b in range(SLOT_BLOCKS)]
+            last_acked = self.acked[k][-1]
+            allowed = {last_acked} | ({self.in_flight[k]} if self.in_flight[k] else set())
+            if len(set(gens)) != 1:
+                failures.append(f"slot at lba {first} (writer {self.index}): torn, blocks hold "
+                                f"generations {sorted(set(g for g in gens if g is not None))}"
+                                f"{' and garbage' if None in gens else ''}; last acked "
+                                f"{last_acked}, in flight {self.in_flight[k]}")
+            elif gens[0] not in allowed:
+                failures.append(f"slot at lba {first} (writer {self.index}): generation "
+                                f"{gens[0]}, expected one of {sorted(allowed)}")
+            elif gens[0] == self.in_flight[k]:
+                counts["at_in_flight"] += SLOT_BLOCKS
+            else:
+                counts["at_last_acked"] += SLOT_BLOCKS
+        return failures, counts
+
+
 class CrashScenario:
     """Four pipelined writers mixing WRITE(10), WRITE(10) FUA and SYNCHRONIZE CACHE(10) on LUN 0,
     SIGKILL mid-run, restart on the same state dir, read back and compare (see the module text).
@@ -283,8 +438,13 @@ class CrashScenario:
         """WCE=0 (MODE SELECT): every write answered GOOD survives kill -9."""
         self.run_scenario(write_cache=False)
 
-    def run_scenario(self, write_cache):
-        label = f"WCE={int(write_cache)}"
+    def test_atomic_writes_are_whole_and_durable(self):
+        """WRITE ATOMIC(16) FUA: no slot torn, none older than its last acknowledged write."""
+        self.run_scenario(write_cache=True, writer=AtomicWriter)
+
+    def run_scenario(self, write_cache, writer=None):
+        writer = writer or Writer
+        label = f"WCE={int(write_cache)}" + (" WRITE ATOMIC" if writer is AtomicWriter else "")
         state_dir = tempfile.mkdtemp(prefix="iscsigw-crash-")
         self.addCleanup(shutil.rmtree, state_dir, ignore_errors=True)
         spec = self.lun_spec(state_dir)
@@ -314,7 +474,12 @@ class CrashScenario:
 
         nonce = random.getrandbits(32)
         seed = random.getrandbits(64)
-        writers = [Writer(d.portal, i, nonce, seed + i) for i in range(WRITERS)]
+        if writer is AtomicWriter:
+            # The LUN's atomic limits (SBC-4 6.6.4): slots must fit and start aligned.
+            limits = atomic_limits(d.portal)
+            self.assertGreaterEqual(limits[0], SLOT_BLOCKS, "MAXIMUM ATOMIC TRANSFER LENGTH")
+            writer = functools.partial(AtomicWriter, alignment=limits[1])
+        writers = [writer(d.portal, i, nonce, seed + i) for i in range(WRITERS)]
         start = time.monotonic()
         for w in writers:
             w.stop_at = start + KILL_DEADLINE + 10
@@ -328,9 +493,7 @@ class CrashScenario:
             failed = [w.error for w in writers if w.error]
             if failed:
                 raise AssertionError(f"{label}: a writer failed before the kill: {failed}")
-            return (time.monotonic() - began >= WRITE_SECONDS and
-                    all(w.writes_acked >= MIN_ACKED_PER_WRITER and w.syncs_acked and w.fua_acked
-                        for w in writers))
+            return time.monotonic() - began >= WRITE_SECONDS and all(w.going() for w in writers)
 
         wait_for(enough_written, KILL_DEADLINE, what=f"{label}: writers to get going")
         self.assertTrue(all(w.is_alive() for w in writers), "a writer stopped before the kill")
@@ -372,6 +535,8 @@ class CrashScenario:
                 totals[k] = totals.get(k, 0) + v
         reader.logout()
         reader.close()
+        # A file LUN's open completes an atomic write the kill cut short (file_store.cc).
+        completed = d2.read_log().count("completed an atomic write")
         self.assertEqual(d2.stop(), 0, "the restarted daemon did not stop cleanly")
 
         acked = sum(w.writes_acked for w in writers)
@@ -381,7 +546,8 @@ class CrashScenario:
               f"{sum(w.syncs_acked for w in writers)} (made {sum(w.synced_blocks for w in writers)}"
               f" block generations durable); commands in flight at the kill {in_flight}; blocks "
               f"verified {totals['blocks']}: at last acked {totals['at_last_acked']}, at in-flight "
-              f"{totals['at_in_flight']}, older acked {totals['older_than_acked']}", flush=True)
+              f"{totals['at_in_flight']}, older acked {totals['older_than_acked']}; atomic "
+              f"writes completed at the restart {completed}", flush=True)
         self.assertFalse(failures, f"{label}: {len(failures)} blocks wrong after kill -9:\n"
                          + "\n".join(failures[:20]))
         self.assertGreaterEqual(acked, WRITERS * MIN_ACKED_PER_WRITER)
