@@ -318,10 +318,8 @@ Disposition WriteAtomic16(const Command& cmd) {
     SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
     return Disposition::kDone;
   }
-  RwCdb r;
-  r.protect = cdb[1] >> 5;
-  r.fua = (cdb[1] & 0x08) != 0;
-  r.lba = LoadBe64(cdb + 2);
+  // WRITE(16)'s layout, but bytes 10-11 hold the ATOMIC BOUNDARY and 12-13 the TRANSFER LENGTH.
+  RwCdb r = Decode16(cdb);
   r.blocks = LoadBe16(cdb + 12);
   r.length_byte = 12;
   if (!CheckRw(cmd, r)) return Disposition::kDone;

@@ -149,29 +149,19 @@ def read_wce(c, pc=0):
     return bool(page[2] & 0x04)
 
 
-class Writer(threading.Thread):
-    """One session writing its own region with DEPTH commands in flight until the connection dies.
+class SessionWriter(threading.Thread):
+    """What both writers share: their session, the counts the scenario reads, and how a run ends
+    (the connection dying at the kill)."""
 
-    Only this thread touches the per-block state while it runs; the test reads it after join().
-    Writes to one block never overlap in time (a block is not reused until its write is answered),
-    so the generations of a block land in the order they were sent.
-    """
-
-    def __init__(self, portal, index, nonce, seed):
-        super().__init__(name=f"writer-{index}", daemon=True)
+    def __init__(self, kind, portal, index, nonce, seed):
+        super().__init__(name=f"{kind}-{index}", daemon=True)
+        self.kind = kind
         self.portal = portal
         self.index = index
         self.nonce = nonce
         self.rng = random.Random(seed)
-        self.base = index * REGION_STRIDE + GUARD_BLOCKS
         self.ready = threading.Event()
         self.stop_at = None          # monotonic deadline, a safety net if the kill never comes
-        # Per block of the region (index = lba - base).
-        self.acked = [[0] for _ in range(REGION_BLOCKS)]  # generations answered GOOD (0: zeros)
-        self.durable = [0] * REGION_BLOCKS                 # last generation known durable
-        self.in_flight = [None] * REGION_BLOCKS            # generation sent, not answered
-        self.unsynced = {}                                 # block -> GOOD non-FUA gen, not synced
-        # Counts.
         self.writes_sent = 0
         self.writes_acked = 0
         self.fua_acked = 0
@@ -181,77 +171,117 @@ class Writer(threading.Thread):
         self.ended_by = None         # the exception that ended the loop
         self.commands_in_flight_at_end = 0
 
-    def run(self):
-        c = None
+    def connect(self):
+        """A logged-in session with its unit attentions cleared; None (and error set) if not."""
         try:
-            c = Initiator(self.portal, f"iqn.2026-11.io.iscsigw.test:crash-writer-{self.index}")
+            c = Initiator(self.portal, f"iqn.2026-11.io.iscsigw.test:{self.kind}-{self.index}")
             c.login(TARGET)
             clear_unit_attentions(c)
+            return c
         except Exception as e:  # reported by the test
-            self.error = f"writer {self.index} setup: {e!r}"
+            self.error = f"{self.kind} {self.index} setup: {e!r}"
+            return None
+        finally:
             self.ready.set()
+
+    def run(self):
+        c = self.connect()
+        if c is None:
             return
-        self.ready.set()
-        gen = 0
-        pending = {}                 # itt -> ("write", first, n, gen, fua) | ("sync", snapshot)
-        until_sync = self.rng.randint(*SYNC_EVERY)
+        self.pending = {}            # itt -> the subclass's record of the command, kind first
         try:
             while self.stop_at is None or time.monotonic() < self.stop_at:
-                while len(pending) < DEPTH and c.window_open():
-                    sync_busy = any(p[0] == "sync" for p in pending.values())
-                    if until_sync <= 0 and not sync_busy:
-                        # Covers the writes answered GOOD so far, not those still in flight.
-                        snapshot = dict(self.unsynced)
-                        itt = c.send_command(0, sync_cache10(self.base, REGION_BLOCKS))
-                        pending[itt] = ("sync", snapshot)
-                        until_sync = self.rng.randint(*SYNC_EVERY)
-                        continue
-                    first, n = self._free_extent()
-                    gen += 1
-                    fua = self.rng.randrange(100) < FUA_PERCENT
-                    data = b"".join(block_image(self.nonce, self.index, self.base + b, gen)
-                                    for b in range(first, first + n))
-                    for b in range(first, first + n):
-                        self.in_flight[b] = gen
-                    self.writes_sent += 1
-                    itt = c.send_command(0, write10(self.base + first, n, fua), data=data)
-                    pending[itt] = ("write", first, n, gen, fua)
-                    until_sync -= 1
+                self.fill(c)
                 itt, status, _, sense = c.recv_response()
-                op = pending.pop(itt)
+                op = self.pending.pop(itt)
                 if status != 0:
-                    self.error = (f"writer {self.index}: {op[0]} answered status {status:#x} "
-                                  f"sense {sense.hex()}")
+                    self.error = (f"{self.kind} {self.index}: {op[0]} answered status "
+                                  f"{status:#x} sense {sense.hex()}")
                     return
-                if op[0] == "sync":
-                    self.syncs_acked += 1
-                    for b, g in op[1].items():
-                        if g > self.durable[b]:
-                            self.durable[b] = g
-                            self.synced_blocks += 1
-                        if self.unsynced.get(b) == g:
-                            del self.unsynced[b]
-                    continue
-                _, first, n, g, fua = op
-                self.writes_acked += 1
-                self.fua_acked += fua
-                for b in range(first, first + n):
-                    self.in_flight[b] = None
-                    self.acked[b].append(g)
-                    if fua:
-                        self.durable[b] = g
-                        self.unsynced.pop(b, None)
-                    else:
-                        self.unsynced[b] = g
-            self.error = f"writer {self.index}: still writing at the safety deadline (no kill)"
+                self.answered(op)
+            self.error = f"{self.kind} {self.index}: still writing at the safety deadline (no kill)"
         except (OSError, ConnectionError) as e:
             # The daemon died: whatever was sent and not answered stays in flight.
             self.ended_by = e
-            self.commands_in_flight_at_end = len(pending)
+            self.commands_in_flight_at_end = len(self.pending)
         except Exception as e:  # reported by the test
-            self.error = f"writer {self.index}: {e!r}"
+            self.error = f"{self.kind} {self.index}: {e!r}"
         finally:
             c.close()
+
+    def fill(self, c):
+        """Sends commands while DEPTH and the command window allow."""
+        raise NotImplementedError
+
+    def answered(self, op):
+        """Books a command answered GOOD."""
+        raise NotImplementedError
+
+
+class Writer(SessionWriter):
+    """One session writing its own region with DEPTH commands in flight until the connection dies.
+
+    Only this thread touches the per-block state while it runs; the test reads it after join().
+    Writes to one block never overlap in time (a block is not reused until its write is answered),
+    so the generations of a block land in the order they were sent.
+    """
+
+    def __init__(self, portal, index, nonce, seed):
+        super().__init__("crash-writer", portal, index, nonce, seed)
+        self.base = index * REGION_STRIDE + GUARD_BLOCKS
+        # Per block of the region (index = lba - base).
+        self.acked = [[0] for _ in range(REGION_BLOCKS)]  # generations answered GOOD (0: zeros)
+        self.durable = [0] * REGION_BLOCKS                 # last generation known durable
+        self.in_flight = [None] * REGION_BLOCKS            # generation sent, not answered
+        self.unsynced = {}                                 # block -> GOOD non-FUA gen, not synced
+        self.gen = 0
+        self.until_sync = self.rng.randint(*SYNC_EVERY)
+
+    def fill(self, c):
+        # pending: itt -> ("write", first, n, gen, fua) | ("sync", snapshot)
+        while len(self.pending) < DEPTH and c.window_open():
+            sync_busy = any(p[0] == "sync" for p in self.pending.values())
+            if self.until_sync <= 0 and not sync_busy:
+                # Covers the writes answered GOOD so far, not those still in flight.
+                snapshot = dict(self.unsynced)
+                itt = c.send_command(0, sync_cache10(self.base, REGION_BLOCKS))
+                self.pending[itt] = ("sync", snapshot)
+                self.until_sync = self.rng.randint(*SYNC_EVERY)
+                continue
+            first, n = self._free_extent()
+            self.gen += 1
+            gen = self.gen
+            fua = self.rng.randrange(100) < FUA_PERCENT
+            data = b"".join(block_image(self.nonce, self.index, self.base + b, gen)
+                            for b in range(first, first + n))
+            for b in range(first, first + n):
+                self.in_flight[b] = gen
+            self.writes_sent += 1
+            itt = c.send_command(0, write10(self.base + first, n, fua), data=data)
+            self.pending[itt] = ("write", first, n, gen, fua)
+            self.until_sync -= 1
+
+    def answered(self, op):
+        if op[0] == "sync":
+            self.syncs_acked += 1
+            for b, g in op[1].items():
+                if g > self.durable[b]:
+                    self.durable[b] = g
+                    self.synced_blocks += 1
+                if self.unsynced.get(b) == g:
+                    del self.unsynced[b]
+            return
+        _, first, n, g, fua = op
+        self.writes_acked += 1
+        self.fua_acked += fua
+        for b in range(first, first + n):
+            self.in_flight[b] = None
+            self.acked[b].append(g)
+            if fua:
+                self.durable[b] = g
+                self.unsynced.pop(b, None)
+            else:
+                self.unsynced[b] = g
 
     def going(self):
         """Enough written for the kill: writes, FUA writes and a SYNCHRONIZE CACHE answered."""
@@ -297,7 +327,7 @@ class Writer(threading.Thread):
         return failures, counts
 
 
-class AtomicWriter(threading.Thread):
+class AtomicWriter(SessionWriter):
     """One session rewriting the slots of its region with WRITE ATOMIC(16) FUA, DEPTH in flight,
     never two writes to one slot at once, until the connection dies. The attributes the scenario
     reads are Writer's. `alignment` is the LUN's ATOMIC ALIGNMENT (Block Limits VPD page): the
@@ -305,11 +335,7 @@ class AtomicWriter(threading.Thread):
     writer has one slot), and the region's blocks outside the slots must stay zeros."""
 
     def __init__(self, portal, index, nonce, seed, alignment=0):
-        super().__init__(name=f"atomic-writer-{index}", daemon=True)
-        self.portal = portal
-        self.index = index
-        self.nonce = nonce
-        self.rng = random.Random(seed)
+        super().__init__("atomic-writer", portal, index, nonce, seed)
         a = max(alignment, 1)
         if a == 1:
             self.base = index * REGION_STRIDE + GUARD_BLOCKS
@@ -320,66 +346,32 @@ class AtomicWriter(threading.Thread):
                         if k * step + SLOT_BLOCKS <= REGION_BLOCKS]  # from base
         assert self.slot_at, f"no slot of {SLOT_BLOCKS} blocks aligned to {a} in the region"
         self.slots = len(self.slot_at)
-        self.ready = threading.Event()
-        self.stop_at = None
         self.acked = [[0] for _ in range(self.slots)]  # per slot: generations answered GOOD
         self.in_flight = [None] * self.slots
-        self.writes_sent = 0
-        self.writes_acked = 0
-        self.fua_acked = 0
-        self.syncs_acked = 0
-        self.synced_blocks = 0
-        self.error = None
-        self.ended_by = None
-        self.commands_in_flight_at_end = 0
+        self.gen = 0
 
     def going(self):
         return self.writes_acked >= MIN_ACKED_PER_WRITER
 
-    def run(self):
-        c = None
-        try:
-            c = Initiator(self.portal, f"iqn.2026-11.io.iscsigw.test:atomic-writer-{self.index}")
-            c.login(TARGET)
-            clear_unit_attentions(c)
-        except Exception as e:  # reported by the test
-            self.error = f"atomic writer {self.index} setup: {e!r}"
-            self.ready.set()
-            return
-        self.ready.set()
-        gen = 0
-        pending = {}  # itt -> (slot, gen)
-        try:
-            while self.stop_at is None or time.monotonic() < self.stop_at:
-                while len(pending) < min(DEPTH, self.slots) and c.window_open():
-                    slot = self.rng.choice([k for k in range(self.slots)
-                                            if self.in_flight[k] is None])
-                    gen += 1
-                    first = self.base + self.slot_at[slot]
-                    data = b"".join(block_image(self.nonce, self.index, first + b, gen)
-                                    for b in range(SLOT_BLOCKS))
-                    self.in_flight[slot] = gen
-                    self.writes_sent += 1
-                    itt = c.send_command(0, write_atomic16(first, SLOT_BLOCKS, True), data=data)
-                    pending[itt] = (slot, gen)
-                itt, status, _, sense = c.recv_response()
-                slot, g = pending.pop(itt)
-                if status != 0:
-                    self.error = (f"atomic writer {self.index}: WRITE ATOMIC(16) answered status "
-                                  f"{status:#x} sense {sense.hex()}")
-                    return
-                self.writes_acked += 1
-                self.fua_acked += 1
-                self.in_flight[slot] = None
-                self.acked[slot].append(g)
-            self.error = f"atomic writer {self.index}: still writing at the safety deadline"
-        except (OSError, ConnectionError) as e:
-            self.ended_by = e
-            self.commands_in_flight_at_end = len(pending)
-        except Exception as e:  # reported by the test
-            self.error = f"atomic writer {self.index}: {e!r}"
-        finally:
-            c.close()
+    def fill(self, c):
+        # pending: itt -> ("write atomic", slot, gen)
+        while len(self.pending) < min(DEPTH, self.slots) and c.window_open():
+            slot = self.rng.choice([k for k in range(self.slots) if self.in_flight[k] is None])
+            self.gen += 1
+            first = self.base + self.slot_at[slot]
+            data = b"".join(block_image(self.nonce, self.index, first + b, self.gen)
+                            for b in range(SLOT_BLOCKS))
+            self.in_flight[slot] = self.gen
+            self.writes_sent += 1
+            itt = c.send_command(0, write_atomic16(first, SLOT_BLOCKS, True), data=data)
+            self.pending[itt] = ("write atomic", slot, self.gen)
+
+    def answered(self, op):
+        _, slot, g = op
+        self.writes_acked += 1
+        self.fua_acked += 1
+        self.in_flight[slot] = None
+        self.acked[slot].append(g)
 
     def check(self, data, write_cache):
         """Every slot holds all the blocks of one write: the last acknowledged (each was FUA, so
