@@ -667,17 +667,17 @@ void FileStore::WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint
 
 void FileStore::AtomicDone(AtomicJournal::Request* request, int err) {
   Op* op = static_cast<Op*>(request->ctx);
-  FileStore* store = op->store;
-  // A record left for the next open: serving on would show its range torn, and writes to it would
-  // be undone by the replay.
-  if (store->journal_->record_left()) store->fenced_.store(ESHUTDOWN, std::memory_order_relaxed);
   asio::post(*op->slot->ioc, [op, err] {
     op->slot->ioc->get_executor().on_work_finished();
     op->store->Finish(op, err);
   });
 }
 
-int FileStore::ready() const { return fenced_.load(std::memory_order_relaxed); }
+int FileStore::ready() const {
+  // A record left for the next open: serving on would show its range torn, and writes to it would
+  // be undone by the replay.
+  return journal_ != nullptr && journal_->record_left() ? ESHUTDOWN : 0;
+}
 
 std::string FileStore::offline_reason() const {
   if (ready() == 0) return {};

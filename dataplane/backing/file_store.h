@@ -163,7 +163,6 @@ class FileStore final : public BackingStore {
   WriteGate read_gate_;                       // reads shared; atomic writes exclusive
   AtomicJournal::Gates gates_{gate_, read_gate_};
   std::unique_ptr<AtomicJournal> journal_;  // regular files that can be written
-  std::atomic<int> fenced_{0};
 };
 
 }  // namespace iscsigw::backing

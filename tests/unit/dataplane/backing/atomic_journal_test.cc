@@ -109,8 +109,7 @@ class AtomicJournalTest : public ::testing::Test {
   // of `data` at `offset` is durable and before any of it is written in place: the write is held
   // there (an ordinary write in flight keeps it from taking the gate) while its journal is copied,
   // then let go; afterwards the range gets its old bytes back and the journal copy its place.
-  // Returns the LUN file's path.
-  std::string CrashAfterRecord(uint64_t offset, const std::vector<uint8_t>& data) {
+  void CrashAfterRecord(uint64_t offset, const std::vector<uint8_t>& data) {
     const std::string at_crash = (dir_ / "journal-at-crash").string();
     std::string journal_path;
     {
@@ -132,13 +131,21 @@ class AtomicJournalTest : public ::testing::Test {
     EXPECT_TRUE(JournalsOf(lun_).empty());
     WriteRange(lun_, offset, Old(offset, data.size()));
     fs::rename(at_crash, journal_path);
-    return lun_;
   }
 
-  iscsigw::Result<AtomicJournal::Recovery> Recover(const std::string& lun, bool read_only = false) {
-    UniqueFd fd(::open(lun.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC));
+  // Recover finds nothing to replay: the LUN keeps its old bytes and no journal is left.
+  void ExpectDiscarded() {
+    auto r = Recover();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
+    EXPECT_EQ(ReadRange(lun_, 0, kLunBytes), old_);
+    EXPECT_TRUE(JournalsOf(lun_).empty());
+  }
+
+  iscsigw::Result<AtomicJournal::Recovery> Recover(bool read_only = false) {
+    UniqueFd fd(::open(lun_.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC));
     EXPECT_TRUE(fd.valid());
-    return AtomicJournal::Recover(lun, fd.get(), kLunBytes, read_only);
+    return AtomicJournal::Recover(lun_, fd.get(), kLunBytes, read_only);
   }
 
   fs::path dir_;
@@ -168,7 +175,7 @@ TEST_F(AtomicJournalTest, WriteLandsInPlaceAndRetiresItsRecord) {
     journal.Submit(&refused.request);
     EXPECT_EQ(refused.Wait(), EINVAL);
     // A live store's journal is not another open's to touch.
-    auto r = Recover(lun_);
+    auto r = Recover();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->found, AtomicJournal::Found::kNothing);
     EXPECT_TRUE(fs::exists(journal_path));
@@ -177,15 +184,11 @@ TEST_F(AtomicJournalTest, WriteLandsInPlaceAndRetiresItsRecord) {
   // A retired record found at open (a crash after the write completed) is not replayed.
   fs::copy_file(dir_ / "retired", journal_path);
   WriteRange(lun_, 12288, Old(12288, data.size()));
-  auto r = Recover(lun_);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
-  EXPECT_EQ(ReadRange(lun_, 0, kLunBytes), old_);
-  EXPECT_TRUE(JournalsOf(lun_).empty());
+  ExpectDiscarded();
 }
 
 TEST_F(AtomicJournalTest, NoJournalIsNothingToRecover) {
-  auto r = Recover(lun_);
+  auto r = Recover();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kNothing);
 }
@@ -193,80 +196,72 @@ TEST_F(AtomicJournalTest, NoJournalIsNothingToRecover) {
 TEST_F(AtomicJournalTest, ACrashMidWriteIsCompletedAtTheNextOpen) {
   const uint64_t offset = 3 * kMiB + 4096;
   const auto data = Pattern(512 * 1024, 9);
-  const std::string lun = CrashAfterRecord(offset, data);
+  CrashAfterRecord(offset, data);
   // The in-place write was cut half way, as a crash during it leaves the range: torn.
   std::vector<uint8_t> torn = Old(offset, data.size());
   std::memcpy(torn.data(), data.data(), data.size() / 2);
-  WriteRange(lun, offset, torn);
+  WriteRange(lun_, offset, torn);
 
-  auto r = Recover(lun);
+  auto r = Recover();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kReplayed);
   EXPECT_EQ(r->replayed, 1);
   EXPECT_EQ(r->offset, offset);
   EXPECT_EQ(r->len, data.size());
-  EXPECT_EQ(ReadRange(lun, offset, data.size()), data) << "the range is still torn";
-  EXPECT_EQ(ReadRange(lun, 0, offset), Old(0, offset));
-  EXPECT_TRUE(JournalsOf(lun).empty());
+  EXPECT_EQ(ReadRange(lun_, offset, data.size()), data) << "the range is still torn";
+  EXPECT_EQ(ReadRange(lun_, 0, offset), Old(0, offset));
+  EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
 TEST_F(AtomicJournalTest, ARecordNotWhollyDurableIsDiscardedAndTheRangeKeepsItsOldBytes) {
   const auto data = Pattern(64 * 1024, 11);
-  const std::string lun = CrashAfterRecord(8192, data);
+  CrashAfterRecord(8192, data);
   // The last bytes of the record never reached the disk: its write had not been acknowledged,
   // nor had anything been written in place.
-  const std::string journal = JournalsOf(lun).at(0);
+  const std::string journal = JournalsOf(lun_).at(0);
   WriteRange(journal, AtomicJournal::kHeaderBytes + data.size() - 512, std::vector<uint8_t>(512));
 
-  auto r = Recover(lun);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
-  EXPECT_EQ(ReadRange(lun, 0, kLunBytes), old_);
-  EXPECT_TRUE(JournalsOf(lun).empty());
+  ExpectDiscarded();
 }
 
 TEST_F(AtomicJournalTest, ARecordOfAnotherFileOfTheSameNameIsDiscarded) {
   const auto data = Pattern(64 * 1024, 23);
-  const std::string lun = CrashAfterRecord(0, data);
+  CrashAfterRecord(0, data);
   // The LUN was removed and a new one made at its path before any open: the journal left beside
   // it is the old file's, and none of its data may reach the new one.
-  const std::string journal = JournalsOf(lun).at(0);
+  const std::string journal = JournalsOf(lun_).at(0);
   const std::string kept = (dir_ / "kept").string();
   fs::rename(journal, kept);
-  fs::remove(lun);
-  std::ofstream(lun, std::ios::binary)
+  fs::remove(lun_);
+  std::ofstream(lun_, std::ios::binary)
       .write(reinterpret_cast<const char*>(old_.data()), static_cast<std::streamsize>(kLunBytes));
   fs::rename(kept, journal);
 
-  auto r = Recover(lun);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->found, AtomicJournal::Found::kDiscarded);
-  EXPECT_EQ(ReadRange(lun, 0, kLunBytes), old_);
-  EXPECT_TRUE(JournalsOf(lun).empty());
+  ExpectDiscarded();
 }
 
 TEST_F(AtomicJournalTest, AReadOnlyOpenRefusesAnUnfinishedWriteAndChangesNothing) {
   const auto data = Pattern(4096, 13);
-  const std::string lun = CrashAfterRecord(0, data);
-  auto r = Recover(lun, /*read_only=*/true);
+  CrashAfterRecord(0, data);
+  auto r = Recover(/*read_only=*/true);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("open the LUN writable once"), std::string::npos)
       << r.status().ToString();
-  EXPECT_EQ(JournalsOf(lun).size(), 1u);
-  EXPECT_EQ(ReadRange(lun, 0, data.size()), Old(0, data.size()));
+  EXPECT_EQ(JournalsOf(lun_).size(), 1u);
+  EXPECT_EQ(ReadRange(lun_, 0, data.size()), Old(0, data.size()));
   // Writable, it completes.
-  r = Recover(lun);
+  r = Recover();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->found, AtomicJournal::Found::kReplayed);
-  EXPECT_EQ(ReadRange(lun, 0, data.size()), data);
+  EXPECT_EQ(ReadRange(lun_, 0, data.size()), data);
 }
 
 TEST_F(AtomicJournalTest, ARecordOutsideTheLunIsAnErrorThatNamesIt) {
-  const std::string lun = CrashAfterRecord(kLunBytes - 4096, Pattern(4096, 15));
-  const std::string journal = JournalsOf(lun).at(0);
-  UniqueFd fd(::open(lun.c_str(), O_RDWR | O_CLOEXEC));
-  auto r = AtomicJournal::Recover(lun, fd.get(), kLunBytes - 4096, false);
+  CrashAfterRecord(kLunBytes - 4096, Pattern(4096, 15));
+  const std::string journal = JournalsOf(lun_).at(0);
+  UniqueFd fd(::open(lun_.c_str(), O_RDWR | O_CLOEXEC));
+  auto r = AtomicJournal::Recover(lun_, fd.get(), kLunBytes - 4096, false);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("lies outside the LUN"), std::string::npos)
       << r.status().ToString();
@@ -314,19 +309,19 @@ TEST_F(FileStoreAtomicTest, WritesAtomicallyAndOpenCompletesAnInterruptedWrite) 
   }
 
   const auto later = Pattern(128 * 1024, 19);
-  const std::string crashed = CrashAfterRecord(2 * kMiB, later);
-  auto store = FileStore::Open(FileStoreOptions{crashed, 0}, {&ioc_});
+  CrashAfterRecord(2 * kMiB, later);
+  auto store = FileStore::Open(FileStoreOptions{lun_, 0}, {&ioc_});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_EQ(ReadRange(crashed, 2 * kMiB, later.size()), later);
-  EXPECT_TRUE(JournalsOf(crashed).empty());
+  EXPECT_EQ(ReadRange(lun_, 2 * kMiB, later.size()), later);
+  EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
 // The store's own descriptor of the LUN file (read-write, through the page cache).
-int StoreFd(const std::string& lun) {
+int StoreFd(const std::string& path) {
   for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
     std::error_code ec;
     const auto target = fs::read_symlink(e.path(), ec);
-    if (ec || target != fs::path(lun)) continue;
+    if (ec || target != fs::path(path)) continue;
     const int fd = std::stoi(e.path().filename().string());
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) return fd;
