@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -37,7 +41,7 @@ constexpr uint64_t kMaxProvisioningWalk = uint64_t{16} << 30;
 // librbd's compare-and-write (Ceph 16) takes a range inside one 512-byte sector only.
 constexpr uint64_t kNativeCompareSector = 512;
 
-// The timeouts set where the conf file leaves Ceph's default (see rbd_store.h).
+// The options set where the conf file leaves Ceph's default (see rbd_store.h).
 struct Default {
   const char* option;
   const char* ceph_default;
@@ -47,6 +51,8 @@ constexpr Default kDefaults[] = {
     {"client_mount_timeout", "300", "15"},
     {"rados_osd_op_timeout", "0", "30"},
     {"rados_mon_op_timeout", "0", "30"},
+    {"rbd_cache_writethrough_until_flush", "true", "false"},
+    {"rbd_non_blocking_aio", "true", "false"},
 };
 
 std::string ConfGet(rados_t h, const char* option) {
@@ -73,6 +79,33 @@ uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
   };
   if (option("rbd_cache_policy") == "writeback" && option("rbd_cache") != "false") return 0;
   return unit;
+}
+
+// Whether the conf file sets `option` for client.<id> ([global], [client] or [client.<id>]), in
+// any of the spellings Ceph accepts (spaces, dashes or underscores). A value equal to Ceph's
+// default cannot be told from no value through librados, so the file itself is read.
+bool ConfFileSets(const std::string& path, const std::string& id, const char* option) {
+  std::ifstream in(path);
+  auto trim = [](const std::string& s) {
+    const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  auto normal = [&](const std::string& s) {
+    std::string n = trim(s);
+    for (char& ch : n) ch = (ch == ' ' || ch == '-') ? '_' : static_cast<char>(std::tolower(ch));
+    return n;
+  };
+  bool applies = true;  // lines before any section header are global
+  for (std::string line; std::getline(in, line);) {
+    const std::string l = trim(line.substr(0, line.find_first_of("#;")));
+    if (!l.empty() && l.front() == '[') {
+      const std::string section = normal(l.substr(1, l.find(']') - 1));
+      applies = section == "global" || section == "client" || section == "client." + id;
+    } else if (const auto eq = l.find('='); applies && eq != std::string::npos) {
+      if (normal(l.substr(0, eq)) == option) return true;
+    }
+  }
+  return false;
 }
 
 bool IsCephDefault(const std::string& value, const char* ceph_default) {
@@ -228,8 +261,18 @@ struct RbdStore::Cluster {
         return InvalidArgument(who + "keyring: " + ErrnoText(-r));  // the path is not repeated
       }
     }
+    // The file read: the named one, or the default one ($CEPH_CONF, else /etc/ceph/ceph.conf).
+    std::string conf_path = o.conf;
+    if (conf_path.empty()) {
+      const char* env = std::getenv("CEPH_CONF");
+      conf_path = env != nullptr && *env != '\0' ? env : "/etc/ceph/ceph.conf";
+    }
+    // With it the ObjectCacher waits in the caller for dirty data to drain: the reactor would.
+    const bool blocks_upfront = ConfGet(c->handle, "rbd_cache_block_writes_upfront") == "true";
     for (const Default& d : kDefaults) {
-      if (IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
+      if (blocks_upfront && std::string_view(d.option) == "rbd_non_blocking_aio") continue;
+      if (!ConfFileSets(conf_path, id, d.option) &&
+          IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
         (void)rados_conf_set(c->handle, d.option, d.ours);
       }
     }

@@ -163,6 +163,37 @@ class RbdLunTest(harness.DaemonTestCase):
             self.assertIsNotNone(re.search(pat % (op, re.escape(TARGET)), metrics), op)
         self.assertIn('iscsigw_store_io_errors_total{lun="1",target="%s"} 0' % TARGET, metrics)
 
+    def test_client_options_set_where_the_conf_leaves_cephs_default(self):
+        # Three LUNs, each with a conf of its own and so a librados handle of its own, asked on
+        # an admin socket of its own.
+        names = ("rbd_non_blocking_aio", "rbd_cache_writethrough_until_flush",
+                 "rbd_cache_block_writes_upfront")
+        extras = {"plain": "",
+                  "theirs": "rbd non blocking aio = true\n"
+                            "rbd cache writethrough until flush = true\n",
+                  "upfront": "rbd cache block writes upfront = true\n"}
+        seen = set()
+        for lun_id, (name, extra) in enumerate(extras.items(), start=11):
+            conf = os.path.join(CLUSTER.dir, f"{name}.conf")
+            sock = os.path.join(CLUSTER.dir, "run", f"{name}.asok")
+            with open(CONF) as src, open(conf, "w") as dst:
+                dst.write(src.read() + f"\n[client]\nadmin socket = {sock}\n" + extra)
+            self.daemon.ctl("lun", "create", TARGET, lun_id, "--backing", "rbd", "--pool", "rbd",
+                            "--image", "opts-" + name, "--ceph-conf", conf, "--create", "--size",
+                            "8M")
+            self.addCleanup(self.daemon.ctl, "lun", "delete", TARGET, lun_id)
+            values = []
+            for n in names:
+                out = harness.run(["ceph", "--admin-daemon", sock, "config", "get", n]).stdout
+                values.append(json.loads(out)[n])
+            seen.add(tuple(values))
+        self.assertEqual(seen, {
+            ("false", "false", "false"),  # ours: dispatch on the reactor, the cache acks at once
+            ("true", "true", "false"),  # the conf's own values win
+            # Dispatch would wait in the reactor behind the writeback cache: librbd's queue.
+            ("true", "false", "true"),
+        })
+
     def test_delete_removes_only_an_image_the_gateway_created(self):
         def exists(image):
             return rbd("info", "rbd/" + image, check=False).returncode == 0
@@ -302,8 +333,23 @@ class RbdLunTest(harness.DaemonTestCase):
         other = self.login()  # a ram LUN on the same (only) reactor
 
         pid = CLUSTER.osd_pid()
+
+        def state():
+            with open(f"/proc/{pid}/status") as f:
+                return f.read()
+
+        def all_threads_stopped():
+            states = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            return all(st == "T" for st in states)
+
         os.kill(pid, signal.SIGSTOP)
         try:
+            # The signal takes effect when the OSD's threads next enter the kernel: until then a
+            # command could still be answered.
+            harness.wait_for(all_threads_stopped, 5, what="every thread of the OSD stopped")
             # Commands to the rbd LUN wait for the OSD (FUA: librbd's cache may acknowledge a
             # plain write at once, as the caching mode page's WCE=1 allows)...
             itts = [ini.send_command(2, struct.pack(">BBIBHB", 0x2A, 8, 100 + i * 16, 0, 16, 0),
@@ -322,8 +368,7 @@ class RbdLunTest(harness.DaemonTestCase):
             early = b""
             if select.select([ini.sock], [], [], 0)[0]:
                 early = ini.sock.recv(48, socket.MSG_PEEK)
-            with open(f"/proc/{pid}/status") as f:
-                stopped = f.read()
+            stopped = state()
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertRegex(stopped, r"State:\s+T", "the OSD was not stopped")
