@@ -12,7 +12,11 @@ LUNs, each pair served at the same time on loopback and loaded one at a time:
   rbd   a 1 GiB RBD image of a throwaway one-node cluster (scripts/ceph-test-cluster.sh: one mon,
         one memstore OSD on this machine) as an iscsigwd rbd LUN, written end to end first. tgtd
         has no rbd store in Debian's tgt; the ceiling is `rbd bench` straight on the image
-        (librbd, 32 threads, 4 KiB random), run before the gateway opens it.
+        (librbd, 32 threads, 4 KiB random), run in every round just before the gateway's cell
+        of the same workload, so that both meet the OSD at the same age (memstore's OSD slows
+        down as random writes lengthen its PG logs); the ceiling is the median of those runs.
+        Its writes take the image's exclusive lock from the gateway, which takes it back at its
+        next write.
 Workloads (build/bin/iscsi_load, one session on libiscsi's async API, every status checked):
   4 KiB random read and write at QD 1, 8, 32 and 128; 4 KiB random write with FUA at QD32;
   70/30 read/write at QD32; 128 KiB sequential read and write at QD32; 1 MiB sequential read at
@@ -126,7 +130,8 @@ class Lab:
     def __init__(self):
         self.daemons, self.tgtds, self.files = [], [], []
         self.cluster = None  # a throwaway Ceph cluster's directory
-        self.ceilings = {}   # measured while setting up (rbd bench), for the Ceilings table
+        self.rbd_conf = None  # its conf
+        self.ceilings = {}   # measured alongside the cells (rbd bench), for the Ceilings table
 
     def tgtd(self, bstype, backing, name):
         proc, url = start_tgtd(free_port(), bstype, backing, name)
@@ -172,8 +177,12 @@ def rbd_bench(conf, image, io_type, seconds):
     return run(max(20000, int(estimate * seconds)))
 
 
+# The cells with an rbd bench ceiling, and rbd bench's --io-type for each.
+RBD_CEILINGS = {"randread-qd32": "read", "randwrite-qd32": "write"}
+
+
 def rbd_setup(lab, args, log):
-    """A throwaway cluster with a 1 GiB image written end to end; rbd bench's ceilings on it."""
+    """A throwaway cluster with a 1 GiB image written end to end; its conf."""
     lab.cluster = tempfile.mkdtemp(prefix="iscsigw-bench-ceph-")
     # memstore keeps the OSD's data in RAM, 1 GiB unless told: room for the image and then some
     # (a full OSD blocks every write).
@@ -188,11 +197,7 @@ def rbd_setup(lab, args, log):
     subprocess.run(["rbd", "-c", conf, "bench", "--io-type", "write", "--io-size", "4M",
                     "--io-threads", "8", "--io-pattern", "seq", "--io-total",
                     str(RBD_LUN_BYTES), "rbd/bench"], check=True, capture_output=True)
-    for key, io_type in (("randread-qd32", "read"), ("randwrite-qd32", "write")):
-        runs = [rbd_bench(conf, "rbd/bench", io_type, args.seconds) for _ in range(args.repeats)]
-        lab.ceilings[f"rbd-{key}"] = {"what": f"rbd bench on the rbd LUN's image, {key}",
-                                      "iops": statistics.median(runs)}
-        log(f"rbd bench {key}: {lab.ceilings[f'rbd-{key}']['iops']:.0f} IOPS")
+    lab.rbd_conf = conf
     return conf
 
 
@@ -259,8 +264,13 @@ def run_kind(kind, args, log, ceil):
     try:
         targets, drop = setup(kind, lab, args, log)
         samples = {}
+        rbd_runs = {}
         for rnd in range(args.repeats):
             for key, _, wargs in WORKLOADS:
+                if kind == "rbd" and key in RBD_CEILINGS:
+                    c = rbd_bench(lab.rbd_conf, "rbd/bench", RBD_CEILINGS[key], args.seconds)
+                    rbd_runs.setdefault(key, []).append(c)
+                    log(f"rbd round {rnd + 1} {key} rbd bench: {c:.0f} IOPS")
                 for t in targets:
                     if drop:
                         drop_caches()
@@ -269,6 +279,9 @@ def run_kind(kind, args, log, ceil):
                     log(f"{kind} round {rnd + 1} {key} {t.name}: {r['iops']:.0f} IOPS "
                         f"p50 {r['p50']:.0f} us, {r['cpu_us']:.2f} us CPU/IO")
         cells = {k: median_cells(v) for k, v in samples.items()}
+        for key, runs in rbd_runs.items():
+            lab.ceilings[f"rbd-{key}"] = {"what": f"rbd bench on the rbd LUN's image, {key}",
+                                          "iops": statistics.median(runs)}
         extra = {}
         if kind == "null":
             extra = sessions_ceiling(targets[1], args, log)
