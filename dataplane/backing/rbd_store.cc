@@ -15,7 +15,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -52,7 +51,6 @@ constexpr Default kDefaults[] = {
     {"rados_osd_op_timeout", "0", "30"},
     {"rados_mon_op_timeout", "0", "30"},
     {"rbd_cache_writethrough_until_flush", "true", "false"},
-    {"rbd_non_blocking_aio", "true", "false"},
 };
 
 std::string ConfGet(rados_t h, const char* option) {
@@ -267,10 +265,7 @@ struct RbdStore::Cluster {
       const char* env = std::getenv("CEPH_CONF");
       conf_path = env != nullptr && *env != '\0' ? env : "/etc/ceph/ceph.conf";
     }
-    // With it the ObjectCacher waits in the caller for dirty data to drain: the reactor would.
-    const bool blocks_upfront = ConfGet(c->handle, "rbd_cache_block_writes_upfront") == "true";
     for (const Default& d : kDefaults) {
-      if (blocks_upfront && std::string_view(d.option) == "rbd_non_blocking_aio") continue;
       if (!ConfFileSets(conf_path, id, d.option) &&
           IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
         (void)rados_conf_set(c->handle, d.option, d.ours);
