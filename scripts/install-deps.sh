@@ -10,6 +10,7 @@ build_pkgs=(
   prometheus-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   librbd-dev  # the rbd backing store (librbd and librados; no pkg-config file)
+  libgoogle-perftools-dev  # tcmalloc, iscsigwd's allocator (CMakeLists.txt: ISCSIGW_TCMALLOC)
   clang-format
   python3-minimal  # configure: tests/CMakeLists.txt registers the Python tests
 )
