@@ -14,6 +14,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -79,11 +81,11 @@ uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
   return unit;
 }
 
-// Whether the conf file sets `option` for client.<id> ([global], [client] or [client.<id>]), in
-// any of the spellings Ceph accepts (spaces, dashes or underscores). A value equal to Ceph's
-// default cannot be told from no value through librados, so the file itself is read.
-bool ConfFileSets(const std::string& path, const std::string& id, const char* option) {
-  std::ifstream in(path);
+// The options the conf files set for client.<id> ([global], [client] or [client.<id>]), each in
+// the underscore spelling (Ceph also accepts spaces and dashes). `paths` is what
+// rados_conf_read_file takes: one path or several, comma-separated. A value equal to Ceph's
+// default cannot be told from no value through librados, so the files themselves are read.
+std::set<std::string> ConfFileOptions(const std::string& paths, const std::string& id) {
   auto trim = [](const std::string& s) {
     const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
     return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
@@ -93,17 +95,22 @@ bool ConfFileSets(const std::string& path, const std::string& id, const char* op
     for (char& ch : n) ch = (ch == ' ' || ch == '-') ? '_' : static_cast<char>(std::tolower(ch));
     return n;
   };
-  bool applies = true;  // lines before any section header are global
-  for (std::string line; std::getline(in, line);) {
-    const std::string l = trim(line.substr(0, line.find_first_of("#;")));
-    if (!l.empty() && l.front() == '[') {
-      const std::string section = normal(l.substr(1, l.find(']') - 1));
-      applies = section == "global" || section == "client" || section == "client." + id;
-    } else if (const auto eq = l.find('='); applies && eq != std::string::npos) {
-      if (normal(l.substr(0, eq)) == option) return true;
+  std::set<std::string> out;
+  std::istringstream list(paths);
+  for (std::string path; std::getline(list, path, ',');) {
+    std::ifstream in(trim(path));
+    bool applies = true;  // lines before any section header are global
+    for (std::string line; std::getline(in, line);) {
+      const std::string l = trim(line.substr(0, line.find_first_of("#;")));
+      if (!l.empty() && l.front() == '[') {
+        const std::string section = normal(l.substr(1, l.find(']') - 1));
+        applies = section == "global" || section == "client" || section == "client." + id;
+      } else if (const auto eq = l.find('='); applies && eq != std::string::npos) {
+        out.insert(normal(l.substr(0, eq)));
+      }
     }
   }
-  return false;
+  return out;
 }
 
 bool IsCephDefault(const std::string& value, const char* ceph_default) {
@@ -259,14 +266,15 @@ struct RbdStore::Cluster {
         return InvalidArgument(who + "keyring: " + ErrnoText(-r));  // the path is not repeated
       }
     }
-    // The file read: the named one, or the default one ($CEPH_CONF, else /etc/ceph/ceph.conf).
-    std::string conf_path = o.conf;
-    if (conf_path.empty()) {
+    // The files read: the named ones, or the default one ($CEPH_CONF, else /etc/ceph/ceph.conf).
+    std::string conf_paths = o.conf;
+    if (conf_paths.empty()) {
       const char* env = std::getenv("CEPH_CONF");
-      conf_path = env != nullptr && *env != '\0' ? env : "/etc/ceph/ceph.conf";
+      conf_paths = env != nullptr && *env != '\0' ? env : "/etc/ceph/ceph.conf";
     }
+    const std::set<std::string> named = ConfFileOptions(conf_paths, id);
     for (const Default& d : kDefaults) {
-      if (!ConfFileSets(conf_path, id, d.option) &&
+      if (named.count(d.option) == 0 &&
           IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
         (void)rados_conf_set(c->handle, d.option, d.ours);
       }
