@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -53,12 +52,31 @@ constexpr Default kDefaults[] = {
     {"rados_osd_op_timeout", "0", "30"},
     {"rados_mon_op_timeout", "0", "30"},
     {"rbd_cache_writethrough_until_flush", "true", "false"},
+    // Unbounded: librados makes the objecter's throttle blocking, and with inline dispatch it
+    // would block a reactor. The sessions' command windows bound what is in flight instead.
+    {"objecter_inflight_ops", "1024", "0"},
+    {"objecter_inflight_op_bytes", "104857600", "0"},
 };
 
 std::string ConfGet(rados_t h, const char* option) {
   char buf[512] = {};
   if (rados_conf_get(h, option, buf, sizeof(buf)) != 0) return {};
   return buf;
+}
+
+// Why librbd called with rbd_non_blocking_aio = false (on the calling thread, a reactor) could
+// wait there; empty when nothing on that path waits. librbd's dispatch layers queue what they
+// cannot do yet (exclusive lock, refresh, QoS, the write-around cache's dirty limit) instead of
+// waiting; what remains is the objecter's throttle, which librados makes blocking, and a
+// writeback cache told to block writes up front.
+std::string InlineDispatchWaits(rados_t h) {
+  for (const char* option : {"objecter_inflight_ops", "objecter_inflight_op_bytes"}) {
+    if (ConfGet(h, option) != "0") return std::string(option) + " " + ConfGet(h, option);
+  }
+  if (ConfGet(h, "rbd_cache_block_writes_upfront") == "true") {
+    return "rbd_cache_block_writes_upfront true";
+  }
+  return {};
 }
 
 // What librbd sends to the cluster as one request to one object, which the OSD applies whole: a
@@ -82,7 +100,7 @@ uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
 }
 
 // The options the conf files set for client.<id> ([global], [client] or [client.<id>]), each in
-// the underscore spelling (Ceph also accepts spaces and dashes). `paths` is what
+// the underscore spelling (Ceph 16 also accepts spaces, not dashes). `paths` is what
 // rados_conf_read_file takes: one path or several, comma-separated. A value equal to Ceph's
 // default cannot be told from no value through librados, so the files themselves are read.
 std::set<std::string> ConfFileOptions(const std::string& paths, const std::string& id) {
@@ -90,9 +108,16 @@ std::set<std::string> ConfFileOptions(const std::string& paths, const std::strin
     const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
     return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
   };
+  // As Ceph normalizes a key: a run of blanks inside it is one '_'; case matters.
   auto normal = [&](const std::string& s) {
-    std::string n = trim(s);
-    for (char& ch : n) ch = (ch == ' ' || ch == '-') ? '_' : static_cast<char>(std::tolower(ch));
+    std::string n;
+    for (char ch : trim(s)) {
+      if (ch != ' ' && ch != '\t') {
+        n += ch;
+      } else if (n.back() != '_') {
+        n += '_';
+      }
+    }
     return n;
   };
   std::set<std::string> out;
@@ -278,6 +303,16 @@ struct RbdStore::Cluster {
           IsCephDefault(ConfGet(c->handle, d.option), d.ceph_default)) {
         (void)rados_conf_set(c->handle, d.option, d.ours);
       }
+    }
+    // librbd's calls run on the reactor that makes them (no thread switch per I/O), where they
+    // cannot wait; otherwise, or where the conf file says so, librbd queues them to its thread.
+    const std::string waits = InlineDispatchWaits(c->handle);
+    if (named.count("rbd_non_blocking_aio") == 0 && waits.empty()) {
+      (void)rados_conf_set(c->handle, "rbd_non_blocking_aio", "false");
+    } else if (ConfGet(c->handle, "rbd_non_blocking_aio") == "false" && !waits.empty()) {
+      log::Backing().warn(
+          "{}ceph conf {}: rbd_non_blocking_aio false with {}: librbd may block a reactor", who,
+          conf_name, waits);
     }
     // An unmapped block must read as zeros (LBPRZ=1): no discard may be skipped.
     (void)rados_conf_set(c->handle, "rbd_skip_partial_discard", "false");

@@ -12,16 +12,25 @@
 //                         ETIMEDOUT; 30 s is the Linux initiator's default command timeout, so an
 //                         OSD that comes back sooner only delays the command;
 //   rados_mon_op_timeout  30 s (Ceph: 0, wait forever)  each mon request (image open, resize).
-// And one for speed, also only where the conf file does not set it:
+// And, for speed, also only where the conf file does not set them:
 //   rbd_cache_writethrough_until_flush  false (Ceph: true)  librbd's cache acknowledges writes
 //                         from the first one (see Completions), not only after the initiator's
 //                         first flush: the LUN's caching mode page states the cache (WCE=1),
 //                         initiators flush it, and with WCE=0 every write is FUA. That heuristic
 //                         is for guests that may never flush; SCSI says when a write is durable.
+//   objecter_inflight_ops, objecter_inflight_op_bytes  0, unbounded (Ceph: 1024, 100 MiB)
+//                         librados makes this throttle blocking: a reactor would wait in it. What
+//                         is in flight is bounded by the sessions' command windows instead, and
+//                         what the cache has acknowledged by rbd_cache_max_dirty.
+//   rbd_non_blocking_aio  false (Ceph: true)  librbd dispatches on the reactor that calls it,
+//                         instead of queueing each call to its own thread: one thread switch less
+//                         per I/O (4 KiB random reads at QD32: +8 points of rbd bench's figure).
+//                         Only where nothing on that path can wait: not while either objecter
+//                         throttle is set, nor with rbd_cache_block_writes_upfront (a conf that
+//                         sets rbd_non_blocking_aio false with one of those is warned about).
+//                         librbd's layers queue what they cannot do yet (the exclusive lock, a
+//                         refresh, QoS, the cache's dirty limit) rather than wait for it.
 // A value in the conf file wins, even one equal to Ceph's default (the file is read for it).
-// rbd_non_blocking_aio stays at Ceph's default (true): dispatching on the reactor instead saves a
-// thread switch per I/O (4 KiB random reads at QD32: +7%), but then the reactor does librbd's
-// work too, and 128 KiB sequential writes at QD32 lost a third.
 // At open (not read-only, the image with exclusive locking), an exclusive lock held by a client
 // of this host with another nonce (this gateway before a crash) that does not answer a notify on
 // the image's header within 2 s is broken (rbd_lock_break, which blocklists it); librbd would
@@ -51,7 +60,7 @@
 // Completions: librbd runs a completion's callback on one of its own threads. The callback takes
 // the result, releases librbd's completion and posts the operation to the submitting reactor's
 // CompletionInbox (an intrusive MPSC list and an eventfd), which runs the IoCompletion on that
-// reactor. No librbd call made on a reactor waits for the cluster: rbd_aio_* only queue.
+// reactor. No librbd call made on a reactor waits for the cluster: rbd_aio_* dispatch and send.
 // Allocation: each operation in flight lives in a per-slot record from a free list that grows, in
 // chunks, only when a slot has more in flight than ever before (bounded by the sessions' command
 // windows): nothing is allocated on our side per I/O. librbd allocates its own completion

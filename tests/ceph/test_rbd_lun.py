@@ -166,8 +166,18 @@ class RbdLunTest(harness.DaemonTestCase):
     def test_client_options_set_where_the_conf_leaves_cephs_default(self):
         # Two LUNs, each with a conf of its own and so a librados handle of its own, asked on an
         # admin socket of its own.
-        names = ("rbd_cache_writethrough_until_flush", "rbd_non_blocking_aio")
-        extras = {"plain": "", "theirs": "rbd cache writethrough until flush = true\n"}
+        names = ("rbd_cache_writethrough_until_flush", "objecter_inflight_ops",
+                 "objecter_inflight_op_bytes", "rbd_non_blocking_aio")
+        extras = {
+            "plain": "",
+            "theirs": "rbd cache writethrough until flush = true\n",
+            # A throttle of the conf's: librbd keeps queueing to its own thread.
+            "throttled": "objecter_inflight_ops = 2048\n",
+            # The conf asks for inline dispatch with a blocking throttle: granted, and warned.
+            "inline": "rbd non blocking aio = false\nobjecter  inflight op_bytes = 104857600\n",
+            # Ceph 16 takes no dashes in a conf file's keys: this one is not set, ours is.
+            "dashes": "rbd-cache-writethrough-until-flush = true\n",
+        }
         seen = {}
         for lun_id, (name, extra) in enumerate(extras.items(), start=11):
             conf = os.path.join(CLUSTER.dir, f"{name}.conf")
@@ -182,10 +192,28 @@ class RbdLunTest(harness.DaemonTestCase):
             for n in names:
                 out = harness.run(["ceph", "--admin-daemon", sock, "config", "get", n]).stdout
                 seen[name].append(json.loads(out)[n])
+            # I/O works either way: a write, read back (FUA: through the cache to the OSD).
+            ini, data = self.login(), pattern(4096, lun_id)
+            status, _, sense = self.command(ini, lun_id,
+                                            struct.pack(">BBIBHB", 0x2A, 0x08, 0, 0, 8, 0),
+                                            data=data)
+            self.assertEqual(status, 0, sense.hex())
+            status, got, sense = self.command(ini, lun_id,
+                                              struct.pack(">BBIBHB", 0x28, 0, 0, 0, 8, 0),
+                                              read_len=4096)
+            self.assertEqual((status, got), (0, data), sense.hex())
         self.assertEqual(seen, {
-            "plain": ["false", "true"],  # ours: the cache acknowledges from the first write
-            "theirs": ["true", "true"],  # the conf's value wins, even Ceph's default
+            # ours: the cache acknowledges from the first write; no blocking throttle; librbd
+            # dispatches on the reactor
+            "plain": ["false", "0", "0", "false"],
+            "theirs": ["true", "0", "0", "false"],  # the conf's value wins, even Ceph's default
+            "throttled": ["false", "2048", "0", "true"],
+            "inline": ["false", "0", "104857600", "false"],
+            "dashes": ["false", "0", "0", "false"],
         })
+        self.assertIn(f"ceph conf {os.path.join(CLUSTER.dir, 'inline.conf')}: rbd_non_blocking_aio "
+                      "false with objecter_inflight_op_bytes 104857600", self.daemon.read_log())
+        self.assertNotIn("throttled.conf: rbd_non_blocking_aio", self.daemon.read_log())
 
     def test_delete_removes_only_an_image_the_gateway_created(self):
         def exists(image):
