@@ -189,10 +189,13 @@ def rbd_setup(lab, args, log):
     # memstore keeps the OSD's data in RAM, 1 GiB unless told: room for the image and then some
     # (a full OSD blocks every write).
     env = dict(os.environ, CEPH_TEST_MEMSTORE_BYTES=str(3 * RBD_LUN_BYTES))
+    t0 = time.monotonic()
     r = subprocess.run(["bash", CEPH_CLUSTER, "start", lab.cluster], capture_output=True,
                        text=True, timeout=120, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"ceph-test-cluster.sh start failed:\n{r.stderr}")
+    lab.ceilings["ceph_start_s"] = time.monotonic() - t0
+    log(f"rbd: the throwaway cluster started in {lab.ceilings['ceph_start_s']:.2f} s")
     conf = r.stdout.strip().splitlines()[-1]
     subprocess.run(["rbd", "-c", conf, "create", "rbd/bench", "--size",
                     f"{RBD_LUN_BYTES >> 20}M"], check=True, capture_output=True)
@@ -540,7 +543,7 @@ def report(args, results, ceil, started, seconds_taken):
         md += ["## Ceilings", "",
                "| what | IOPS | MB/s | p50 µs | p99 µs |", "| --- | ---: | ---: | ---: | ---: |"]
         for key, c in ceil.items():
-            if key == "iperf3_mbps":
+            if key in ("iperf3_mbps", "ceph_start_s"):
                 continue
             what = c.get("what", f"fio libaio O_DIRECT on the file, {key}")
             md.append(f"| {what} | {fmt(c['iops'])} | {fmt(c.get('mbps', float('nan')))} | "
@@ -548,6 +551,9 @@ def report(args, results, ceil, started, seconds_taken):
         if "iperf3_mbps" in ceil:
             md.append(f"| iperf3, one TCP stream on loopback | | {ceil['iperf3_mbps']:.0f} | | |")
         md.append("")
+        if "ceph_start_s" in ceil:
+            md += [f"The rbd LUN's throwaway cluster (one mon, one memstore OSD) started in "
+                   f"{ceil['ceph_start_s']:.2f} s.", ""]
     g = goals(results, ceil)
     if g:
         md += ["## Goals", "", "| goal | measured | met |", "| --- | --- | --- |"]
