@@ -71,7 +71,7 @@ std::string ConfGet(rados_t h, const char* option) {
 // writeback cache told to block writes up front.
 std::string InlineDispatchWaits(rados_t h) {
   for (const char* option : {"objecter_inflight_ops", "objecter_inflight_op_bytes"}) {
-    if (ConfGet(h, option) != "0") return std::string(option) + " " + ConfGet(h, option);
+    if (const std::string v = ConfGet(h, option); v != "0") return std::string(option) + " " + v;
   }
   if (ConfGet(h, "rbd_cache_block_writes_upfront") == "true") {
     return "rbd_cache_block_writes_upfront true";

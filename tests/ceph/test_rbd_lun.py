@@ -164,8 +164,8 @@ class RbdLunTest(harness.DaemonTestCase):
         self.assertIn('iscsigw_store_io_errors_total{lun="1",target="%s"} 0' % TARGET, metrics)
 
     def test_client_options_set_where_the_conf_leaves_cephs_default(self):
-        # Two LUNs, each with a conf of its own and so a librados handle of its own, asked on an
-        # admin socket of its own.
+        # One LUN per conf, each with a librados handle of its own, asked on an admin socket of
+        # its own.
         names = ("rbd_cache_writethrough_until_flush", "objecter_inflight_ops",
                  "objecter_inflight_op_bytes", "rbd_non_blocking_aio")
         extras = {
@@ -174,7 +174,8 @@ class RbdLunTest(harness.DaemonTestCase):
             # A throttle of the conf's: librbd keeps queueing to its own thread.
             "throttled": "objecter_inflight_ops = 2048\n",
             # The conf asks for inline dispatch with a blocking throttle: granted, and warned.
-            "inline": "rbd non blocking aio = false\nobjecter  inflight op_bytes = 104857600\n",
+            # (A run of blanks in a key is one '_' to Ceph as to the gateway.)
+            "inline": "rbd non blocking aio = false\nobjecter  inflight op_bytes = 209715200\n",
             # Ceph 16 takes no dashes in a conf file's keys: this one is not set, ours is.
             "dashes": "rbd-cache-writethrough-until-flush = true\n",
         }
@@ -208,11 +209,11 @@ class RbdLunTest(harness.DaemonTestCase):
             "plain": ["false", "0", "0", "false"],
             "theirs": ["true", "0", "0", "false"],  # the conf's value wins, even Ceph's default
             "throttled": ["false", "2048", "0", "true"],
-            "inline": ["false", "0", "104857600", "false"],
+            "inline": ["false", "0", "209715200", "false"],
             "dashes": ["false", "0", "0", "false"],
         })
         self.assertIn(f"ceph conf {os.path.join(CLUSTER.dir, 'inline.conf')}: rbd_non_blocking_aio "
-                      "false with objecter_inflight_op_bytes 104857600", self.daemon.read_log())
+                      "false with objecter_inflight_op_bytes 209715200", self.daemon.read_log())
         self.assertNotIn("throttled.conf: rbd_non_blocking_aio", self.daemon.read_log())
 
     def test_delete_removes_only_an_image_the_gateway_created(self):
