@@ -12,6 +12,7 @@ import resource
 import select
 import selectors
 import socket
+import statistics
 import struct
 import threading
 import time
@@ -31,7 +32,8 @@ SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
 # There a login costs the daemon about ten times as much: the floods are scaled down to match.
 SCALE = 0.1 if SANITIZED else 1.0
 CLIENT_TIMEOUT = 30 if SANITIZED else 5
-PERF_SECONDS = 4
+MEASURES = 3           # iscsi-perf runs on each side of a comparison
+PERF_SECONDS = 2       # each
 INITIATOR = "iqn.2026-11.io.iscsigw.test:abuse"
 SECRET = "abuse-test-secret-1"
 
@@ -159,31 +161,39 @@ class AbuseTest(DaemonTestCase):
             time.sleep(0.05)
 
     def under(self, abuse_fn, what, settle=0.0):
-        """Runs the abuse and the well-behaved session together, and the session alone just
-        before, and checks the bounds. Two attempts: this machine's other work moves IOPS by
-        more than a few percent between runs; the abuse must cost less than 20% in one of them."""
+        """Runs the well-behaved session alone and alongside the abuse, in turn, and checks the
+        bounds; returns the counts of each run of the abuse.
+
+        This machine's speed drifts: the same session, back to back, moves between phases of
+        tens of seconds that differ by 1.8x. So the two sides alternate, MEASURES runs each, the
+        abuse started afresh for each of its runs, and their medians are compared. Two attempts;
+        the abuse must cost less than 1 - KEEP of the session's IOPS in one of them."""
         for attempt in (1, 2):
-            alone = perf(self.url, seconds=PERF_SECONDS)
+            alone, runs, counts = [], [], []
             self.sampling.clear()
             sampler = threading.Thread(target=self.sample_rss, daemon=True)
             sampler.start()
-            with Abuse(abuse_fn) as a:
-                if settle:
-                    time.sleep(settle)
-                iops = perf(self.url, seconds=PERF_SECONDS)
+            for _ in range(MEASURES):
+                alone.append(perf(self.url, seconds=PERF_SECONDS))
+                with Abuse(abuse_fn) as a:
+                    if settle:
+                        time.sleep(settle)
+                    runs.append(perf(self.url, seconds=PERF_SECONDS))
+                if a.error:
+                    raise a.error
+                counts.append(a.counts)
+                self.assertIsNone(self.d.proc.poll(), "iscsigwd died")
             self.sampling.set()
             sampler.join()
-            if a.error:
-                raise a.error
-            self.assertIsNone(self.d.proc.poll(), "iscsigwd died")
-            kept = iops / alone
-            print(f"{what}: {a.counts}; session kept {iops} IOPS ({kept:.0%} of {alone} alone); "
+            kept = statistics.median(runs) / statistics.median(alone)
+            print(f"{what}: {counts[-1]} (the last of {MEASURES} runs); session IOPS alone "
+                  f"{alone}, under the abuse {runs}: kept {kept:.0%} by the medians; "
                   f"peak RSS {self.peak_rss:.0f} MiB", flush=True)
             if SANITIZED:
-                return a.counts
+                return counts
             self.assertLess(self.peak_rss, RSS_BOUND_MIB)
             if kept >= KEEP:
-                return a.counts
+                return counts
         self.fail(f"{what}: the session kept only {kept:.0%} of its IOPS")
 
     # ---- connections that never log in
@@ -194,22 +204,28 @@ class AbuseTest(DaemonTestCase):
         login_times = []
 
         def hold(stop, counts):
+            # The last run's are checked below; the earlier ones are let go (the fd limit).
+            while socks:
+                socks.pop().close()
             for _ in range(n):
                 s = socket.socket()
                 s.setblocking(False)
                 s.connect_ex(("127.0.0.1", int(self.d.portal.rpartition(":")[2])))
                 socks.append(s)
-            counts["opened"] = len(socks)
+            counts["opened"] = n
             # Logins while the table is full of them: each must make room for itself.
+            times = []
             while not stop.is_set():
                 t0 = time.monotonic()
                 c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT)
                 c.login(IQN_PREFIX + "abuse")
-                login_times.append(time.monotonic() - t0)
+                times.append(time.monotonic() - t0)
                 c.close()
                 stop.wait(0.2)
-            counts["logins"] = len(login_times)
-            counts["slowest login ms"] = round(max(login_times) * 1000, 1)
+            login_times.extend(times)
+            counts["logins"] = len(times)
+            counts["slowest login ms"] = round(max(times, default=0) * 1000, 1)
+            counts["median login ms"] = round(statistics.median(times or [0]) * 1000, 1)
 
         try:
             self.under(hold, "10,000 idle connections", settle=1.0)
@@ -217,7 +233,11 @@ class AbuseTest(DaemonTestCase):
             self.assertLess(open_fds(self.pid), MAX_CONNECTIONS + 100)
             self.assertGreater(len(login_times), 0)
             if not SANITIZED:
-                self.assertLess(max(login_times), 1.0)
+                # The burst overflows the kernel's listen backlog (net.core.somaxconn), which
+                # drops SYNs, the login's among them now and then: the slowest login may have
+                # waited for one retransmission of its SYN (RFC 6298: 1 s), not for the daemon.
+                self.assertLess(statistics.median(login_times), 0.25)
+                self.assertLess(max(login_times), 2.0)
             # Each is closed by the daemon by the login timeout at the latest.
             sel = selectors.DefaultSelector()
             for s in socks:
@@ -242,9 +262,9 @@ class AbuseTest(DaemonTestCase):
 
     def test_slowloris_is_closed_by_the_login_timeout(self):
         port = int(self.d.portal.rpartition(":")[2])
-        closed_after = []
 
         def slowloris(stop, counts):
+            closed_after = []
             keys = encode_keys([("InitiatorName", INITIATOR)]).ljust(64, b"\0")
             pdu = bytes(login_bhs(64)) + keys
             conns = []
@@ -282,10 +302,11 @@ class AbuseTest(DaemonTestCase):
             counts["connections"] = 200
             counts["bytes sent"] = sent
             counts["closed by the daemon"] = len(closed_after)
+            counts["slowest close s"] = round(max(closed_after, default=0), 2)
 
-        self.under(slowloris, "slowloris, 200 connections at 1 byte/s")
-        self.assertEqual(len(closed_after), 200)
-        self.assertLess(max(closed_after), LOGIN_TIMEOUT_S + 2.0)
+        for counts in self.under(slowloris, "slowloris, 200 connections at 1 byte/s"):
+            self.assertEqual(counts["closed by the daemon"], 200)
+            self.assertLess(counts["slowest close s"], LOGIN_TIMEOUT_S + 2.0)
 
     # ---- framing
 
@@ -324,8 +345,8 @@ class AbuseTest(DaemonTestCase):
             counts["connections"] = n
             counts["per second"] = pace.rate()
 
-        counts = self.under(oversized, "DataSegmentLength beyond the limit")
-        self.assertGreater(counts["connections"], 10)
+        for counts in self.under(oversized, "DataSegmentLength beyond the limit"):
+            self.assertGreater(counts["connections"], 10)
 
     def test_garbage_ahs_lengths(self):
         def garbage(stop, counts):
@@ -360,9 +381,9 @@ class AbuseTest(DaemonTestCase):
             counts["answered or closed"] = answered
             counts["per second"] = pace.rate()
 
-        counts = self.under(garbage, "garbage AHS")
-        self.assertGreater(counts["connections"], 10)
-        self.assertEqual(counts["answered or closed"], counts["connections"])
+        for counts in self.under(garbage, "garbage AHS"):
+            self.assertGreater(counts["connections"], 10)
+            self.assertEqual(counts["answered or closed"], counts["connections"])
 
     # ---- floods
 
@@ -388,10 +409,10 @@ class AbuseTest(DaemonTestCase):
             counts["logins"] = ok
             counts["per second"] = pace.rate()
 
-        counts = self.under(flood, "login flood")
-        self.assertEqual(counts["logins"], counts["attempts"])  # each one succeeded
-        if not SANITIZED:
-            self.assertGreaterEqual(counts["per second"], 900)
+        for counts in self.under(flood, "login flood"):
+            self.assertEqual(counts["logins"], counts["attempts"])  # each one succeeded
+            if not SANITIZED:
+                self.assertGreaterEqual(counts["per second"], 900)
         # Sessions whose connection vanished are gone, not accumulated.
         wait_for(lambda: len(self.d.ctl_json("session", "list").get("sessions", [])) == 0,
                  timeout=10, what="the flood's sessions to end")
@@ -421,9 +442,9 @@ class AbuseTest(DaemonTestCase):
             counts["then TEST UNIT READY status"] = status
             c.close()
 
-        counts = self.under(flood, "CmdSN flood")
-        self.assertGreater(counts["commands outside the window"], 100000 * SCALE)
-        self.assertIn(counts["then TEST UNIT READY status"], (0, 2))
+        for counts in self.under(flood, "CmdSN flood"):
+            self.assertGreater(counts["commands outside the window"], 100000 * SCALE)
+            self.assertIn(counts["then TEST UNIT READY status"], (0, 2))
 
     def test_text_request_continued_for_megabytes(self):
         def flood(stop, counts):
@@ -451,10 +472,10 @@ class AbuseTest(DaemonTestCase):
             counts["rejects"] = rejects
             c.close()
 
-        counts = self.under(flood, "Text continued for megabytes")
-        self.assertGreater(counts["text bytes sent"], 4 * MiB)
-        # One reject per 64 KiB (the request limit) of text: nothing beyond it is kept.
-        self.assertGreaterEqual(counts["rejects"], counts["text bytes sent"] // (72 * 1024))
+        for counts in self.under(flood, "Text continued for megabytes"):
+            self.assertGreater(counts["text bytes sent"], 4 * MiB)
+            # One reject per 64 KiB (the request limit) of text: nothing beyond it is kept.
+            self.assertGreaterEqual(counts["rejects"], counts["text bytes sent"] // (72 * 1024))
 
     def test_nop_out_and_task_management_floods(self):
         def flood(stop, counts):
@@ -495,8 +516,8 @@ class AbuseTest(DaemonTestCase):
             counts["ABORT TASKs"] = tmfs
             c.close()
 
-        counts = self.under(flood, "NOP-Out and TMF flood")
-        self.assertGreater(counts["NOP-Outs"], 50000 * SCALE)
+        for counts in self.under(flood, "NOP-Out and TMF flood"):
+            self.assertGreater(counts["NOP-Outs"], 50000 * SCALE)
 
     # ---- CHAP guessing
 
@@ -521,16 +542,17 @@ class AbuseTest(DaemonTestCase):
             counts["per second"] = pace.rate()
 
         started = time.monotonic()
-        counts = self.under(guess, "CHAP guessing")
+        runs = self.under(guess, "CHAP guessing")
         elapsed = time.monotonic() - started
-        self.assertEqual(counts["right secret while locked out"], 0x0201)
-        self.assertEqual(counts["right secret from 127.0.0.2"], 0)
+        for counts in runs:
+            self.assertEqual(counts["right secret while locked out"], 0x0201)
+            self.assertEqual(counts["right secret from 127.0.0.2"], 0)
         log = self.d.read_log()
         self.assertIn("locked out", log)
         self.assertNotIn(SECRET, log)
         # How many guesses were checked, rather than refused unchecked: the log says.
         checked = log.count("CHAP failed for " + INITIATOR)
-        print(f"  guesses checked: {checked} of {counts['guesses']}", flush=True)
+        print(f"  guesses checked: {checked} of {sum(c['guesses'] for c in runs)}", flush=True)
         # 3 free, then locked out for 1 s, 2 s, 4 s, ...: one more checked guess per doubling.
         self.assertLessEqual(checked, 3 + math.ceil(math.log2(elapsed + 1)) + 1)
         # Once the lockout has passed, the right secret works and clears the record.
