@@ -200,64 +200,63 @@ class AbuseTest(DaemonTestCase):
 
     def test_10000_idle_connections_do_not_lock_out_a_login(self):
         n = 10000 if not SANITIZED else 2 * MAX_CONNECTIONS
-        socks = []
-        login_times = []
+        port = int(self.d.portal.rpartition(":")[2])
 
         def hold(stop, counts):
-            # The last run's are checked below; the earlier ones are let go (the fd limit).
-            while socks:
-                socks.pop().close()
-            for _ in range(n):
-                s = socket.socket()
-                s.setblocking(False)
-                s.connect_ex(("127.0.0.1", int(self.d.portal.rpartition(":")[2])))
-                socks.append(s)
-            counts["opened"] = n
-            # Logins while the table is full of them: each must make room for itself.
-            times = []
-            while not stop.is_set():
-                t0 = time.monotonic()
-                c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT)
-                c.login(IQN_PREFIX + "abuse")
-                times.append(time.monotonic() - t0)
-                c.close()
-                stop.wait(0.2)
-            login_times.extend(times)
-            counts["logins"] = len(times)
-            counts["slowest login ms"] = round(max(times, default=0) * 1000, 1)
-            counts["median login ms"] = round(statistics.median(times or [0]) * 1000, 1)
+            socks = []
+            try:
+                for _ in range(n):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.setblocking(False)
+                    s.connect_ex(("127.0.0.1", port))
+                counts["opened"] = n
+                # Logins while the table is full of them: each must make room for itself.
+                times = []
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    c = Initiator(self.d.portal, INITIATOR, timeout=CLIENT_TIMEOUT)
+                    c.login(IQN_PREFIX + "abuse")
+                    times.append(time.monotonic() - t0)
+                    c.close()
+                    stop.wait(0.2)
+                counts["logins"] = len(times)
+                counts["median login s"] = round(statistics.median(times or [0]), 4)
+                counts["slowest login s"] = round(max(times, default=0), 4)
+                # The daemon holds at most MAX_CONNECTIONS of them at once.
+                counts["daemon fds"] = open_fds(self.pid)
+                # Each is closed by the daemon by the login timeout at the latest. Waited for
+                # here, so that the session's next run alone starts without them.
+                sel = selectors.DefaultSelector()
+                for s in socks:
+                    sel.register(s, selectors.EVENT_READ)
+                open_left = set(socks)
+                deadline = time.monotonic() + LOGIN_TIMEOUT_S + (3 if not SANITIZED else 30)
+                while open_left and time.monotonic() < deadline:
+                    for key, _ in sel.select(0.5):
+                        try:
+                            data = key.fileobj.recv(4096)
+                        except (ConnectionError, BlockingIOError):
+                            data = b""
+                        if data == b"":
+                            sel.unregister(key.fileobj)
+                            open_left.discard(key.fileobj)
+                counts["still open after the login timeout"] = len(open_left)
+            finally:
+                for s in socks:
+                    s.close()
 
-        try:
-            self.under(hold, "10,000 idle connections", settle=1.0)
-            # The daemon holds at most MAX_CONNECTIONS of them at once.
-            self.assertLess(open_fds(self.pid), MAX_CONNECTIONS + 100)
-            self.assertGreater(len(login_times), 0)
+        runs = self.under(hold, "10,000 idle connections", settle=1.0)
+        for counts in runs:
+            self.assertLess(counts["daemon fds"], MAX_CONNECTIONS + 100)
+            self.assertGreater(counts["logins"], 0)
+            self.assertEqual(counts["still open after the login timeout"], 0)
             if not SANITIZED:
                 # The burst overflows the kernel's listen backlog (net.core.somaxconn), which
                 # drops SYNs, the login's among them now and then: the slowest login may have
                 # waited for one retransmission of its SYN (RFC 6298: 1 s), not for the daemon.
-                self.assertLess(statistics.median(login_times), 0.25)
-                self.assertLess(max(login_times), 2.0)
-            # Each is closed by the daemon by the login timeout at the latest.
-            sel = selectors.DefaultSelector()
-            for s in socks:
-                sel.register(s, selectors.EVENT_READ)
-            open_left = set(socks)
-            deadline = time.monotonic() + LOGIN_TIMEOUT_S + (3 if not SANITIZED else 30)
-            while open_left and time.monotonic() < deadline:
-                for key, _ in sel.select(0.5):
-                    try:
-                        data = key.fileobj.recv(4096)
-                    except (ConnectionError, BlockingIOError):
-                        data = b""
-                    if data == b"":
-                        sel.unregister(key.fileobj)
-                        open_left.discard(key.fileobj)
-            print(f"  still open after the login timeout: {len(open_left)}", flush=True)
-            self.assertEqual(len(open_left), 0)
-        finally:
-            for s in socks:
-                s.close()
+                self.assertLess(counts["median login s"], 0.25)
+                self.assertLess(counts["slowest login s"], 2.0)
         wait_for(lambda: open_fds(self.pid) < 100, timeout=10, what="the connections released")
 
     def test_slowloris_is_closed_by_the_login_timeout(self):
@@ -409,10 +408,11 @@ class AbuseTest(DaemonTestCase):
             counts["logins"] = ok
             counts["per second"] = pace.rate()
 
-        for counts in self.under(flood, "login flood"):
+        runs = self.under(flood, "login flood")
+        for counts in runs:
             self.assertEqual(counts["logins"], counts["attempts"])  # each one succeeded
-            if not SANITIZED:
-                self.assertGreaterEqual(counts["per second"], 900)
+        if not SANITIZED:
+            self.assertGreaterEqual(statistics.median(c["per second"] for c in runs), 900)
         # Sessions whose connection vanished are gone, not accumulated.
         wait_for(lambda: len(self.d.ctl_json("session", "list").get("sessions", [])) == 0,
                  timeout=10, what="the flood's sessions to end")
@@ -442,9 +442,12 @@ class AbuseTest(DaemonTestCase):
             counts["then TEST UNIT READY status"] = status
             c.close()
 
-        for counts in self.under(flood, "CmdSN flood"):
-            self.assertGreater(counts["commands outside the window"], 100000 * SCALE)
+        runs = self.under(flood, "CmdSN flood")
+        for counts in runs:
             self.assertIn(counts["then TEST UNIT READY status"], (0, 2))
+        # At least half the intended rate over the runs' PERF_SECONDS each.
+        self.assertGreater(sum(c["commands outside the window"] for c in runs),
+                           50000 * SCALE * PERF_SECONDS * len(runs))
 
     def test_text_request_continued_for_megabytes(self):
         def flood(stop, counts):
@@ -472,10 +475,11 @@ class AbuseTest(DaemonTestCase):
             counts["rejects"] = rejects
             c.close()
 
-        for counts in self.under(flood, "Text continued for megabytes"):
-            self.assertGreater(counts["text bytes sent"], 4 * MiB)
+        runs = self.under(flood, "Text continued for megabytes")
+        for counts in runs:
             # One reject per 64 KiB (the request limit) of text: nothing beyond it is kept.
             self.assertGreaterEqual(counts["rejects"], counts["text bytes sent"] // (72 * 1024))
+        self.assertGreater(sum(c["text bytes sent"] for c in runs), 4 * MiB)
 
     def test_nop_out_and_task_management_floods(self):
         def flood(stop, counts):
@@ -516,8 +520,10 @@ class AbuseTest(DaemonTestCase):
             counts["ABORT TASKs"] = tmfs
             c.close()
 
-        for counts in self.under(flood, "NOP-Out and TMF flood"):
-            self.assertGreater(counts["NOP-Outs"], 50000 * SCALE)
+        runs = self.under(flood, "NOP-Out and TMF flood")
+        # At least half the intended rate over the runs' PERF_SECONDS each.
+        self.assertGreater(sum(c["NOP-Outs"] for c in runs),
+                           25000 * SCALE * PERF_SECONDS * len(runs))
 
     # ---- CHAP guessing
 
@@ -526,6 +532,15 @@ class AbuseTest(DaemonTestCase):
                             timeout=CLIENT_TIMEOUT, chap=("abuser", secret))
 
     def test_chap_guessing_is_locked_out_per_initiator_and_source(self):
+        started = time.monotonic()
+        # Three failures in a row lock the initiator out from this source: then even the right
+        # secret is refused from here, but not from another source address. Asked right after
+        # the third failure, while its 1 s lockout runs.
+        for n in range(3):
+            self.assertEqual(self.chap_login(f"wrong-{n}"), 0x0201)
+        self.assertEqual(self.chap_login(SECRET), 0x0201)
+        self.assertEqual(self.chap_login(SECRET, "127.0.0.2"), 0)
+
         def guess(stop, counts):
             n = 0
             pace = Pace(1000 * SCALE)
@@ -533,20 +548,11 @@ class AbuseTest(DaemonTestCase):
                 pace.wait()
                 self.assertEqual(self.chap_login(f"guess-{n:012d}"), 0x0201)
                 n += 1
-                if n == 3:
-                    # Locked out now: even the right secret is refused from here...
-                    counts["right secret while locked out"] = self.chap_login(SECRET)
-                    # ...but not from another source address.
-                    counts["right secret from 127.0.0.2"] = self.chap_login(SECRET, "127.0.0.2")
             counts["guesses"] = n
             counts["per second"] = pace.rate()
 
-        started = time.monotonic()
         runs = self.under(guess, "CHAP guessing")
         elapsed = time.monotonic() - started
-        for counts in runs:
-            self.assertEqual(counts["right secret while locked out"], 0x0201)
-            self.assertEqual(counts["right secret from 127.0.0.2"], 0)
         log = self.d.read_log()
         self.assertIn("locked out", log)
         self.assertNotIn(SECRET, log)
