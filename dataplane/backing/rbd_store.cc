@@ -60,11 +60,7 @@ constexpr Default kDefaults[] = {
     {"objecter_inflight_op_bytes", "104857600", "0"},
 };
 
-// librados' completion threads, on a host of fewer than kFewCores cores: one, not Ceph's two.
-// There the second thread competes with the reactors for the same cores: on 2 cores, with one
-// the gateway spent 37-47 us of CPU per 4 KiB random read at QD32 against 50-60 us, and read 7%
-// faster (5 rounds interleaved against the throwaway cluster). librbd's own work runs on that
-// thread too, as in rbd-nbd's default (rbd_op_threads 1). Elsewhere Ceph's default stands.
+// Only on a host of fewer than kFewCores cores (rbd_store.h says why and what it was measured at).
 constexpr Default kFewCoresThreads = {"librados_thread_count", "2", "1"};
 constexpr unsigned kFewCores = 4;
 
