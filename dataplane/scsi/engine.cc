@@ -230,6 +230,7 @@ constexpr std::array<OpEntry, 256> MakeOpTable() {
   for (uint8_t sa = 0; sa <= 7; ++sa) AddServiceAction(t[kPersistentReserveOut], sa);
   t[kPreventAllowMediumRemoval] = {internal::PreventAllowMediumRemoval};
   t[kMaintenanceIn] = {internal::MaintenanceIn};
+  AddServiceAction(t[kMaintenanceIn], kSaReportTargetPortGroups);
   AddServiceAction(t[kMaintenanceIn], kSaReportSupportedOperationCodes);
   AddServiceAction(t[kMaintenanceIn], kSaReportSupportedTaskManagementFunctions);
   // SBC-3 provisioning, verify and read-modify-write commands (sbc_provisioning.cc,

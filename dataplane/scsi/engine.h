@@ -248,6 +248,7 @@ struct TargetInfo {
   std::string name;                        // target IQN
   uint16_t tpgt = 1;                       // target portal group tag
   uint16_t relative_port_id = 1;           // SCSI relative target port identifier
+  uint16_t target_port_group = 1;          // ALUA target port group: one per gateway (VPD 0x83)
   std::vector<std::shared_ptr<Lun>> luns;  // sorted by id
 
   Lun* FindLun(uint64_t id) const;

@@ -87,7 +87,7 @@ constexpr PrClass PrClassFor(uint8_t opcode, uint8_t sa) {
     case 0x4D:  // LOG SENSE
     case 0x5E:  // PERSISTENT RESERVE IN
     case 0xA0:  // REPORT LUNS
-    case 0xA3:  // MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES / TASK MANAGEMENT FUNCTIONS)
+    case 0xA3:  // MAINTENANCE IN (REPORT TARGET PORT GROUPS, SUPPORTED OPCODES / TMFS)
       return PrClass::kAllowed;
     case 0x9E:  // SERVICE ACTION IN(16): READ CAPACITY(16) allowed, GET LBA STATUS like a read
       return sa == 0x10 ? PrClass::kAllowed : PrClass::kRead;

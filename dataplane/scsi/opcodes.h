@@ -63,7 +63,8 @@ enum Opcode : uint8_t {
 // SERVICE ACTION IN(16) service actions (SBC-3 5.16).
 inline constexpr uint8_t kSaReadCapacity16 = 0x10;
 inline constexpr uint8_t kSaGetLbaStatus = 0x12;
-// MAINTENANCE IN service actions (SPC-4 6.35, 6.36).
+// MAINTENANCE IN service actions (SPC-4 6.27, 6.35, 6.36).
+inline constexpr uint8_t kSaReportTargetPortGroups = 0x0A;
 inline constexpr uint8_t kSaReportSupportedOperationCodes = 0x0C;
 inline constexpr uint8_t kSaReportSupportedTaskManagementFunctions = 0x0D;
 // THIRD-PARTY COPY OUT / IN service actions (SPC-4 6.4, 6.18; the LID1 forms).

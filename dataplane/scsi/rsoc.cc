@@ -1,5 +1,6 @@
-// MAINTENANCE IN: REPORT SUPPORTED OPERATION CODES (SPC-4 6.35) and REPORT SUPPORTED TASK
-// MANAGEMENT FUNCTIONS (SPC-4 6.36); PREVENT ALLOW MEDIUM REMOVAL (SBC-3 5.14).
+// MAINTENANCE IN: REPORT TARGET PORT GROUPS (SPC-4 6.27), REPORT SUPPORTED OPERATION CODES
+// (SPC-4 6.35) and REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS (SPC-4 6.36); PREVENT ALLOW MEDIUM
+// REMOVAL (SBC-3 5.14).
 //
 // REPORT SUPPORTED OPERATION CODES reports exactly the commands of the dispatch table (op_table.h),
 // with the CDB usage data of cdb_usage.h.
@@ -172,15 +173,57 @@ Disposition ReportSupportedTaskManagementFunctions(const Command& cmd) {
   return Disposition::kDone;
 }
 
+Disposition ReportTargetPortGroups(const Command& cmd) {
+  // SPC-4 6.27, implicit ALUA (TPGS=01b). Each gateway is a target port group of its own, with the
+  // one port it has for the target (TPGT 1). Served by this gateway alone, the logical unit is
+  // active/optimized through it, the one state the group supports.
+  Task& task = cmd.task;
+  const uint8_t* cdb = task.cdb.data();
+  const uint8_t format = cdb[1] >> 5;  // PARAMETER DATA FORMAT
+  if (format > 1) {
+    SetInvalidFieldInCdb(task, 1, 7);
+    return Disposition::kDone;
+  }
+  if (cdb[2] != 0 || cdb[3] != 0 || cdb[4] != 0 || cdb[5] != 0 || cdb[10] != 0) {
+    SetInvalidFieldInCdb(task, cdb[2] ? 2 : cdb[3] ? 3 : cdb[4] ? 4 : cdb[5] ? 5 : 10);
+    return Disposition::kDone;
+  }
+  constexpr uint8_t kActiveOptimized = 0x0;
+  constexpr uint8_t kAoSup = 0x01;
+  const uint16_t rel =
+      task.nexus != nullptr ? task.nexus->relative_port_id() : cmd.target.relative_port_id;
+  uint8_t d[20] = {};
+  size_t pos = 4;
+  if (format == 1) {  // extended header: FORMAT TYPE 001b, IMPLICIT TRANSITION TIME unspecified
+    d[4] = 0x10;
+    d[5] = 0;
+    pos = 8;
+  }
+  d[pos] = kActiveOptimized;  // PREF=0, ASYMMETRIC ACCESS STATE
+  d[pos + 1] = kAoSup;
+  StoreBe16(d + pos + 2, cmd.target.target_port_group);
+  d[pos + 5] = 0;  // STATUS CODE: no status available
+  d[pos + 7] = 1;  // TARGET PORT COUNT
+  StoreBe16(d + pos + 10, rel);
+  pos += 12;
+  StoreBe32(d, static_cast<uint32_t>(pos - 4));  // RETURN DATA LENGTH
+  ReturnData(task, d, pos, LoadBe32(cdb + 6));
+  return Disposition::kDone;
+}
+
 }  // namespace
 
 Disposition MaintenanceIn(const Command& cmd) {
   Task& task = cmd.task;
-  if ((task.cdb[1] & 0xE0) != 0) {
+  const uint8_t sa = task.cdb[1] & 0x1F;
+  // Bits 7..5 of byte 1 are REPORT TARGET PORT GROUPS' PARAMETER DATA FORMAT, reserved otherwise.
+  if ((task.cdb[1] & 0xE0) != 0 && sa != kSaReportTargetPortGroups) {
     SetInvalidFieldInCdb(task, 1);
     return Disposition::kDone;
   }
-  switch (task.cdb[1] & 0x1F) {
+  switch (sa) {
+    case kSaReportTargetPortGroups:
+      return ReportTargetPortGroups(cmd);
     case kSaReportSupportedOperationCodes:
       return ReportSupportedOperationCodes(cmd);
     case kSaReportSupportedTaskManagementFunctions:

@@ -52,7 +52,7 @@ size_t StandardInquiry(const Lun* lun, uint8_t* d) {
   d[2] = 0x06;         // VERSION: SPC-4
   d[3] = 0x10 | 0x02;  // HISUP=1 (hierarchical LUNs), RESPONSE DATA FORMAT=2
   d[4] = kLen - 5;     // ADDITIONAL LENGTH
-  d[5] = 0x08;         // 3PC=1: EXTENDED COPY (xcopy.cc)
+  d[5] = 0x10 | 0x08;  // TPGS=01b: implicit ALUA (REPORT TARGET PORT GROUPS); 3PC=1: EXTENDED COPY
   d[7] = 0x02;         // CMDQUE=1: full task management model
   LunConfig defaults;
   const LunConfig& cfg = lun != nullptr ? lun->config() : defaults;
@@ -132,6 +132,15 @@ size_t VpdDeviceIdentification(const Command& cmd, uint8_t* d) {
     d[pos] = 0;
     d[pos + 1] = 0;
     StoreBe16(d + pos + 2, rel);
+    pos += 4;
+  }
+
+  // Target port group (SPC-4 7.8.6.8): the ALUA group of that port, this gateway's.
+  {
+    pos += PutDesignatorHeader(d + pos, 0x5, kCodeSetBinary, true, kAssocTargetPort, 0x5, 4);
+    d[pos] = 0;
+    d[pos + 1] = 0;
+    StoreBe16(d + pos + 2, cmd.target.target_port_group);
     pos += 4;
   }
 

@@ -509,7 +509,7 @@ TEST_F(EngineTest, VpdDeviceIdentification) {
                          std::vector<uint8_t>(d.begin() + pos + 4, d.begin() + pos + 4 + len)});
     pos += 4 + len;
   }
-  ASSERT_EQ(descs.size(), 5u);
+  ASSERT_EQ(descs.size(), 6u);
   // NAA type 6: 16 bytes, naa_id first.
   EXPECT_EQ(descs[0].type, 0x3);
   EXPECT_EQ(descs[0].assoc, 0);
@@ -527,17 +527,69 @@ TEST_F(EngineTest, VpdDeviceIdentification) {
   EXPECT_EQ(descs[2].protocol, 5);
   ASSERT_EQ(descs[2].body.size(), 4u);
   EXPECT_EQ(LoadBe16(&descs[2].body[2]), 1);
-  // SCSI name strings: target port then target device, null terminated, multiple of 4.
-  EXPECT_EQ(descs[3].type, 0x8);
+  // Target port group (SPC-4 7.8.6.8), as REPORT TARGET PORT GROUPS names it.
+  EXPECT_EQ(descs[3].type, 0x5);
   EXPECT_EQ(descs[3].assoc, 1);
-  EXPECT_EQ(descs[3].code_set, 3);
-  EXPECT_EQ(descs[3].body.size() % 4, 0u);
-  EXPECT_STREQ(reinterpret_cast<const char*>(descs[3].body.data()),
-               "iqn.2026-11.io.iscsigw:t1,t,0x0001");
+  EXPECT_EQ(descs[3].piv, 1);
+  EXPECT_EQ(descs[3].protocol, 5);
+  EXPECT_EQ(descs[3].code_set, 1);
+  ASSERT_EQ(descs[3].body.size(), 4u);
+  EXPECT_EQ(LoadBe16(&descs[3].body[2]), 1);
+  // SCSI name strings: target port then target device, null terminated, multiple of 4.
   EXPECT_EQ(descs[4].type, 0x8);
-  EXPECT_EQ(descs[4].assoc, 2);
+  EXPECT_EQ(descs[4].assoc, 1);
+  EXPECT_EQ(descs[4].code_set, 3);
   EXPECT_EQ(descs[4].body.size() % 4, 0u);
-  EXPECT_STREQ(reinterpret_cast<const char*>(descs[4].body.data()), "iqn.2026-11.io.iscsigw:t1");
+  EXPECT_STREQ(reinterpret_cast<const char*>(descs[4].body.data()),
+               "iqn.2026-11.io.iscsigw:t1,t,0x0001");
+  EXPECT_EQ(descs[5].type, 0x8);
+  EXPECT_EQ(descs[5].assoc, 2);
+  EXPECT_EQ(descs[5].body.size() % 4, 0u);
+  EXPECT_STREQ(reinterpret_cast<const char*>(descs[5].body.data()), "iqn.2026-11.io.iscsigw:t1");
+}
+
+TEST_F(EngineTest, StandardInquiryClaimsImplicitAlua) {
+  Run({0x12, 0, 0, 0, 255, 0});
+  ExpectGood();
+  EXPECT_EQ(DataIn()[5] & 0x30, 0x10);  // TPGS=01b
+}
+
+TEST_F(EngineTest, ReportTargetPortGroups) {
+  // Length-only header: one group, this gateway's, active/optimized, with the one port.
+  Run({0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});
+  ExpectGood();
+  auto d = DataIn();
+  ASSERT_EQ(d.size(), 16u);
+  EXPECT_EQ(LoadBe32(&d[0]), 12u);  // RETURN DATA LENGTH
+  EXPECT_EQ(d[4], 0x00);            // PREF=0, active/optimized
+  EXPECT_EQ(d[5], 0x01);            // AO_SUP only
+  EXPECT_EQ(LoadBe16(&d[6]), 1);    // TARGET PORT GROUP, as in VPD 0x83
+  EXPECT_EQ(d[9], 0x00);            // STATUS CODE
+  EXPECT_EQ(d[11], 1);              // TARGET PORT COUNT
+  EXPECT_EQ(LoadBe16(&d[14]), 1);   // RELATIVE TARGET PORT IDENTIFIER, as in VPD 0x83
+  // Extended header: FORMAT TYPE 001b, then the same descriptor.
+  Run({0xA3, 0x2A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});
+  ExpectGood();
+  auto e = DataIn();
+  ASSERT_EQ(e.size(), 20u);
+  EXPECT_EQ(LoadBe32(&e[0]), 16u);
+  EXPECT_EQ(e[4], 0x10);
+  EXPECT_EQ(std::vector<uint8_t>(e.begin() + 8, e.end()),
+            std::vector<uint8_t>(d.begin() + 4, d.end()));
+  // Cut to the allocation length, which still reports the whole length.
+  Run({0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0});
+  ExpectGood();
+  ASSERT_EQ(DataIn().size(), 6u);
+  EXPECT_EQ(LoadBe32(&DataIn()[0]), 12u);
+}
+
+TEST_F(EngineTest, ReportTargetPortGroupsChecksItsCdb) {
+  Run({0xA3, 0x4A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});  // PARAMETER DATA FORMAT 010b
+  ExpectInvalidField(1);
+  Run({0xA3, 0x0A, 0, 0, 1, 0, 0, 0, 0x01, 0x00, 0, 0});  // reserved byte 4
+  ExpectInvalidField(4);
+  Run({0xA3, 0x2C, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});  // bits 7..5 of another service action
+  ExpectInvalidField(1);
 }
 
 TEST_F(EngineTest, VpdBlockLimits) {

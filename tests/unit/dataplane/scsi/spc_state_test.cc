@@ -320,6 +320,7 @@ TEST_F(SpcStateTest, RsocAllListsEveryCommandOfTheTable) {
   EXPECT_FALSE(by[read10].ctdp);
   EXPECT_EQ(by[read16].cdb_len, 16);
   EXPECT_TRUE(by.count(std::pair<int, int>{0x9E, 0x10}));
+  EXPECT_TRUE(by.count(std::pair<int, int>{0xA3, 0x0A}));
   EXPECT_TRUE(by.count(std::pair<int, int>{0xA3, 0x0C}));
   EXPECT_TRUE(by.count(std::pair<int, int>{0xA3, 0x0D}));
   for (int sa = 0; sa <= 3; ++sa) EXPECT_TRUE(by.count(std::pair<int, int>{0x5E, sa})) << sa;
