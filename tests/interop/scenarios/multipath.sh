@@ -32,8 +32,12 @@ for d in "$@"; do
   expect_eq "$d vendor" "$vendor" "ISCSIGW"
   expect_eq "$d model" "$model" "iscsigw-lun"
 done
-# No ALUA (TPGS=0): the reason multipath.conf puts every path in one group.
-expect_eq "$1 TPGS" "$(sg_inq "/dev/$1" | grep -o 'TPGS=[0-9]')" "TPGS=0"
+# Implicit ALUA (TPGS=1): one target port group, the gateway's, active/optimized on every path.
+expect_eq "$1 TPGS" "$(sg_inq "/dev/$1" | grep -o 'TPGS=[0-9]')" "TPGS=1"
+for d in "$@"; do
+  expect_eq "$d ALUA state" "$(sg_rtpg -d "/dev/$d" | grep -o 'active/optimized' | sort -u)" \
+    "active/optimized"
+done
 wwid=$(/lib/udev/scsi_id -g -u "/dev/$1")
 expect_eq "WWID of $2" "$(/lib/udev/scsi_id -g -u "/dev/$2")" "$wwid"
 
