@@ -45,6 +45,7 @@ class InstrumentedStore final : public backing::BackingStore {
   bool persistent() const override { return inner_->persistent(); }
   int ready() const override { return inner_->ready(); }
   std::string offline_reason() const override { return inner_->offline_reason(); }
+  bool preferred() const override { return inner_->preferred(); }
   bool thin_provisioned() const override { return inner_->thin_provisioned(); }
   uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
   uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }

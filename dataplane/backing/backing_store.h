@@ -47,6 +47,11 @@ class BackingStore {
   virtual int ready() const { return 0; }
   // While ready() is not 0: why, for operators (GetLun). Not on the command path: may lock.
   virtual std::string offline_reason() const { return {}; }
+  // Whether this gateway is a preferred path to the data. False only for a store that several
+  // gateways share while another of them holds it (rbd: another client holds the image's
+  // exclusive lock); ALUA reports the logical unit active/non-optimized through this gateway then,
+  // active/optimized otherwise. Cheap, never blocks: any thread.
+  virtual bool preferred() const { return true; }
 
   // --- Logical block provisioning (SBC-3 4.7) and atomic read-modify-write ----------------------
   // The SCSI layer builds UNMAP, WRITE SAME with UNMAP, GET LBA STATUS, COMPARE AND WRITE and

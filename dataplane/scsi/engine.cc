@@ -20,7 +20,8 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
       store_(std::move(store)),
       // Write-back caching is on by default for stores whose writes may sit in a volatile cache
       // (page cache for files); the null store drops writes, so it has nothing to cache.
-      mode_pages_(ModePages::Values{store_->kind() != "null"}) {
+      mode_pages_(ModePages::Values{store_->kind() != "null"}),
+      reported_preferred_(store_->preferred()) {
   RestoreState();
 }
 
@@ -365,6 +366,15 @@ void Engine::ResetLun(Lun& lun, const Nexus* issuer) {
 void Engine::CapacityChanged(Lun& lun) {
   lun.RaiseUnitAttention(
       UnitAttention{Asc::kCapacityDataChanged.asc, Asc::kCapacityDataChanged.ascq}, nullptr);
+}
+
+bool Engine::CheckAccessState(Lun& lun) {
+  const bool now = lun.store().preferred();
+  if (lun.reported_preferred().exchange(now) == now) return false;
+  lun.RaiseUnitAttention(UnitAttention{Asc::kAsymmetricAccessStateChanged.asc,
+                                       Asc::kAsymmetricAccessStateChanged.ascq},
+                         nullptr);
+  return true;
 }
 
 }  // namespace iscsigw::scsi

@@ -99,6 +99,9 @@ class Lun : public std::enable_shared_from_this<Lun> {
   // for the reservation unit attentions of SPC-4 5.13, aimed at registrants.
   void RaiseUnitAttentionFor(UnitAttention ua, const NexusMatch& who, const Nexus* except);
 
+  // The access state last reported for the LUN through this gateway (Engine::CheckAccessState).
+  std::atomic<bool>& reported_preferred() { return reported_preferred_; }
+
   // State every I_T nexus shares (mode_pages.h, reservations.h; their own locks).
   ModePages& mode_pages() { return mode_pages_; }
   Reservations& reservations() { return reservations_; }
@@ -163,6 +166,7 @@ class Lun : public std::enable_shared_from_this<Lun> {
   ModePages mode_pages_;
   Reservations reservations_;
   SanitizeState sanitize_;
+  std::atomic<bool> reported_preferred_{true};
   std::mutex detached_mu_;
   uint32_t detached_flushes_ = 0;       // guarded by detached_mu_
   unsigned detached_slot_ = 0;          // guarded by detached_mu_: the last flush's reactor
@@ -269,6 +273,12 @@ class Engine {
   // The LUN's capacity changed (grown by the control plane): CAPACITY DATA HAS CHANGED (2Ah/09h)
   // for every I_T nexus (SBC-3 4.7). Any thread.
   static void CapacityChanged(Lun& lun);
+
+  // Compares the LUN's ALUA access state through this gateway (its store's preferred()) with the
+  // one last reported and, when it changed, establishes ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h)
+  // for every I_T nexus (SPC-4 5.15.2.5, implicit transitions). True when it changed. Any thread;
+  // the gateway calls it periodically for every LUN.
+  static bool CheckAccessState(Lun& lun);
 };
 
 }  // namespace iscsigw::scsi

@@ -174,9 +174,12 @@ Disposition ReportSupportedTaskManagementFunctions(const Command& cmd) {
 }
 
 Disposition ReportTargetPortGroups(const Command& cmd) {
-  // SPC-4 6.27, implicit ALUA (TPGS=01b). Each gateway is a target port group of its own, with the
-  // one port it has for the target (TPGT 1). Served by this gateway alone, the logical unit is
-  // active/optimized through it, the one state the group supports.
+  // SPC-4 6.27, implicit ALUA (TPGS=01b). Each gateway is a target port group of its own (its
+  // gateway id), with the one port it has for the target (TPGT 1). The logical unit is
+  // active/optimized through it while its store prefers this gateway (a store of this gateway
+  // alone always does; an rbd image does while no other gateway holds its exclusive lock), and
+  // active/non-optimized otherwise (PREF=0). Only this gateway's group is reported: it does not
+  // know the others.
   Task& task = cmd.task;
   const uint8_t* cdb = task.cdb.data();
   const uint8_t format = cdb[1] >> 5;  // PARAMETER DATA FORMAT
@@ -189,7 +192,9 @@ Disposition ReportTargetPortGroups(const Command& cmd) {
     return Disposition::kDone;
   }
   constexpr uint8_t kActiveOptimized = 0x0;
+  constexpr uint8_t kActiveNonOptimized = 0x1;
   constexpr uint8_t kAoSup = 0x01;
+  constexpr uint8_t kAnSup = 0x02;
   const uint16_t rel =
       task.nexus != nullptr ? task.nexus->relative_port_id() : cmd.target.relative_port_id;
   uint8_t d[20] = {};
@@ -199,8 +204,10 @@ Disposition ReportTargetPortGroups(const Command& cmd) {
     d[5] = 0;
     pos = 8;
   }
-  d[pos] = kActiveOptimized;  // PREF=0, ASYMMETRIC ACCESS STATE
-  d[pos + 1] = kAoSup;
+  // The state as last reported (Engine::CheckAccessState), so that a new one is never seen here
+  // before its unit attention is established.
+  d[pos] = cmd.lun->reported_preferred().load() ? kActiveOptimized : kActiveNonOptimized;
+  d[pos + 1] = kAoSup | kAnSup;
   StoreBe16(d + pos + 2, cmd.target.target_port_group);
   d[pos + 5] = 0;  // STATUS CODE: no status available
   d[pos + 7] = 1;  // TARGET PORT COUNT

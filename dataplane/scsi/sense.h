@@ -50,6 +50,7 @@ struct Asc {
   static const Asc kBusDeviceReset;                                  // 29h/03h
   static const Asc kModeParametersChanged;                           // 2Ah/01h
   static const Asc kCapacityDataChanged;                             // 2Ah/09h
+  static const Asc kAsymmetricAccessStateChanged;                    // 2Ah/06h
   static const Asc kReservationsPreempted;                           // 2Ah/03h
   static const Asc kReservationsReleased;                            // 2Ah/04h
   static const Asc kRegistrationsPreempted;                          // 2Ah/05h
@@ -90,6 +91,7 @@ inline constexpr Asc Asc::kPowerOnOccurred{0x29, 0x01};
 inline constexpr Asc Asc::kBusDeviceReset{0x29, 0x03};
 inline constexpr Asc Asc::kModeParametersChanged{0x2A, 0x01};
 inline constexpr Asc Asc::kCapacityDataChanged{0x2A, 0x09};
+inline constexpr Asc Asc::kAsymmetricAccessStateChanged{0x2A, 0x06};
 inline constexpr Asc Asc::kReservationsPreempted{0x2A, 0x03};
 inline constexpr Asc Asc::kReservationsReleased{0x2A, 0x04};
 inline constexpr Asc Asc::kRegistrationsPreempted{0x2A, 0x05};

@@ -33,6 +33,7 @@ class FakeStore final : public backing::BackingStore {
   uint64_t size_bytes() const override { return data_.size(); }
   bool persistent() const override { return true; }
   int ready() const override { return ready_err; }
+  bool preferred() const override { return preferred_path; }
 
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
             backing::IoCompletion done) override {
@@ -70,7 +71,8 @@ class FakeStore final : public backing::BackingStore {
   uint64_t last_offset = 0, last_len = 0;
   bool last_fua = false;
   int read_err = 0, write_err = 0, flush_err = 0;
-  int ready_err = 0;  // what ready() answers
+  int ready_err = 0;           // what ready() answers
+  bool preferred_path = true;  // what preferred() answers
   bool deferred = false;
   std::vector<uint8_t>& data() { return data_; }
 
@@ -555,14 +557,15 @@ TEST_F(EngineTest, StandardInquiryClaimsImplicitAlua) {
 }
 
 TEST_F(EngineTest, ReportTargetPortGroups) {
-  // Length-only header: one group, this gateway's, active/optimized, with the one port.
+  // Length-only header: one group, this gateway's, active/optimized (a RAM store is this
+  // gateway's alone), with the one port.
   Run({0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});
   ExpectGood();
   auto d = DataIn();
   ASSERT_EQ(d.size(), 16u);
   EXPECT_EQ(LoadBe32(&d[0]), 12u);  // RETURN DATA LENGTH
   EXPECT_EQ(d[4], 0x00);            // PREF=0, active/optimized
-  EXPECT_EQ(d[5], 0x01);            // AO_SUP only
+  EXPECT_EQ(d[5], 0x03);            // AO_SUP, AN_SUP
   EXPECT_EQ(LoadBe16(&d[6]), 1);    // TARGET PORT GROUP, as in VPD 0x83
   EXPECT_EQ(d[9], 0x00);            // STATUS CODE
   EXPECT_EQ(d[11], 1);              // TARGET PORT COUNT
@@ -581,6 +584,44 @@ TEST_F(EngineTest, ReportTargetPortGroups) {
   ExpectGood();
   ASSERT_EQ(DataIn().size(), 6u);
   EXPECT_EQ(LoadBe32(&DataIn()[0]), 12u);
+}
+
+// A store another gateway holds (an rbd image whose exclusive lock is elsewhere) is active/non-
+// optimized through this one; when that changes, every I_T nexus learns it from ASYMMETRIC ACCESS
+// STATE CHANGED, once, and RTPG then reports the new state.
+TEST_F(EngineTest, AccessStateFollowsTheStoreAndChangesAreUnitAttentions) {
+  target_.relative_port_id = 3;
+  target_.target_port_group = 3;
+  auto fake = std::make_shared<FakeStore>(kBlocks * kBlock);
+  fake->preferred_path = false;
+  Lun& lun = AddLun(1, fake);
+  Nexus other{"iqn.1994-05.com.example:other,i,0x000000000002", 3};
+  ClearPowerOn(nexus_, 1);
+  ClearPowerOn(other, 1);
+  EXPECT_FALSE(Engine::CheckAccessState(lun));  // the state it was created with: no change
+  Run({0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0}, 1, 4096, {}, &other);
+  ExpectGood();
+  auto d = DataIn();
+  ASSERT_EQ(d.size(), 16u);
+  EXPECT_EQ(d[4] & 0x0F, 0x01);  // active/non-optimized
+  EXPECT_EQ(d[5], 0x03);
+  EXPECT_EQ(LoadBe16(&d[6]), 3);   // this gateway's group
+  EXPECT_EQ(LoadBe16(&d[14]), 3);  // and the nexus' port
+
+  fake->preferred_path = true;
+  EXPECT_TRUE(Engine::CheckAccessState(lun));
+  EXPECT_FALSE(Engine::CheckAccessState(lun));  // reported once
+  for (Nexus* n : {&nexus_, &other}) {
+    Run({0x00}, 1, 0, {}, n);
+    ExpectCheck(SenseKey::kUnitAttention, Asc::kAsymmetricAccessStateChanged);
+    Run({0x00}, 1, 0, {}, n);
+    ExpectGood();
+  }
+  Run({0x00}, 0, 0);  // LUN 0's state did not change
+  ExpectGood();
+  Run({0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0}, 1);
+  ExpectGood();
+  EXPECT_EQ(DataIn()[4] & 0x0F, 0x00);  // active/optimized
 }
 
 TEST_F(EngineTest, ReportTargetPortGroupsChecksItsCdb) {
