@@ -27,6 +27,11 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_METRICS_COUNTING");
   app.add_option("--reactors", f->reactors, "Reactor threads (0: one per core)")
       ->envname("ISCSIGW_REACTORS");
+  app.add_option("--gateway-id", f->gateway_id,
+                 "This gateway's number among those exporting the same rbd images (1..65535, "
+                 "different on each): its ALUA target port group and relative target port id")
+      ->envname("ISCSIGW_GATEWAY_ID")
+      ->check(CLI::Range(1u, 65535u));
   app.add_option("--lun-dir", f->lun_dir,
                  "Directory for LUN files created by a relative path (CSI volumes) and for "
                  "snapshots; created when missing (empty: none)")

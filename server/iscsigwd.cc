@@ -157,6 +157,7 @@ int Run(int argc, char** argv) {
   api::Options opts;
   opts.portals = flags.portals;
   opts.reactors = flags.reactors;
+  opts.gateway_id = static_cast<uint16_t>(flags.gateway_id);
   opts.state_dir = flags.state_dir;  // per-LUN state (APTPL reservations, saved mode pages)
   opts.gateway.nop_interval_ms = flags.nop_interval_s * 1000;
   opts.gateway.nop_timeout_ms = flags.nop_timeout_s * 1000;
@@ -205,7 +206,8 @@ int Run(int argc, char** argv) {
   ctl.info(
       "gRPC control plane listening on {}{}", grpc_server.value()->address(),
       flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
-  ctl.info("{} reactor(s); state in {}", dataplane.reactors(), store.path());
+  ctl.info("{} reactor(s); gateway id {}; state in {}", dataplane.reactors(), flags.gateway_id,
+           store.path());
   // Metrics last: a scrape sees a running data plane. Sessions per target are read at scrape.
   runtime::Stats::Global().SetEnabled(flags.metrics_counting);
   metrics::MetricsOptions mopts;

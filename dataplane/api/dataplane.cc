@@ -345,12 +345,35 @@ Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry) {
 struct Dataplane::Impl {
   explicit Impl(const Options& o)
       : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
-        gateway(pool, o.gateway) {
+        gateway(pool, o.gateway),
+        gateway_id(o.gateway_id) {
     if (!o.state_dir.empty()) {
       lun_state = std::make_unique<LunStateFiles>(o.state_dir + "/lun-state",
                                                   [this](unsigned slot, std::function<void()> fn) {
                                                     asio::post(pool.context(slot), std::move(fn));
                                                   });
+    }
+  }
+
+  // The ALUA access state of every LUN through this gateway, looked at four times a second: a
+  // change (an rbd image's exclusive lock moved between gateways) becomes ASYMMETRIC ACCESS STATE
+  // CHANGED for the sessions (scsi::Engine::CheckAccessState). Nothing in it waits.
+  asio::awaitable<void> AccessStateLoop() {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    while (!stopping.load()) {
+      timer.expires_after(std::chrono::milliseconds(250));
+      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      if (stopping.load()) break;
+      const auto snapshot = gateway.snapshot();
+      for (const auto& t : snapshot->targets) {
+        for (const auto& lun : t->info.luns) {
+          if (scsi::Engine::CheckAccessState(*lun)) {
+            log::Scsi().info(
+                "lun {} of {}: now {} through this gateway", lun->id(), t->info.name,
+                lun->reported_preferred().load() ? "active/optimized" : "active/non-optimized");
+          }
+        }
+      }
     }
   }
 
@@ -418,6 +441,7 @@ struct Dataplane::Impl {
 
   runtime::ReactorPool pool;
   iscsi::Gateway gateway;
+  const uint16_t gateway_id;  // target port group and relative port id (Options::gateway_id)
   log::RateLimiter accept_log_limiter;  // used by the accept loops only, all on reactor 0
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
@@ -431,8 +455,6 @@ struct Dataplane::Impl {
     std::shared_ptr<scsi::Lun> lun;
   };
   std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
-  std::map<std::string, uint16_t> port_ids;                   // guarded by config_mu
-  uint16_t next_port_id = 1;                                  // guarded by config_mu
   bool stopped = false;
   // Declared last: its writer drains (posting to the reactors) before the pool goes.
   std::unique_ptr<LunStateFiles> lun_state;
@@ -449,6 +471,9 @@ const std::vector<std::string>& Dataplane::advertised() const {
 }
 
 Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
+  if (options.gateway_id == 0) {
+    return InvalidArgument("gateway id 0: relative port and target port group ids start at 1");
+  }
   for (const auto& a : options.gateway.advertise) {
     if (Status s = ValidateAdvertise(a); !s.ok()) return s;
   }
@@ -473,6 +498,8 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
     asio::co_spawn(
         impl->pool.context(0), [raw, a] { return raw->AcceptLoop(a); }, asio::detached);
   }
+  asio::co_spawn(
+      impl->pool.context(0), [raw] { return raw->AccessStateLoop(); }, asio::detached);
   impl->pool.Start();
   std::unique_ptr<Dataplane> dp(new Dataplane(std::move(impl)));
   dp->bound_ = std::move(bound);
@@ -570,13 +597,10 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
     auto tc = std::make_shared<iscsi::TargetConfig>();
     tc->info.name = t.name;
     tc->info.tpgt = 1;
-    // Relative port ids stay with the target's name for the life of the process, so deleting
-    // one target does not renumber the others' ports (VPD 0x83).
-    auto pid = impl_->port_ids.find(t.name);
-    if (pid == impl_->port_ids.end()) {
-      pid = impl_->port_ids.emplace(t.name, impl_->next_port_id++).first;
-    }
-    tc->info.relative_port_id = pid->second;
+    // A target has one port on each gateway: its relative port id and its target port group are
+    // the gateway's id, the same for every target and across restarts (VPD 0x83, RTPG).
+    tc->info.relative_port_id = impl_->gateway_id;
+    tc->info.target_port_group = impl_->gateway_id;
     tc->alias = t.alias;
     tc->allow_any_initiator = t.allow_any_initiator;
     for (const auto& e : t.acl) {

@@ -79,6 +79,10 @@ struct Config {
 struct Options {
   std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
   unsigned reactors = 0;                             // 0: one per core
+  // This gateway among those that serve the same targets (rbd LUNs several gateways export): its
+  // ALUA target port group and its relative target port identifier for every target, so
+  // 1..65535 and different on each gateway.
+  uint16_t gateway_id = 1;
   iscsi::GatewayOptions gateway;
   // Where LUNs keep durable SCSI state (APTPL reservations, saved mode pages) in lun-state/;
   // empty: none (REPORT CAPABILITIES then reports PTPL_C=0).

@@ -184,48 +184,68 @@ constexpr uint64_t kLockProbeTimeoutMs = 2000;
 
 // The exclusive lock of an image whose last writer died (kill -9, a node crash) stays with that
 // writer's client until the OSDs time its watch out (osd_client_watch_timeout, 30 s), and
-// librbd's first write waits that long to acquire it. A gateway restarted after a crash comes back
-// with the same host address and a new nonce: when the lock's owner has our host and another
-// nonce and does not acknowledge a notify on the image's header within kLockProbeTimeoutMs, it is
-// not alive, and its lock is broken (rbd_lock_break, which blocklists it: the fencing Ceph's docs
-// prescribe for a dead owner). A live owner, or one on another host, keeps its lock: librbd then
-// asks it for the lock, as it always does.
-void BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image,
+// librbd's writes wait that long to acquire it. Two cases do not wait:
+//  - kRestarted, at open: a gateway restarted after a crash comes back with the same host address
+//    and a new nonce. An owner with our host and another nonce is probed.
+//  - kWritesWaiting, from the lock watch (LockWatch): this gateway's writes have made no progress
+//    for kStuckWrites while another client owns the lock (another gateway, the owner of the
+//    image until it died: the failover of several gateways). Whatever its host, the owner is
+//    probed.
+// Probed: when the owner does not acknowledge a notify on the image's header within
+// kLockProbeTimeoutMs, it is not alive (or cut off from the cluster, which is the same to its
+// writes), and its lock is broken (rbd_lock_break, which blocklists it: the fencing Ceph's docs
+// prescribe for a dead owner, so that nothing it still has in flight can land). A live owner
+// keeps its lock: librbd asks it for the lock, as it always does.
+enum class BreakIf : uint8_t { kRestarted, kWritesWaiting };
+// True when it broke a lock.
+bool BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image, BreakIf when,
                         const std::string& who) {
   rbd_lock_mode_t mode;
   char* owners[4] = {};
   size_t n = 4;
-  if (rbd_lock_get_owners(image, &mode, owners, &n) < 0 || n == 0) return;  // unlocked: -ENOENT
+  if (int r = rbd_lock_get_owners(image, &mode, owners, &n); r < 0 || n == 0) {
+    log::Backing().debug("{}lock owners: {}", who, r < 0 ? ErrnoText(-r) : "none");
+    return false;  // unlocked: -ENOENT
+  }
   const std::string owner = owners[0];
   rbd_lock_get_owners_cleanup(owners, n);
-  if (mode != RBD_LOCK_MODE_EXCLUSIVE || n != 1) return;
+  if (mode != RBD_LOCK_MODE_EXCLUSIVE || n != 1) return false;
   char* ours_buf = nullptr;
-  if (rados_getaddrs(cluster, &ours_buf) < 0 || ours_buf == nullptr) return;
+  if (rados_getaddrs(cluster, &ours_buf) < 0 || ours_buf == nullptr) return false;
   const EntityAddr ours = ParseAddr(ours_buf);
   rados_buffer_free(ours_buf);
   const EntityAddr theirs = ParseAddr(owner);
-  if (theirs.host != ours.host || theirs.nonce == ours.nonce) return;
+  if (theirs.host == ours.host && theirs.nonce == ours.nonce) return false;  // this gateway
+  if (when == BreakIf::kRestarted && theirs.host != ours.host) return false;
 
-  // The owner's global id, from the lockers of the header object (the managed lock is one).
+  // The owner's global id, from the lockers of the header object: librbd's managed lock is the
+  // object lock "rbd_lock". Read from the OSD (rbd_list_lockers answers from what the image
+  // handle saw at its last refresh, which a lock taken since does not cause).
+  char id[64] = {};
+  if (rbd_get_id(image, id, sizeof(id)) < 0) return false;
+  const std::string header = std::string("rbd_header.") + id;
   char tag[256], clients[1024], cookies[1024], addrs[1024];
   size_t tag_len = sizeof(tag), clients_len = sizeof(clients), cookies_len = sizeof(cookies),
          addrs_len = sizeof(addrs);
   int exclusive = 0;
-  const ssize_t lockers = rbd_list_lockers(image, &exclusive, tag, &tag_len, clients, &clients_len,
-                                           cookies, &cookies_len, addrs, &addrs_len);
+  const ssize_t lockers =
+      rados_list_lockers(io, header.c_str(), "rbd_lock", &exclusive, tag, &tag_len, clients,
+                         &clients_len, cookies, &cookies_len, addrs, &addrs_len);
   uint64_t gid = 0;
   for (ssize_t i = 0, c = 0, a = 0; i < lockers; ++i) {
     const std::string client(clients + c), addr(addrs + a);
     c += static_cast<ssize_t>(client.size()) + 1;
     a += static_cast<ssize_t>(addr.size()) + 1;
-    if (addr == owner && client.rfind("client.", 0) == 0) {
+    const EntityAddr at = ParseAddr(addr);  // "v1:host:port/nonce" here
+    if (at.host == theirs.host && at.nonce == theirs.nonce && client.rfind("client.", 0) == 0) {
       gid = std::strtoull(client.c_str() + 7, nullptr, 10);
     }
   }
-  if (gid == 0) return;
-  char id[64] = {};
-  if (rbd_get_id(image, id, sizeof(id)) < 0) return;
-  const std::string header = std::string("rbd_header.") + id;
+  if (gid == 0) {
+    log::Backing().debug("{}no locker at {} among {} ({} {})", who, owner, lockers,
+                         lockers > 0 ? clients : "", lockers > 0 ? addrs : "");
+    return false;
+  }
   char* reply = nullptr;
   size_t reply_len = 0;
   // librbd's watchers acknowledge a notify they cannot decode; the payload is left empty.
@@ -243,17 +263,22 @@ void BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image,
     }
     rados_buffer_free(reply);
   }
-  if (alive) return;
+  if (alive) {
+    log::Backing().debug("{}client.{} ({}) answered: it keeps the exclusive lock", who, gid, owner);
+    return false;
+  }
   const int r = rbd_lock_break(image, RBD_LOCK_MODE_EXCLUSIVE, owner.c_str());
   if (r < 0) {
     log::Backing().warn("{}exclusive lock of dead client.{} ({}): break: {}", who, gid, owner,
                         ErrnoText(-r));
-  } else {
-    log::Backing().warn(
-        "{}broke the exclusive lock of client.{} ({}): same host as this "
-        "gateway, another instance, no answer within {} ms",
-        who, gid, owner, kLockProbeTimeoutMs);
+    return false;
   }
+  log::Backing().warn("{}broke the exclusive lock of client.{} ({}): {}, no answer within {} ms",
+                      who, gid, owner,
+                      when == BreakIf::kRestarted ? "same host as this gateway, another instance"
+                                                  : "this gateway's writes waited for it",
+                      kLockProbeTimeoutMs);
+  return true;
 }
 
 }  // namespace
@@ -384,6 +409,89 @@ struct RbdStore::Slot {
   runtime::CompletionInbox* inbox;
   OpPool<Op> ops;
   uint64_t native_compare_writes = 0;
+  LockWatchWrites* writes = nullptr;  // the lock watch's counters of this slot; null: no watch
+};
+
+// Writes of one slot that librbd has (they need the exclusive lock), for the lock watch: counted
+// by the slot's reactor, read by the watch.
+struct alignas(64) RbdStore::LockWatchWrites {
+  std::atomic<uint64_t> started{0};
+  std::atomic<uint64_t> done{0};
+};
+
+// How often the lock watch looks, and how long writes may make no progress while another client
+// holds the exclusive lock before that client is probed (BreakDeadLockOwner).
+constexpr std::chrono::milliseconds kLockWatchPeriod{500};
+constexpr std::chrono::milliseconds kStuckWrites{2000};
+
+// Who holds the image's exclusive lock, as this gateway sees it (preferred()), and the break of a
+// dead holder that this gateway's writes wait for. One thread per store of an image with
+// exclusive locking opened for writing. The lock itself stays librbd's, automatic: the first
+// writer takes it, and a live holder hands it over when another client's write asks for it.
+struct RbdStore::LockWatch {
+  std::unique_ptr<LockWatchWrites[]> writes;  // one per slot
+  size_t slots = 0;
+  std::atomic<bool> preferred{true};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;  // guarded by mu
+  std::thread thread;
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+
+  // Sets `preferred`: true while this client holds the lock or nobody does (the first writer
+  // will); *mine: whether this client holds it. False when librbd could not say.
+  bool Look(rbd_image_t image, int* mine) {
+    if (rbd_is_exclusive_lock_owner(image, mine) < 0) return false;
+    if (*mine != 0) {
+      preferred.store(true, std::memory_order_relaxed);
+      return true;
+    }
+    rbd_lock_mode_t mode;
+    char* owners[4] = {};
+    size_t n = 4;
+    const int r = rbd_lock_get_owners(image, &mode, owners, &n);
+    if (r == 0) rbd_lock_get_owners_cleanup(owners, n);
+    // Another error (the cluster away, this client blocklisted) leaves the state as it was.
+    if (r == -ENOENT || (r == 0 && n == 0)) preferred.store(true, std::memory_order_relaxed);
+    if (r == 0 && n > 0) preferred.store(false, std::memory_order_relaxed);
+    return r == 0 || r == -ENOENT;
+  }
+
+  void Run(rados_t cluster, rados_ioctx_t io, rbd_image_t image, const std::string& who) {
+    uint64_t last_done = 0;
+    auto progress = std::chrono::steady_clock::now();
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        if (cv.wait_for(lock, kLockWatchPeriod, [this] { return stop; })) return;
+      }
+      int mine = 0;
+      if (!Look(image, &mine)) continue;
+      uint64_t done = 0, started = 0;
+      for (size_t i = 0; i < slots; ++i) done += writes[i].done.load(std::memory_order_relaxed);
+      for (size_t i = 0; i < slots; ++i) {
+        started += writes[i].started.load(std::memory_order_relaxed);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (mine != 0 || started == done || done != last_done) {
+        last_done = done;
+        progress = now;
+      } else if (now - progress >= kStuckWrites) {
+        log::Backing().debug("{}{} write(s) waiting {} ms for the exclusive lock", who,
+                             started - done, kStuckWrites.count());
+        (void)BreakDeadLockOwner(cluster, io, image, BreakIf::kWritesWaiting, who);
+        progress = now;
+      }
+    }
+  }
 };
 
 namespace {
@@ -564,12 +672,22 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
     store->use_object_map_ =
         (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
     if (!o.read_only && (features & RBD_FEATURE_EXCLUSIVE_LOCK) != 0) {
-      BreakDeadLockOwner(store->cluster_->handle, io, image, who);
+      BreakDeadLockOwner(store->cluster_->handle, io, image, BreakIf::kRestarted, who);
+      lock_watch_ = std::make_shared<LockWatch>();
+      lock_watch_->slots = slots.size();
+      lock_watch_->writes = std::make_unique<LockWatchWrites[]>(slots.size());
     }
   }
   for (size_t i = 0; i < slots.size(); ++i) {
     store->slots_.push_back(
         std::make_unique<Slot>(static_cast<unsigned>(i), *slots[i], *inboxes[i]));
+    if (lock_watch_ != nullptr) store->slots_.back()->writes = &lock_watch_->writes[i];
+  }
+  if (lock_watch_ != nullptr) {
+    int mine = 0;
+    (void)lock_watch_->Look(image, &mine);  // the state the LUN starts with
+    lock_watch_->thread = std::thread([w = lock_watch_.get(), c = cluster_->handle, io, image,
+                                       who] { w->Run(c, io, image, who); });
   }
   return Status::Ok();
 }
@@ -578,7 +696,9 @@ RbdStore::~RbdStore() {
   // rbd_close flushes librbd's cache and waits for its requests in flight: it talks to the
   // cluster. The last task of a LUN that was removed may release the store on a reactor; there
   // the close goes to the pool (holding the librados handle), so that the reactor does not wait.
-  auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, name = name_] {
+  auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, watch = lock_watch_,
+                name = name_] {
+    if (watch != nullptr) watch->Stop();  // before the image it looks at goes
     if (image != nullptr) {
       if (int r = rbd_close(static_cast<rbd_image_t>(image)); r < 0) {
         log::Backing().warn("rbd store {}: close: {}", name, ErrnoText(-r));
@@ -707,6 +827,10 @@ void RbdStore::NoteFenced() {
   log::Backing().error("rbd store {}: {}", name_, offline_reason());
 }
 
+bool RbdStore::preferred() const {
+  return lock_watch_ == nullptr || lock_watch_->preferred.load(std::memory_order_relaxed);
+}
+
 int RbdStore::ready() const {
   return cluster_ != nullptr && cluster_->fenced.load(std::memory_order_relaxed) ? ESHUTDOWN : 0;
 }
@@ -730,7 +854,10 @@ uint64_t RbdStore::MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t 
 
 void RbdStore::Finish(Op* op, int err) {
   Slot& slot = *op->slot;
-  if (op->gated) gate_.ExitShared(slot.index);
+  if (op->gated) {
+    gate_.ExitShared(slot.index);
+    if (slot.writes != nullptr) slot.writes->done.fetch_add(1, std::memory_order_relaxed);
+  }
   const IoCompletion done = op->done;
   slot.ops.Give(op);
   done(err);
@@ -874,6 +1001,8 @@ void RbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> bu
     return SubmitToPool(op);
   }
   op->gated = true;
+  if (op->slot->writes != nullptr)
+    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
   Submit(op);
 }
 
@@ -907,6 +1036,8 @@ void RbdStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion 
     return SubmitToPool(op);
   }
   op->gated = true;
+  if (op->slot->writes != nullptr)
+    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
   Submit(op);
 }
 
@@ -973,6 +1104,8 @@ void RbdStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* c
   ++s.native_compare_writes;
   op->kind = Op::Kind::kCompareWrite;
   op->gated = true;
+  if (op->slot->writes != nullptr)
+    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
   Submit(op);
 }
 
@@ -1120,6 +1253,11 @@ size_t OfflineRbdStore::JoinRetiredRetries() {
 }
 
 RbdStore* OfflineRbdStore::Live() const { return state_->live.load(std::memory_order_acquire); }
+
+bool OfflineRbdStore::preferred() const {
+  RbdStore* s = Live();
+  return s == nullptr || s->preferred();
+}
 
 int OfflineRbdStore::ready() const {
   RbdStore* s = Live();

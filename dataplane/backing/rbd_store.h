@@ -77,6 +77,15 @@
 // handle. Open, CreateImage and RemoveImage that meet ESHUTDOWN mark the handle fenced and try
 // once more on a new one; a fenced handle is never handed out again.
 //
+// Several gateways: any number of gateways may open one image. Which of them writes is librbd's
+// exclusive lock (automatic: the first writer takes it, and a live holder hands it over when
+// another client's write asks). A lock watch thread per store (an image with exclusive locking,
+// opened for writing) looks every 500 ms: preferred() is false while another client holds the
+// lock, true while this one does or nobody does; that is the ALUA state the SCSI layer reports
+// (active/optimized or active/non-optimized). When this gateway's writes have made no progress
+// for 2 s while another client holds the lock, that client is probed, and its lock broken when it
+// does not answer (see BreakDeadLockOwner): the failover when the owning gateway dies, without
+// waiting for the OSDs to time its watch out.
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
 // the image (rbd_close flushes and waits for librbd's requests in flight; with the cluster gone up
@@ -149,6 +158,8 @@ class RbdStore final : public BackingStore {
   // gets a client of its own.
   int ready() const override;
   std::string offline_reason() const override;
+  // False while another client holds the image's exclusive lock (see "Several gateways").
+  bool preferred() const override;
   bool read_only() const { return read_only_; }
   // "pool/image" or "pool/namespace/image", for messages.
   const std::string& name() const { return name_; }
@@ -189,6 +200,8 @@ class RbdStore final : public BackingStore {
   struct Op;
   struct Slot;
   struct Cluster;
+  struct LockWatchWrites;
+  struct LockWatch;
   RbdStore() = default;
   template <typename Attempt>
   static auto WithCluster(const RbdStoreOptions& o, const std::string& who, Attempt attempt)
@@ -215,6 +228,7 @@ class RbdStore final : public BackingStore {
   uint64_t object_size_ = 4 << 20;
   uint64_t atomic_unit_ = 0;  // bytes; 0: no atomic writes (see WriteAtomic)
   bool use_object_map_ = false;
+  std::shared_ptr<LockWatch> lock_watch_;     // null: no exclusive lock, or read-only
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   WriteGate gate_;                            // any thread
 };
@@ -258,7 +272,8 @@ class OfflineRbdStore final : public BackingStore {
   std::string_view kind() const override { return "rbd"; }
   uint64_t size_bytes() const override;
   bool persistent() const override { return true; }
-  int ready() const override;  // ENOTCONN until the image opens; then the open store's
+  int ready() const override;       // ENOTCONN until the image opens; then the open store's
+  bool preferred() const override;  // true until the image opens; then the open store's
   bool thin_provisioned() const override { return true; }
   uint64_t unmap_granularity() const override;
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf, IoCompletion done) override;

@@ -1,0 +1,177 @@
+"""Two gateways exporting one rbd image (the module's throwaway cluster), each with its own
+--gateway-id:
+
+- each is a target port group of its own: REPORT TARGET PORT GROUPS names the gateway's group
+  and its relative port, both its gateway id;
+- the holder of the image's exclusive lock is active/optimized, the other active/non-optimized;
+  before anyone has written, nobody holds it and both are active/optimized;
+- a write through the non-optimized gateway takes the lock over from the live holder: the two
+  states swap, and the sessions of the gateway whose state changed get ASYMMETRIC ACCESS STATE
+  CHANGED (2Ah/06h); each gateway reads what the other wrote;
+- kill -9 of the holder: a write through the other gateway waits for the dead holder's lock, which
+  is broken once the dead client does not answer (no waiting for the OSDs' 30 s watch timeout);
+  the data the killed gateway had flushed reads back through the survivor, which is now
+  active/optimized, and the restarted gateway comes back active/non-optimized.
+"""
+import os
+import struct
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import harness  # noqa: E402
+from ceph_cluster import TestCluster  # noqa: E402
+from iscsi_client import Initiator, sense_key_asc  # noqa: E402
+
+TARGET = harness.IQN_PREFIX + "shared"
+CLUSTER = TestCluster()
+AO, ANO = 0x0, 0x1
+ACCESS_STATE_CHANGED = (0x6, 0x2A, 0x06)
+# What the lock watch needs at most to see a change (500 ms) and the gateway to report it (250 ms),
+# with room for a loaded machine.
+STATE_SETTLES = 5.0
+
+
+def setUpModule():
+    CLUSTER.start(prefix="iscsigw-rbd-gw-")
+
+
+def tearDownModule():
+    CLUSTER.stop()
+
+
+def pattern(n, seed):
+    return bytes((seed + i * 13 + (i >> 9)) & 0xFF for i in range(n))
+
+
+def rtpg(ini):
+    """(asymmetric access state, supported states, target port group, relative port ids) of the
+    one descriptor REPORT TARGET PORT GROUPS returns."""
+    status, data, sense = ini._command(0, bytes([0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]),
+                                       read_len=256)
+    assert status == 0, f"RTPG: status {status:#x}, sense {sense_key_asc(sense)}"
+    length = struct.unpack(">I", data[:4])[0]
+    assert length == 12, f"one descriptor with one port expected, {length} bytes"
+    d = data[4:]
+    return d[0] & 0x0F, d[1], struct.unpack(">H", d[2:4])[0], struct.unpack(">H", d[10:12])[0]
+
+
+def unit_attentions(ini):
+    """The unit attentions pending for this nexus, in order (TEST UNIT READY until GOOD)."""
+    seen = []
+    for _ in range(10):
+        status, sense = ini.test_unit_ready(0)
+        if status == 0:
+            return seen
+        seen.append(sense_key_asc(sense))
+    raise AssertionError(f"TEST UNIT READY never GOOD: {seen}")
+
+
+class TwoGatewaysTest(unittest.TestCase):
+    def setUp(self):
+        self.image = f"shared-{self._testMethodName[-24:]}"
+        CLUSTER.rbd("create", f"rbd/{self.image}", "--size", "64M")
+        self.gateways = [self.start_gateway(i) for i in (1, 2)]
+        self.sessions = []
+
+    def tearDown(self):
+        for ini in self.sessions:
+            ini.close()
+        for gw in self.gateways:
+            if gw.proc is not None and gw.proc.poll() is None:
+                gw.stop()
+            gw.cleanup()
+
+    def start_gateway(self, gateway_id, state_dir=None):
+        state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [
+            {"id": 0, "blockSize": 512,
+             "rbd": {"pool": "rbd", "image": self.image, "conf": CLUSTER.conf}}]}]}
+        gw = harness.Daemon(state=state, state_dir=state_dir,
+                            extra_args=["--gateway-id", str(gateway_id)])
+        gw.start(timeout=60)
+        return gw
+
+    def login(self, gw):
+        ini = Initiator(gw.portal, harness.INITIATOR, timeout=60)
+        ini.login(TARGET)
+        self.sessions.append(ini)
+        self.assertEqual(unit_attentions(ini), [(0x6, 0x29, 0x00)])  # power on, reset
+        return ini
+
+    def wait_change(self, ini, want, what):
+        """Waits for ASYMMETRIC ACCESS STATE CHANGED on `ini`'s nexus, the only unit attention;
+        then REPORT TARGET PORT GROUPS must give the new state `want`."""
+        deadline = time.monotonic() + STATE_SETTLES
+        while True:
+            seen = unit_attentions(ini)
+            if seen:
+                self.assertEqual(seen, [ACCESS_STATE_CHANGED], what)
+                break
+            if time.monotonic() > deadline:
+                self.fail(f"{what}: no unit attention within {STATE_SETTLES} s")
+            time.sleep(0.1)
+        self.assertEqual(rtpg(ini)[0], want, what)
+
+    def write_flushed(self, ini, lba, data):
+        self.assertEqual(ini.write(0, lba, data), (0, b""))
+        status, _, _ = ini._command(0, bytes([0x35] + [0] * 9))  # SYNCHRONIZE CACHE(10)
+        self.assertEqual(status, 0)
+
+    def test_the_lock_holder_is_optimized_and_the_lock_follows_writes(self):
+        a, b = (self.login(gw) for gw in self.gateways)
+        # Each gateway its own group and port; nobody holds the lock yet.
+        self.assertEqual(rtpg(a), (AO, 0x03, 1, 1))
+        self.assertEqual(rtpg(b), (AO, 0x03, 2, 2))
+
+        one = pattern(8 * 512, 1)
+        self.write_flushed(a, 0, one)
+        self.wait_change(b, ANO, "gateway 2 after gateway 1 wrote")
+        self.assertEqual(unit_attentions(a), [])  # its state did not change
+        self.assertEqual(rtpg(a)[0], AO)
+        self.assertEqual(b.read(0, 0, 8), (0, one, b""))  # reads need no lock
+
+        two = pattern(8 * 512, 2)
+        started = time.monotonic()
+        self.write_flushed(b, 8, two)  # the live holder hands the lock over
+        handover = time.monotonic() - started
+        self.wait_change(a, ANO, "gateway 1 after gateway 2 wrote")
+        self.wait_change(b, AO, "gateway 2 after it wrote")
+        self.assertEqual(a.read(0, 0, 16), (0, one + two, b""))
+        print(f"\nlock handed over to a write of the other gateway in {handover:.3f} s")
+        self.assertLess(handover, 10.0)
+
+    def test_a_killed_holder_loses_the_lock_to_the_other_gateway(self):
+        a, b = (self.login(gw) for gw in self.gateways)
+        before = pattern(64 * 512, 3)
+        self.write_flushed(a, 0, before)
+        self.wait_change(b, ANO, "gateway 2 after gateway 1 wrote")
+
+        self.gateways[0].stop(sig=9)
+        a.close()
+        self.sessions.remove(a)
+        after = pattern(8 * 512, 4)
+        started = time.monotonic()
+        self.write_flushed(b, 64, after)
+        failover = time.monotonic() - started
+        print(f"\nwrite through gateway 2 waited {failover:.3f} s for the killed holder's lock")
+        # The lock watch: 2 s of no progress, then 2 s for the dead client to answer a notify;
+        # far below the OSDs' 30 s watch timeout that librbd alone would wait for.
+        log = self.gateways[1].read_log()
+        self.assertLess(failover, 12.0, log[-3000:])
+        self.assertIn("broke the exclusive lock", self.gateways[1].read_log())
+        self.wait_change(b, AO, "gateway 2 once it holds the lock")
+        self.assertEqual(b.read(0, 0, 72), (0, before + after, b""))
+
+        # The killed gateway restarts (same state dir, same id): the lock stays where it is.
+        self.gateways[0] = self.start_gateway(1, state_dir=self.gateways[0].state_dir)
+        self.gateways[0].owns_dir = True
+        a = self.login(self.gateways[0])
+        self.assertEqual(rtpg(a), (ANO, 0x03, 1, 1))
+        self.assertEqual(a.read(0, 0, 72), (0, before + after, b""))
+        self.assertEqual(rtpg(b)[0], AO)
+
+
+if __name__ == "__main__":
+    unittest.main()
