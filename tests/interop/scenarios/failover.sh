@@ -1,0 +1,147 @@
+# h. Two gateways on one rbd image, dm-multipath by ALUA (tests/interop/multipath.conf): one path
+# through each gateway, each its own target port group; once written, the holder of the image's
+# exclusive lock is active/optimized and carries the I/O, the other stands by active/non-optimized.
+# fio verify passes (O_DIRECT and O_SYNC: every write durable when it completes) run while the
+# host kills the optimized gateway with -9: the I/O moves to the other path, which takes the lock
+# over and becomes optimized, no verified write is lost, and the killed gateway's path comes back
+# (non-optimized) when the host restarts it. The longest write fio saw is the I/O pause.
+# Env: PORTALS ("A B": gateway 1, gateway 2), TARGET, LUN_BYTES.
+. /suite/lib.sh
+
+p1=${PORTALS%% *}
+p2=${PORTALS##* }
+for p in "$p1" "$p2"; do
+  expect_eq "SendTargets of $p" "$(iscsiadm -m discovery -t sendtargets -p "$p")" "$p,1 $TARGET"
+  iscsiadm -m node -T "$TARGET" -p "$p" -o update -n node.session.timeo.replacement_timeout -v 10
+  iscsiadm -m node -T "$TARGET" -p "$p" -o update -n 'node.conn[0].timeo.noop_out_interval' -v 2
+  iscsiadm -m node -T "$TARGET" -p "$p" -o update -n 'node.conn[0].timeo.noop_out_timeout' -v 5
+  iscsiadm -m node -T "$TARGET" -p "$p" --login
+done
+# The disk behind the session to portal $1.
+disk_via() {
+  for s in $(sessions_of "$TARGET"); do
+    c=/sys/class/iscsi_connection/connection${s#session}:0
+    if [ "$(cat "$c/persistent_address"):$(cat "$c/persistent_port")" = "$1" ]; then
+      session_disk "$s"
+      return 0
+    fi
+  done
+  fail "no session to $1"
+}
+d1=$(disk_via "$p1")
+d2=$(disk_via "$p2")
+say "gateway 1: $d1, gateway 2: $d2"
+expect_eq "TPGS" "$(sg_inq "/dev/$d1" | grep -o 'TPGS=[0-9]')" "TPGS=1"
+wwid=$(/lib/udev/scsi_id -g -u "/dev/$d1")
+expect_eq "WWID of $d2" "$(/lib/udev/scsi_id -g -u "/dev/$d2")" "$wwid"
+# group DISK: the target port group sg_rtpg reports; state DISK: its access state.
+group() { sg_rtpg -d "/dev/$1" | sed -n 's/.*target port group id *: *0x\([0-9a-f]*\).*/\1/p'; }
+state() {
+  sg_rtpg -d "/dev/$1" | grep -o 'active/optimized\|active/non optimized' | head -n 1
+}
+expect_eq "$d1 target port group" "$(group "$d1")" 1
+expect_eq "$d2 target port group" "$(group "$d2")" 2
+
+mkdir -p /etc/multipath/conf.d
+cp /suite/multipath.conf /etc/multipath/conf.d/iscsigw.conf
+cat >/etc/multipath.conf <<'EOF'
+defaults {
+	user_friendly_names yes
+	find_multipaths yes
+}
+EOF
+multipathd
+n=0
+until map=$(multipathd show maps raw format "%n %w" 2>/dev/null | awk -v w="$wwid" '$2 == w { print $1 }') \
+    && [ -n "$map" ] && [ -b "/dev/mapper/$map" ]; do
+  n=$((n + 1))
+  [ "$n" -le 600 ] || { multipath -ll; fail "no multipath map for $wwid"; }
+  sleep 0.1
+done
+expect_eq "map size (512-byte sectors)" "$(blockdev --getsz "/dev/mapper/$map")" "$((LUN_BYTES / 512))"
+
+# The first write takes the lock: its gateway stays optimized, the other becomes non-optimized,
+# and multipathd splits the map into two path groups of priorities 50 and 10 (prio alua).
+dd if=/dev/urandom of="/dev/mapper/$map" bs=64k count=16 oflag=direct,sync status=none
+# Waits until the map has two path groups, the optimized one (prio 50) first, for $1 seconds.
+groups_split() {
+  n=0
+  while :; do
+    prios=$(multipath -ll "$map" | sed -n "s/.*policy='[^']*' prio=\([0-9]*\) status=\([a-z]*\).*/\1 \2/p" | tr '\n' ' ')
+    case "$prios" in
+      "50 active 10 enabled "|"50 enabled 10 enabled "|"10 enabled 50 active ") return 0 ;;
+    esac
+    n=$((n + 1))
+    [ "$n" -le $(($1 * 10)) ] || { multipath -ll "$map"; fail "path groups '$prios' after $1 s"; }
+    sleep 0.1
+  done
+}
+groups_split 60
+multipath -ll "$map"
+if [ "$(state "$d1")" = "active/optimized" ]; then owner=$p1 owner_disk=$d1 standby=$d2; else owner=$p2 owner_disk=$d2 standby=$d1; fi
+expect_eq "$standby access state" "$(state "$standby")" "active/non optimized"
+expect_eq "$owner_disk access state" "$(state "$owner_disk")" "active/optimized"
+
+# fio verify passes, one after another until /tmp/stop exists, each logging every write's
+# completion latency; every pass writes the same data (a write that reaches the image twice is no
+# error, one lost or misplaced is).
+rm -f /tmp/stop /tmp/loop.ended /tmp/lat_*
+echo 0 >/tmp/passes
+(
+  trap ': >/tmp/loop.ended' EXIT
+  while [ ! -e /tmp/stop ]; do
+    p=$(($(cat /tmp/passes) + 1))
+    fio_verify "/dev/mapper/$map" 16M "--sync=1 --write_lat_log=/tmp/lat_$p --log_avg_msec=0"
+    echo "$p" >/tmp/passes
+  done
+) &
+loop_pid=$!
+passes() { cat /tmp/passes; }
+more_passes() {
+  want=$(($(passes) + $1))
+  n=0
+  until [ "$(passes)" -ge "$want" ]; do
+    [ ! -e /tmp/loop.ended ] || { wait "$loop_pid" || true; fail "fio verify failed ($3)"; }
+    n=$((n + 1))
+    [ "$n" -le $(($2 * 10)) ] || fail "no fio pass completed in $2 s ($3)"
+    sleep 0.1
+  done
+}
+writes() { awk '{ print $5 }' "/sys/block/$1/stat"; }  # field 5: write requests completed
+more_passes 1 300 "before the kill"
+w=$(writes "$standby")
+more_passes 1 300 "before the kill"
+expect_eq "writes through the non-optimized path" "$(($(writes "$standby") - w))" 0
+before=$(passes)
+echo "$owner" >"$R/owner"
+step io-running
+# The host has killed the gateway behind $owner. Its path fails; the I/O goes to the other.
+n=0
+until multipathd show paths raw format "%d %t" | grep -q "^$owner_disk failed"; do
+  n=$((n + 1))
+  [ "$n" -le 600 ] || { multipathd show paths; fail "$owner_disk not failed 60 s after the kill"; }
+  sleep 0.1
+done
+w=$(writes "$standby")
+more_passes 2 300 "after the kill"
+[ "$(writes "$standby")" -gt "$w" ] || fail "$standby took no writes after the kill"
+expect_eq "$standby access state after the failover" "$(state "$standby")" "active/optimized"
+step restart
+# The host has restarted the killed gateway on its portal: its path returns, non-optimized.
+n=0
+until multipathd show paths raw format "%d %t %T" | grep -q "^$owner_disk active ready"; do
+  n=$((n + 1))
+  [ "$n" -le 1800 ] || { multipathd show paths; fail "$owner_disk not back 180 s after the restart"; }
+  sleep 0.1
+done
+expect_eq "$owner_disk access state after the restart" "$(state "$owner_disk")" "active/non optimized"
+more_passes 1 300 "after the restart"
+: >/tmp/stop
+wait "$loop_pid" || fail "fio verify failed (the failover)"
+total=$(passes)
+# Verified writes of the passes from the one the kill fell in to the end; the longest of them.
+lat=$(cat $(seq -f /tmp/lat_%g_clat.1.log $((before + 1)) "$total") \
+  | awk -F', ' '$3 == 1 { n++; if ($2 > m) m = $2 } END { printf "%d %.3f", n, m / 1e9 }')
+say "result: $total passes, $((total - before)) from the kill on: ${lat% *} verified writes, longest write ${lat#* } s"
+echo "$lat" >"$R/result.failover"
+multipath -ll "$map"
