@@ -163,6 +163,27 @@ sed '/- name: CEPH_CONF/,+1d' "$out/helm-ceph.yaml" > "$out/ceph-no-conf-env.yam
 refuses "Ceph: a mounted conf without CEPH_CONF is refused" \
   ceph_mount "$out/ceph-no-conf-env.yaml" iscsigw-ceph /etc/ceph ceph.conf keyring
 
+# Several gateway pods on rbd LUNs: replicas, a Service per pod, the gateway id from the ordinal;
+# and what would not be one device through several paths is refused.
+check "ci/gateways-values.yaml: three replicas, each gateway id its ordinal + 1" sh -c \
+  "grep -q '^  replicas: 3$' '$out/helm-gateways.yaml' \
+   && grep -qF -- 'h=\$(cat /proc/sys/kernel/hostname); exec /usr/local/bin/iscsigwd --gateway-id=\"\$(( \${h##*-} + 1 ))\"' '$out/helm-gateways.yaml'"
+check "ci/gateways-values.yaml: a Service per gateway pod, selecting that pod" sh -c \
+  "for i in 0 1 2; do grep -A22 \"name: helm-gateways-iscsigw-iscsi-\$i\$\" '$out/helm-gateways.yaml' \
+     | grep -q \"statefulset.kubernetes.io/pod-name: helm-gateways-iscsigw-\$i\$\" || exit 1; done"
+check "default values: one replica, no gateway id, no per-pod Service" sh -c \
+  "grep -q '^  replicas: 1$' '$out/helm-default.yaml' && ! grep -q -- '--gateway-id' '$out/helm-default.yaml' \
+   && ! grep -q 'iscsigw-iscsi-0' '$out/helm-default.yaml'"
+printf 'replicas: 2\n' > "$out/gateways-file-lun.yaml"
+refuses "replicas > 1 with a file LUN is refused" \
+  "$out/helmrender" -chart $chart -f "$out/gateways-file-lun.yaml"
+printf 'replicas: 2\ngateway:\n  advertise: [\"192.0.2.1:3260\"]\n' > "$out/gateways-advertise.yaml"
+refuses "replicas > 1 with gateway.advertise is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-advertise.yaml"
+printf 'replicas: 2\ncsi:\n  enabled: true\n' > "$out/gateways-csi.yaml"
+refuses "replicas > 1 with csi.enabled is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-csi.yaml"
+
 # CSI: nothing without csi.enabled; with it, the driver, both workloads and the classes.
 check "default values render no CSI object" sh -c \
   "! grep -Eqx 'kind: (CSIDriver|StorageClass|VolumeSnapshotClass|DaemonSet|Deployment|ClusterRole)' '$out/helm-default.yaml'"

@@ -128,3 +128,27 @@ capabilities:
   drop:
     - ALL
 {{- end }}
+
+{{/*
+Several gateway pods (replicas > 1) export the same rbd images: refuse what would not be one
+device seen through several paths.
+*/}}
+{{- define "iscsigw.checkGateways" -}}
+{{- if .Values.bootstrap.existingConfigMap }}
+{{- fail "replicas > 1 needs the targets declared in bootstrap.targets (their LUNs are checked to be rbd), not bootstrap.existingConfigMap" }}
+{{- end }}
+{{- range .Values.bootstrap.targets }}
+{{- $target := .name }}
+{{- range .luns }}
+{{- if not .rbd }}
+{{- fail (printf "replicas > 1: LUN %v of %s is not rbd; every gateway pod would serve data of its own under one name" .id $target) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.gateway.advertise }}
+{{- fail "replicas > 1: gateway.advertise would be the same address for every gateway pod; leave it empty (each pod answers SendTargets with its own address)" }}
+{{- end }}
+{{- if .Values.csi.enabled }}
+{{- fail "replicas > 1 with csi.enabled: the CSI controller configures one gateway, and gateways do not share their configuration" }}
+{{- end }}
+{{- end }}
