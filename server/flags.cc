@@ -29,9 +29,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_REACTORS");
   app.add_option("--gateway-id", f->gateway_id,
                  "This gateway's number among those exporting the same rbd images (1..65535, "
-                 "different on each): its ALUA target port group and relative target port id")
+                 "different on each): its ALUA target port group and relative target port id, "
+                 "and its rbd LUNs run without librbd's cache. 0: no other gateway exports them")
       ->envname("ISCSIGW_GATEWAY_ID")
-      ->check(CLI::Range(1u, 65535u));
+      ->check(CLI::Range(0u, 65535u));
   app.add_option("--lun-dir", f->lun_dir,
                  "Directory for LUN files created by a relative path (CSI volumes) and for "
                  "snapshots; created when missing (empty: none)")

@@ -17,7 +17,7 @@ struct Flags {
   std::string metrics_listen = "0.0.0.0:9540";
   bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)
   unsigned reactors = 0;
-  unsigned gateway_id = 1;  // ALUA target port group and relative port id (several gateways)
+  unsigned gateway_id = 0;  // 0: alone; else one of several gateways on the same rbd images
   std::string bootstrap;
   std::string lun_dir;
   unsigned health_interval_ms = 5000;  // LUN files by relative path and snapshots; empty: none

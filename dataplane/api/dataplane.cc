@@ -346,7 +346,8 @@ struct Dataplane::Impl {
   explicit Impl(const Options& o)
       : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
         gateway(pool, o.gateway),
-        gateway_id(o.gateway_id) {
+        gateway_id(std::max<uint16_t>(o.gateway_id, 1)),
+        shared_images(o.gateway_id != 0) {
     if (!o.state_dir.empty()) {
       lun_state = std::make_unique<LunStateFiles>(o.state_dir + "/lun-state",
                                                   [this](unsigned slot, std::function<void()> fn) {
@@ -356,8 +357,12 @@ struct Dataplane::Impl {
   }
 
   // The ALUA access state of every LUN through this gateway, looked at four times a second: a
-  // change (an rbd image's exclusive lock moved between gateways) becomes ASYMMETRIC ACCESS STATE
-  // CHANGED for the sessions (scsi::Engine::CheckAccessState). Nothing in it waits.
+  // change (an rbd image's exclusive lock moved between gateways) that holds for 4 s becomes
+  // ASYMMETRIC ACCESS STATE CHANGED for the sessions (scsi::Engine::CheckAccessState). Nothing in
+  // it waits. Looks, 250 ms apart: a new state must hold 4 s. An initiator writing through two
+  // gateways in turn (libiscsi's MultipathIO tests, a multibus map) moves the lock with each turn;
+  // states that last are what matter to an initiator choosing paths.
+  static constexpr unsigned kAccessStateSettle = 16;
   asio::awaitable<void> AccessStateLoop() {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     while (!stopping.load()) {
@@ -367,7 +372,7 @@ struct Dataplane::Impl {
       const auto snapshot = gateway.snapshot();
       for (const auto& t : snapshot->targets) {
         for (const auto& lun : t->info.luns) {
-          if (scsi::Engine::CheckAccessState(*lun)) {
+          if (scsi::Engine::CheckAccessState(*lun, kAccessStateSettle)) {
             log::Scsi().info(
                 "lun {} of {}: now {} through this gateway", lun->id(), t->info.name,
                 lun->reported_preferred().load() ? "active/optimized" : "active/non-optimized");
@@ -442,6 +447,7 @@ struct Dataplane::Impl {
   runtime::ReactorPool pool;
   iscsi::Gateway gateway;
   const uint16_t gateway_id;  // target port group and relative port id (Options::gateway_id)
+  const bool shared_images;   // other gateways export the rbd images too
   log::RateLimiter accept_log_limiter;  // used by the accept loops only, all on reactor 0
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
@@ -471,9 +477,6 @@ const std::vector<std::string>& Dataplane::advertised() const {
 }
 
 Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
-  if (options.gateway_id == 0) {
-    return InvalidArgument("gateway id 0: relative port and target port group ids start at 1");
-  }
   for (const auto& a : options.gateway.advertise) {
     if (Status s = ValidateAdvertise(a); !s.ok()) return s;
   }
@@ -507,11 +510,12 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
 }
 
 namespace {
-backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l) {
+backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, bool shared) {
   backing::RbdStoreOptions o = RbdOptions(l.rbd);
   o.create = l.create;
   o.size_bytes = l.size_bytes;
   o.read_only = l.read_only;
+  o.shared = shared;
   return o;
 }
 }  // namespace
@@ -565,7 +569,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       }
     }
     for (auto& [key, l] : wanted) {
-      auto store = backing::RbdStore::Open(RbdOptionsOf(l), impl_->pool.contexts());
+      auto store =
+          backing::RbdStore::Open(RbdOptionsOf(l, impl_->shared_images), impl_->pool.contexts());
       const bool failed = !store.ok();
       pre.emplace(key, std::move(store));
       if (failed && mode == ApplyMode::kStrict) break;
@@ -676,7 +681,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           break;
         }
         case BackingKind::kRbd: {
-          const backing::RbdStoreOptions ro = RbdOptionsOf(l);
+          const backing::RbdStoreOptions ro = RbdOptionsOf(l, impl_->shared_images);
           auto opened = pre.find(key);
           auto rs = opened != pre.end() ? std::move(opened->second)
                                         : backing::RbdStore::Open(ro, impl_->pool.contexts());
@@ -710,6 +715,9 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       lc.block_size = l.block_size;
       lc.physical_block_size = l.physical_block_size;
       lc.read_only = l.read_only;
+      // Other gateways export an rbd image too, and their reservations are not shared: none here,
+      // rather than one that fences this gateway's paths only.
+      lc.reservations = !(impl_->shared_images && l.backing == BackingKind::kRbd);
       const uint64_t h = Fnv1a(t.name + "/" + std::to_string(l.id));
       if (l.serial.empty()) {
         char buf[17];

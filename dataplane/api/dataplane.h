@@ -79,10 +79,11 @@ struct Config {
 struct Options {
   std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
   unsigned reactors = 0;                             // 0: one per core
-  // This gateway among those that serve the same targets (rbd LUNs several gateways export): its
-  // ALUA target port group and its relative target port identifier for every target, so
-  // 1..65535 and different on each gateway.
-  uint16_t gateway_id = 1;
+  // This gateway among those that export the same rbd images (1..65535, different on each): its
+  // ALUA target port group and its relative target port identifier in every target; its rbd
+  // LUNs then open without librbd's cache (RbdStoreOptions::shared). 0: the gateway is alone,
+  // with target port group and relative port 1.
+  uint16_t gateway_id = 0;
   iscsi::GatewayOptions gateway;
   // Where LUNs keep durable SCSI state (APTPL reservations, saved mode pages) in lun-state/;
   // empty: none (REPORT CAPABILITIES then reports PTPL_C=0).

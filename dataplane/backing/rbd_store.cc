@@ -62,6 +62,8 @@ constexpr Default kDefaults[] = {
 
 // Only on a host of fewer than kFewCores cores (rbd_store.h says why and what it was measured at).
 constexpr Default kFewCoresThreads = {"librados_thread_count", "2", "1"};
+// For an image that other gateways export too (RbdStoreOptions::shared).
+constexpr Default kSharedNoCache = {"rbd_cache", "true", "false"};
 constexpr unsigned kFewCores = 4;
 
 unsigned UsableCores() {
@@ -303,7 +305,8 @@ struct RbdStore::Cluster {
     };
     static std::mutex map_mu;
     static std::map<std::string, std::shared_ptr<Entry>> entries;  // guarded by map_mu
-    const std::string key = o.conf + '\0' + o.client_id + '\0' + o.keyring;
+    const std::string key =
+        o.conf + '\0' + o.client_id + '\0' + o.keyring + (o.shared ? "\0shared" : "");
     std::shared_ptr<Entry> entry;
     {
       std::lock_guard<std::mutex> lock(map_mu);
@@ -344,6 +347,15 @@ struct RbdStore::Cluster {
     };
     for (const Default& d : kDefaults) set_default(d);
     if (UsableCores() < kFewCores) set_default(kFewCoresThreads);
+    if (o.shared) {
+      set_default(kSharedNoCache);
+      if (ConfGet(c->handle, "rbd_cache") == "true") {
+        log::Backing().warn(
+            "{}ceph conf {}: rbd_cache true on an image other gateways export: a write it "
+            "acknowledged is not seen through another gateway until it is flushed",
+            who, conf_name);
+      }
+    }
     // librbd's calls run on the reactor that makes them (no thread switch per I/O), where they
     // cannot wait; otherwise, or where the conf file says so, librbd queues them to its thread.
     const std::string waits = InlineDispatchWaits(c->handle);

@@ -3,7 +3,7 @@
 // Opening (Open, on a control-plane thread; it blocks): a librados handle for the client id with
 // the cluster's conf file and keyring path, an I/O context on the pool (and namespace), the image
 // (rbd_open; created first with rbd_create4 when asked and missing). Stores that name the same
-// conf, client id and keyring share one librados handle (one set of librados threads and
+// conf, client id, keyring and `shared` share one librados handle (one set of librados threads and
 // sockets), which goes with the last of them. So that a cluster that is not there fails instead of
 // waiting forever, these are set where the conf file leaves Ceph's built-in default (a value in
 // the conf file wins):
@@ -34,6 +34,11 @@
 //                         librbd's thread: a second one competes with the reactors for the cores
 //                         (on 2 cores: 37-47 us of the gateway's CPU per 4 KiB random read at
 //                         QD32 against 50-60 us). Elsewhere Ceph's 2 stands.
+//   rbd_cache  false (Ceph: true), for an image that other gateways export too (shared): the
+//                         cache is in this gateway's memory, where the others cannot read the
+//                         writes it acknowledged and has not sent (a conf that sets it true for
+//                         such an image is warned about). Writes are then acknowledged once the
+//                         OSDs have them, and every read comes from the OSDs.
 // A value in the conf file wins, even one equal to Ceph's default (the file is read for it).
 // At open (not read-only, the image with exclusive locking), an exclusive lock held by a client
 // of this host with another nonce (this gateway before a crash) that does not answer a notify on
@@ -126,6 +131,10 @@ struct RbdStoreOptions {
   // Size of the LUN. 0: the image's size. An image smaller than size_bytes is an error.
   uint64_t size_bytes = 0;
   bool read_only = false;  // the image opened read-only; writes complete with EROFS
+  // Other gateways export the image too: librbd's cache is off (rbd_cache = false, where the conf
+  // file does not set it), since a write it acknowledged and has not sent yet is invisible to
+  // the other gateways' reads, and the reads it may cache miss their writes.
+  bool shared = false;
 };
 
 class RbdStore final : public BackingStore {

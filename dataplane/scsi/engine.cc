@@ -305,7 +305,7 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     }
   }
 
-  if (entry.handler == nullptr) {
+  if (entry.handler == nullptr || (lun != nullptr && !lun->Offers(opcode))) {
     // SPC-4 4.5.6: an operation code the device server does not implement.
     SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
     return Finish(task);
@@ -368,9 +368,30 @@ void Engine::CapacityChanged(Lun& lun) {
       UnitAttention{Asc::kCapacityDataChanged.asc, Asc::kCapacityDataChanged.ascq}, nullptr);
 }
 
-bool Engine::CheckAccessState(Lun& lun) {
+bool Lun::Offers(uint8_t opcode) const {
+  switch (opcode) {
+    case kReserve6:
+    case kRelease6:
+    case kReserve10:
+    case kRelease10:
+    case kPersistentReserveIn:
+    case kPersistentReserveOut:
+      return config_.reservations;
+    default:
+      return true;
+  }
+}
+
+bool Engine::CheckAccessState(Lun& lun, unsigned settle) {
   const bool now = lun.store().preferred();
-  if (lun.reported_preferred().exchange(now) == now) return false;
+  unsigned& differs = lun.access_state_differs();
+  if (lun.reported_preferred().load() == now) {
+    differs = 0;
+    return false;
+  }
+  if (++differs < settle) return false;
+  differs = 0;
+  lun.reported_preferred().store(now);
   lun.RaiseUnitAttention(UnitAttention{Asc::kAsymmetricAccessStateChanged.asc,
                                        Asc::kAsymmetricAccessStateChanged.ascq},
                          nullptr);

@@ -43,6 +43,11 @@ struct LunConfig {
   // Block Limits granularities, so that initiators align their I/O to it.
   uint32_t physical_block_size = 0;
   bool read_only = false;
+  // False: RESERVE/RELEASE(6)/(10) and PERSISTENT RESERVE IN/OUT are not supported (INVALID
+  // COMMAND OPERATION CODE, and REPORT SUPPORTED OPERATION CODES leaves them out). For an rbd
+  // LUN that other gateways export: their reservations are not shared yet, so one taken through
+  // this gateway would not fence writes through another.
+  bool reservations = true;
   std::string serial;   // VPD 0x80 unit serial number (ASCII, <= 32 chars)
   uint64_t naa_id = 0;  // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
   std::string vendor = "ISCSIGW";       // INQUIRY T10 vendor id (8 chars, space padded on the wire)
@@ -91,6 +96,9 @@ class Lun : public std::enable_shared_from_this<Lun> {
   uint64_t num_blocks() const;
   backing::BackingStore& store() { return *store_; }
 
+  // Whether the LUN serves the reservation commands (LunConfig::reservations).
+  bool Offers(uint8_t opcode) const;
+
   // Establishes a unit attention for every I_T nexus, or every nexus but `except` (may be null).
   // Any thread. Rare (resets, capacity change); takes the small per-LUN lock.
   void RaiseUnitAttention(UnitAttention ua, const Nexus* except);
@@ -101,6 +109,7 @@ class Lun : public std::enable_shared_from_this<Lun> {
 
   // The access state last reported for the LUN through this gateway (Engine::CheckAccessState).
   std::atomic<bool>& reported_preferred() { return reported_preferred_; }
+  unsigned& access_state_differs() { return access_state_differs_; }  // CheckAccessState's count
 
   // State every I_T nexus shares (mode_pages.h, reservations.h; their own locks).
   ModePages& mode_pages() { return mode_pages_; }
@@ -167,6 +176,7 @@ class Lun : public std::enable_shared_from_this<Lun> {
   Reservations reservations_;
   SanitizeState sanitize_;
   std::atomic<bool> reported_preferred_{true};
+  unsigned access_state_differs_ = 0;
   std::mutex detached_mu_;
   uint32_t detached_flushes_ = 0;       // guarded by detached_mu_
   unsigned detached_slot_ = 0;          // guarded by detached_mu_: the last flush's reactor
@@ -275,10 +285,12 @@ class Engine {
   static void CapacityChanged(Lun& lun);
 
   // Compares the LUN's ALUA access state through this gateway (its store's preferred()) with the
-  // one last reported and, when it changed, establishes ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h)
-  // for every I_T nexus (SPC-4 5.15.2.5, implicit transitions). True when it changed. Any thread;
-  // the gateway calls it periodically for every LUN.
-  static bool CheckAccessState(Lun& lun);
+  // one last reported. A state that differs in `settle` consecutive calls becomes the reported
+  // one, with ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h) for every I_T nexus (SPC-4 5.15.2.5,
+  // implicit transitions); true then. The settling keeps an image whose lock passes back and forth
+  // (writes through two gateways at once) from raising a unit attention with each pass. One
+  // caller at a time; the gateway calls it periodically for every LUN.
+  static bool CheckAccessState(Lun& lun, unsigned settle = 1);
 };
 
 }  // namespace iscsigw::scsi

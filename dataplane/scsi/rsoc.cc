@@ -42,10 +42,12 @@ void PutTimeouts(uint8_t opcode, uint8_t* d) {
   StoreBe32(d + 8, recommended);
 }
 
-// Whether the logical unit offers the command of `entry`: registered, and for WRITE ATOMIC(16) a
-// store that writes atomically (the handler refuses it otherwise).
+// Whether the logical unit offers the command of `entry`: registered, offered by the LUN
+// (Lun::Offers), and for WRITE ATOMIC(16) a store that writes atomically (the handler refuses it
+// otherwise).
 bool Offered(const Command& cmd, uint8_t opcode, const OpEntry& entry) {
   if (entry.handler == nullptr) return false;
+  if (cmd.lun != nullptr && !cmd.lun->Offers(opcode)) return false;
   if (opcode == kWriteAtomic16) return cmd.lun != nullptr && AtomicBlocksOf(*cmd.lun).max > 0;
   return true;
 }

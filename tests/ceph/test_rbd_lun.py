@@ -167,7 +167,8 @@ class RbdLunTest(harness.DaemonTestCase):
         # One LUN per conf, each with a librados handle of its own, asked on an admin socket of
         # its own.
         names = ("rbd_cache_writethrough_until_flush", "objecter_inflight_ops",
-                 "objecter_inflight_op_bytes", "rbd_non_blocking_aio", "librados_thread_count")
+                 "objecter_inflight_op_bytes", "rbd_non_blocking_aio", "librados_thread_count",
+                 "rbd_cache")
         # One completion thread on a host of fewer than 4 cores, Ceph's 2 elsewhere.
         threads = "1" if len(os.sched_getaffinity(0)) < 4 else "2"
         extras = {
@@ -208,11 +209,12 @@ class RbdLunTest(harness.DaemonTestCase):
         self.assertEqual(seen, {
             # ours: the cache acknowledges from the first write; no blocking throttle; librbd
             # dispatches on the reactor
-            "plain": ["false", "0", "0", "false", threads],
-            "theirs": ["true", "0", "0", "false", "2"],  # the conf's value wins, even Ceph's default
-            "throttled": ["false", "2048", "0", "true", threads],
-            "inline": ["false", "0", "209715200", "false", threads],
-            "dashes": ["false", "0", "0", "false", threads],
+            # and librbd's cache on: this gateway alone exports the image (no --gateway-id)
+            "plain": ["false", "0", "0", "false", threads, "true"],
+            "theirs": ["true", "0", "0", "false", "2", "true"],  # the conf wins
+            "throttled": ["false", "2048", "0", "true", threads, "true"],
+            "inline": ["false", "0", "209715200", "false", threads, "true"],
+            "dashes": ["false", "0", "0", "false", threads, "true"],
         })
         self.assertIn(f"ceph conf {os.path.join(CLUSTER.dir, 'inline.conf')}: rbd_non_blocking_aio "
                       "false with objecter_inflight_op_bytes 209715200", self.daemon.read_log())

@@ -624,6 +624,75 @@ TEST_F(EngineTest, AccessStateFollowsTheStoreAndChangesAreUnitAttentions) {
   EXPECT_EQ(DataIn()[4] & 0x0F, 0x00);  // active/optimized
 }
 
+// A state must hold for `settle` looks before it is reported: a lock passing back and forth
+// between gateways raises no unit attention for each pass.
+TEST_F(EngineTest, AccessStateChangesSettleBeforeTheyAreReported) {
+  auto fake = std::make_shared<FakeStore>(kBlocks * kBlock);
+  Lun& lun = AddLun(1, fake);
+  ClearPowerOn(nexus_, 1);
+  fake->preferred_path = false;
+  EXPECT_FALSE(Engine::CheckAccessState(lun, 3));
+  EXPECT_FALSE(Engine::CheckAccessState(lun, 3));
+  fake->preferred_path = true;  // back before it settled: the count starts again
+  EXPECT_FALSE(Engine::CheckAccessState(lun, 3));
+  fake->preferred_path = false;
+  EXPECT_FALSE(Engine::CheckAccessState(lun, 3));
+  EXPECT_FALSE(Engine::CheckAccessState(lun, 3));
+  Run({0x00}, 1, 0);
+  ExpectGood();  // nothing reported yet
+  EXPECT_TRUE(Engine::CheckAccessState(lun, 3));
+  Run({0x00}, 1, 0);
+  ExpectCheck(SenseKey::kUnitAttention, Asc::kAsymmetricAccessStateChanged);
+  EXPECT_FALSE(lun.reported_preferred().load());
+}
+
+// A LUN without reservations (an rbd LUN other gateways export) refuses the reservation commands
+// as unsupported, and REPORT SUPPORTED OPERATION CODES says so; other LUNs serve them.
+TEST_F(EngineTest, ReservationCommandsAreUnsupportedWhereTheLunHasNone) {
+  LunConfig c = Config(2);
+  c.reservations = false;
+  target_.luns.push_back(std::make_shared<Lun>(c, ram_));
+  ClearPowerOn(nexus_, 2);
+  const std::vector<std::vector<uint8_t>> cdbs = {
+      {0x5E, 0x00, 0, 0, 0, 0, 0, 0x01, 0x00, 0},  // PERSISTENT RESERVE IN, READ KEYS
+      {0x5F, 0x00, 0, 0, 0, 0, 0, 0, 24, 0},       // PERSISTENT RESERVE OUT, REGISTER
+      {0x16, 0, 0, 0, 0, 0},                       // RESERVE(6)
+      {0x17, 0, 0, 0, 0, 0},                       // RELEASE(6)
+      {0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0},           // RESERVE(10)
+      {0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0}};          // RELEASE(10)
+  for (const auto& cdb : cdbs) {
+    task_ = Task{};
+    std::copy(cdb.begin(), cdb.end(), task_.cdb.begin());
+    task_.cdb_len = 16;
+    task_.lun = 2;
+    task_.expected_length = cdb[0] == 0x5F ? 24 : 256;
+    task_.nexus = &nexus_;
+    task_.buf = buf_.data();
+    task_.buf_cap = static_cast<uint32_t>(buf_.size());
+    if (cdb[0] == 0x5F) {
+      std::fill(buf_.begin(), buf_.begin() + 24, 0);
+      buf_[15] = 1;  // SERVICE ACTION RESERVATION KEY 1
+      task_.data_out_len = 24;
+      task_.dir = DataDirection::kWrite;
+    }
+    completions_ = 0;
+    task_.complete = [](Task*, void* ctx) { ++*static_cast<int*>(ctx); };
+    task_.complete_ctx = &completions_;
+    Engine::Execute(target_, task_);
+    ExpectCheck(SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
+  }
+  // REPORT SUPPORTED OPERATION CODES, one command (opcode and service action): SUPPORT 001b, not
+  // supported, on LUN 2; 011b on LUN 0.
+  Run({0xA3, 0x0C, 0x02, 0x5F, 0x00, 0x00, 0, 0, 0x01, 0x00, 0, 0}, 2);
+  ExpectGood();
+  EXPECT_EQ(DataIn()[1] & 0x07, 0x01);
+  Run({0xA3, 0x0C, 0x02, 0x5F, 0x00, 0x00, 0, 0, 0x01, 0x00, 0, 0}, 0);
+  ExpectGood();
+  EXPECT_EQ(DataIn()[1] & 0x07, 0x03);
+  Run({0x5E, 0x00, 0, 0, 0, 0, 0, 0x01, 0x00, 0}, 0);  // READ KEYS on LUN 0
+  ExpectGood();
+}
+
 TEST_F(EngineTest, ReportTargetPortGroupsChecksItsCdb) {
   Run({0xA3, 0x4A, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0, 0});  // PARAMETER DATA FORMAT 010b
   ExpectInvalidField(1);
