@@ -510,12 +510,12 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
 }
 
 namespace {
-backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, bool shared) {
+backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, uint16_t gateway_id) {
   backing::RbdStoreOptions o = RbdOptions(l.rbd);
   o.create = l.create;
   o.size_bytes = l.size_bytes;
   o.read_only = l.read_only;
-  o.shared = shared;
+  o.gateway_id = gateway_id;
   return o;
 }
 }  // namespace
@@ -569,8 +569,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       }
     }
     for (auto& [key, l] : wanted) {
-      auto store =
-          backing::RbdStore::Open(RbdOptionsOf(l, impl_->shared_images), impl_->pool.contexts());
+      auto store = backing::RbdStore::Open(
+          RbdOptionsOf(l, impl_->shared_images ? impl_->gateway_id : 0), impl_->pool.contexts());
       const bool failed = !store.ok();
       pre.emplace(key, std::move(store));
       if (failed && mode == ApplyMode::kStrict) break;
@@ -601,11 +601,13 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   for (const auto& t : config.targets) {
     auto tc = std::make_shared<iscsi::TargetConfig>();
     tc->info.name = t.name;
-    tc->info.tpgt = 1;
     // A target has one port on each gateway: its relative port id and its target port group are
     // the gateway's id, the same for every target and across restarts (VPD 0x83, RTPG).
     tc->info.relative_port_id = impl_->gateway_id;
     tc->info.target_port_group = impl_->gateway_id;
+    // And its portal group tag: the SCSI target port name (VPD 0x83, "name,t,0x<tpgt>") must
+    // differ between the ports of one target.
+    tc->info.tpgt = impl_->gateway_id;
     tc->alias = t.alias;
     tc->allow_any_initiator = t.allow_any_initiator;
     for (const auto& e : t.acl) {
@@ -681,7 +683,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           break;
         }
         case BackingKind::kRbd: {
-          const backing::RbdStoreOptions ro = RbdOptionsOf(l, impl_->shared_images);
+          const backing::RbdStoreOptions ro =
+              RbdOptionsOf(l, impl_->shared_images ? impl_->gateway_id : 0);
           auto opened = pre.find(key);
           auto rs = opened != pre.end() ? std::move(opened->second)
                                         : backing::RbdStore::Open(ro, impl_->pool.contexts());

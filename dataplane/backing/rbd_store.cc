@@ -193,12 +193,34 @@ constexpr uint64_t kLockProbeTimeoutMs = 2000;
 //    for kStuckWrites while another client owns the lock (another gateway, the owner of the
 //    image until it died: the failover of several gateways). Whatever its host, the owner is
 //    probed.
-// Probed: when the owner does not acknowledge a notify on the image's header within
-// kLockProbeTimeoutMs, it is not alive (or cut off from the cluster, which is the same to its
-// writes), and its lock is broken (rbd_lock_break, which blocklists it: the fencing Ceph's docs
+// Probed: when the owner acknowledges neither of two notifies on the image's header, each
+// within kLockProbeTimeoutMs, it is not alive (or cut off from the cluster, which is the same to
+// its writes), and its lock is broken (rbd_lock_break, which blocklists it: the fencing Ceph's docs
 // prescribe for a dead owner, so that nothing it still has in flight can land). A live owner
 // keeps its lock: librbd asks it for the lock, as it always does.
 enum class BreakIf : uint8_t { kRestarted, kWritesWaiting };
+
+// Whether client `gid` acknowledges a notify on `header` within kLockProbeTimeoutMs. The payload
+// is empty: librbd takes it for the legacy "header updated" notify (each client of the image
+// refreshes it) and acknowledges it. No answer at all from the OSD counts as alive.
+bool OwnerAnswers(rados_ioctx_t io, const std::string& header, uint64_t gid) {
+  char* reply = nullptr;
+  size_t reply_len = 0;
+  (void)rados_notify2(io, header.c_str(), "", 0, kLockProbeTimeoutMs, &reply, &reply_len);
+  if (reply == nullptr) return true;
+  bool alive = false;
+  notify_ack_t* acks = nullptr;
+  notify_timeout_t* timeouts = nullptr;
+  size_t nacks = 0, ntimeouts = 0;
+  if (rados_decode_notify_response(reply, reply_len, &acks, &nacks, &timeouts, &ntimeouts) == 0) {
+    for (size_t i = 0; i < nacks; ++i) alive |= acks[i].notifier_id == gid;
+    rados_free_notify_response(acks, nacks, timeouts);
+  } else {
+    alive = true;
+  }
+  rados_buffer_free(reply);
+  return alive;
+}
 // True when it broke a lock.
 bool BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image, BreakIf when,
                         const std::string& who) {
@@ -248,26 +270,14 @@ bool BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image, Br
                          lockers > 0 ? clients : "", lockers > 0 ? addrs : "");
     return false;
   }
-  char* reply = nullptr;
-  size_t reply_len = 0;
-  // librbd's watchers acknowledge a notify they cannot decode; the payload is left empty.
-  (void)rados_notify2(io, header.c_str(), "", 0, kLockProbeTimeoutMs, &reply, &reply_len);
-  bool alive = reply == nullptr;  // no answer at all: assume alive, break nothing
-  if (reply != nullptr) {
-    notify_ack_t* acks = nullptr;
-    notify_timeout_t* timeouts = nullptr;
-    size_t nacks = 0, ntimeouts = 0;
-    if (rados_decode_notify_response(reply, reply_len, &acks, &nacks, &timeouts, &ntimeouts) == 0) {
-      for (size_t i = 0; i < nacks; ++i) alive |= acks[i].notifier_id == gid;
-      rados_free_notify_response(acks, nacks, timeouts);
-    } else {
-      alive = true;
+  // Two notifies, each of kLockProbeTimeoutMs: one missed answer (an owner re-registering its
+  // watch, or slow) does not get a live owner blocklisted.
+  for (int probe = 0; probe < 2; ++probe) {
+    if (OwnerAnswers(io, header, gid)) {
+      log::Backing().debug("{}client.{} ({}) answered: it keeps the exclusive lock", who, gid,
+                           owner);
+      return false;
     }
-    rados_buffer_free(reply);
-  }
-  if (alive) {
-    log::Backing().debug("{}client.{} ({}) answered: it keeps the exclusive lock", who, gid, owner);
-    return false;
   }
   const int r = rbd_lock_break(image, RBD_LOCK_MODE_EXCLUSIVE, owner.c_str());
   if (r < 0) {
@@ -279,7 +289,7 @@ bool BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image, Br
                       who, gid, owner,
                       when == BreakIf::kRestarted ? "same host as this gateway, another instance"
                                                   : "this gateway's writes waited for it",
-                      kLockProbeTimeoutMs);
+                      2 * kLockProbeTimeoutMs);
   return true;
 }
 
@@ -305,8 +315,8 @@ struct RbdStore::Cluster {
     };
     static std::mutex map_mu;
     static std::map<std::string, std::shared_ptr<Entry>> entries;  // guarded by map_mu
-    const std::string key =
-        o.conf + '\0' + o.client_id + '\0' + o.keyring + (o.shared ? "\0shared" : "");
+    const std::string key = o.conf + '\0' + o.client_id + '\0' + o.keyring +
+                            (o.shared() ? std::string("\0shared", 7) : "");
     std::shared_ptr<Entry> entry;
     {
       std::lock_guard<std::mutex> lock(map_mu);
@@ -347,7 +357,7 @@ struct RbdStore::Cluster {
     };
     for (const Default& d : kDefaults) set_default(d);
     if (UsableCores() < kFewCores) set_default(kFewCoresThreads);
-    if (o.shared) {
+    if (o.shared()) {
       set_default(kSharedNoCache);
       if (ConfGet(c->handle, "rbd_cache") == "true") {
         log::Backing().warn(
@@ -398,6 +408,7 @@ struct RbdStore::Op : runtime::CompletionInbox::Item {
   bool fua = false;
   bool fua_flushing = false;  // a FUA write whose data landed, now in its flush
   bool gated = false;         // holds the gate shared (writes, unmaps, native compare-and-writes)
+  bool counted = false;       // a write the lock watch counts (LockWatchWrites)
   uint64_t offset = 0;
   uint8_t* data = nullptr;  // const for writes
   uint64_t len = 0;
@@ -435,6 +446,9 @@ struct alignas(64) RbdStore::LockWatchWrites {
 // holds the exclusive lock before that client is probed (BreakDeadLockOwner).
 constexpr std::chrono::milliseconds kLockWatchPeriod{500};
 constexpr std::chrono::milliseconds kStuckWrites{2000};
+// The image metadata key a gateway sets to claim a free lock (LockWatch::Look); its value is the
+// gateway's id, for operators (`rbd image-meta get`).
+constexpr char kHolderKey[] = "iscsigw.holder";
 
 // Who holds the image's exclusive lock, as this gateway sees it (preferred()), and the break of a
 // dead holder that this gateway's writes wait for. One thread per store of an image with
@@ -444,10 +458,13 @@ struct RbdStore::LockWatch {
   std::unique_ptr<LockWatchWrites[]> writes;  // one per slot
   size_t slots = 0;
   std::atomic<bool> preferred{true};
+  std::string holder_tag;  // this gateway's id, the value of kHolderKey when it claims the lock
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;  // guarded by mu
   std::thread thread;
+
+  ~LockWatch() { Stop(); }  // a close still queued on the pool at exit never ran Stop
 
   void Stop() {
     {
@@ -458,8 +475,14 @@ struct RbdStore::LockWatch {
     if (thread.joinable()) thread.join();
   }
 
-  // Sets `preferred`: true while this client holds the lock or nobody does (the first writer
-  // will); *mine: whether this client holds it. False when librbd could not say.
+  // Sets `preferred`: true while this client holds the lock or nobody does; *mine: whether this
+  // client holds it. False when librbd could not say.
+  // Nobody holding it (the gateways just started, or the holder closed the image) would leave
+  // every gateway optimized: an initiator would spread its writes over all of them and the lock
+  // would pass back and forth with each. So a gateway that finds it free claims it: setting the
+  // image metadata key kHolderKey takes the lock when nobody holds it (librbd's maintenance
+  // operations acquire it), and is handed to the holder, which keeps it, when one does. The
+  // first gateway to look wins.
   bool Look(rbd_image_t image, int* mine) {
     if (rbd_is_exclusive_lock_owner(image, mine) < 0) return false;
     if (*mine != 0) {
@@ -469,12 +492,17 @@ struct RbdStore::LockWatch {
     rbd_lock_mode_t mode;
     char* owners[4] = {};
     size_t n = 4;
-    const int r = rbd_lock_get_owners(image, &mode, owners, &n);
+    int r = rbd_lock_get_owners(image, &mode, owners, &n);
     if (r == 0) rbd_lock_get_owners_cleanup(owners, n);
+    if (r == -ENOENT || (r == 0 && n == 0)) {
+      (void)rbd_metadata_set(image, kHolderKey, holder_tag.c_str());
+      if (rbd_is_exclusive_lock_owner(image, mine) < 0) return false;
+      preferred.store(true, std::memory_order_relaxed);  // it, or nobody yet: no change
+      return true;
+    }
     // Another error (the cluster away, this client blocklisted) leaves the state as it was.
-    if (r == -ENOENT || (r == 0 && n == 0)) preferred.store(true, std::memory_order_relaxed);
-    if (r == 0 && n > 0) preferred.store(false, std::memory_order_relaxed);
-    return r == 0 || r == -ENOENT;
+    if (r == 0) preferred.store(false, std::memory_order_relaxed);
+    return r == 0;
   }
 
   void Run(rados_t cluster, rados_ioctx_t io, rbd_image_t image, const std::string& who) {
@@ -487,8 +515,9 @@ struct RbdStore::LockWatch {
       }
       int mine = 0;
       if (!Look(image, &mine)) continue;
+      // `done` first, with acquire: each slot's `started` read after it is at least as large.
       uint64_t done = 0, started = 0;
-      for (size_t i = 0; i < slots; ++i) done += writes[i].done.load(std::memory_order_relaxed);
+      for (size_t i = 0; i < slots; ++i) done += writes[i].done.load(std::memory_order_acquire);
       for (size_t i = 0; i < slots; ++i) {
         started += writes[i].started.load(std::memory_order_relaxed);
       }
@@ -685,7 +714,10 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
         (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
     if (!o.read_only && (features & RBD_FEATURE_EXCLUSIVE_LOCK) != 0) {
       BreakDeadLockOwner(store->cluster_->handle, io, image, BreakIf::kRestarted, who);
+    }
+    if (!o.read_only && o.shared() && (features & RBD_FEATURE_EXCLUSIVE_LOCK) != 0) {
       lock_watch_ = std::make_shared<LockWatch>();
+      lock_watch_->holder_tag = std::to_string(o.gateway_id);
       lock_watch_->slots = slots.size();
       lock_watch_->writes = std::make_unique<LockWatchWrites[]>(slots.size());
     }
@@ -866,10 +898,8 @@ uint64_t RbdStore::MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t 
 
 void RbdStore::Finish(Op* op, int err) {
   Slot& slot = *op->slot;
-  if (op->gated) {
-    gate_.ExitShared(slot.index);
-    if (slot.writes != nullptr) slot.writes->done.fetch_add(1, std::memory_order_relaxed);
-  }
+  if (op->gated) gate_.ExitShared(slot.index);
+  if (op->counted) slot.writes->done.fetch_add(1, std::memory_order_release);
   const IoCompletion done = op->done;
   slot.ops.Give(op);
   done(err);
@@ -878,7 +908,15 @@ void RbdStore::Finish(Op* op, int err) {
 // ---------------------------------------------------------------------------------------------
 // The pool: blocking librbd calls that must not run on a reactor.
 
+void RbdStore::CountWrite(Op* op) {
+  if (op->slot->writes == nullptr) return;
+  op->counted = true;
+  op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
+}
+
 void RbdStore::SubmitToPool(Op* op) {
+  // Every kind of pool work but kProvision writes, and needs the exclusive lock.
+  if (op->work != Op::PoolWork::kProvision) CountWrite(op);
   op->kind = Op::Kind::kPool;
   op->slot->inbox->Expect();
   asio::post(RbdPool(), [this, op] { RunOnPool(op); });
@@ -1013,8 +1051,7 @@ void RbdStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> bu
     return SubmitToPool(op);
   }
   op->gated = true;
-  if (op->slot->writes != nullptr)
-    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
+  CountWrite(op);
   Submit(op);
 }
 
@@ -1048,8 +1085,7 @@ void RbdStore::Unmap(unsigned slot, uint64_t offset, uint64_t len, IoCompletion 
     return SubmitToPool(op);
   }
   op->gated = true;
-  if (op->slot->writes != nullptr)
-    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
+  CountWrite(op);
   Submit(op);
 }
 
@@ -1116,8 +1152,7 @@ void RbdStore::CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* c
   ++s.native_compare_writes;
   op->kind = Op::Kind::kCompareWrite;
   op->gated = true;
-  if (op->slot->writes != nullptr)
-    op->slot->writes->started.fetch_add(1, std::memory_order_relaxed);
+  CountWrite(op);
   Submit(op);
 }
 

@@ -82,15 +82,15 @@
 // handle. Open, CreateImage and RemoveImage that meet ESHUTDOWN mark the handle fenced and try
 // once more on a new one; a fenced handle is never handed out again.
 //
-// Several gateways: any number of gateways may open one image. Which of them writes is librbd's
-// exclusive lock (automatic: the first writer takes it, and a live holder hands it over when
-// another client's write asks). A lock watch thread per store (an image with exclusive locking,
-// opened for writing) looks every 500 ms: preferred() is false while another client holds the
-// lock, true while this one does or nobody does; that is the ALUA state the SCSI layer reports
-// (active/optimized or active/non-optimized). When this gateway's writes have made no progress
-// for 2 s while another client holds the lock, that client is probed, and its lock broken when it
-// does not answer (see BreakDeadLockOwner): the failover when the owning gateway dies, without
-// waiting for the OSDs to time its watch out.
+// Several gateways (options.gateway_id not 0): any number of gateways may open one image. Which of
+// them writes is librbd's exclusive lock (automatic: a live holder hands it over when another
+// client's write asks). A lock watch thread per store (an image with exclusive locking, opened
+// for writing) looks every 500 ms: preferred() is false while another client holds the lock,
+// true while this one does; that is the ALUA state the SCSI layer reports (active/optimized or
+// active/non-optimized). A free lock is claimed (see LockWatch::Look). When this gateway's
+// writes have made no progress for 2 s while another client holds the lock, that client is
+// probed, and its lock broken when it does not answer (see BreakDeadLockOwner): the failover
+// when the owning gateway dies, without waiting for the OSDs to time its watch out.
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
 // the image (rbd_close flushes and waits for librbd's requests in flight; with the cluster gone up
@@ -131,10 +131,12 @@ struct RbdStoreOptions {
   // Size of the LUN. 0: the image's size. An image smaller than size_bytes is an error.
   uint64_t size_bytes = 0;
   bool read_only = false;  // the image opened read-only; writes complete with EROFS
-  // Other gateways export the image too: librbd's cache is off (rbd_cache = false, where the conf
-  // file does not set it), since a write it acknowledged and has not sent yet is invisible to
-  // the other gateways' reads, and the reads it may cache miss their writes.
-  bool shared = false;
+  // Not 0: this gateway's id among several that export the image (--gateway-id). librbd's cache
+  // is off then (rbd_cache = false, where the conf file does not set it), since a write it
+  // acknowledged and has not sent yet is invisible to the other gateways' reads, and the reads
+  // it may cache miss their writes; and the lock watch runs (see "Several gateways").
+  uint16_t gateway_id = 0;
+  bool shared() const { return gateway_id != 0; }
 };
 
 class RbdStore final : public BackingStore {
@@ -221,6 +223,7 @@ class RbdStore final : public BackingStore {
   Op* TakeOp(Slot& slot);
   void Submit(Op* op);
   void SubmitToPool(Op* op);
+  void CountWrite(Op* op);  // for the lock watch, when there is one
   void RunOnPool(Op* op);
   static void Callback(void* completion, void* arg);
   static void Run(runtime::CompletionInbox::Item* item);

@@ -50,6 +50,9 @@ void Lun::RestoreState() {
   const std::string blob = config_.state_store->Load();
   if (blob.rfind(kMagic, 0) != 0) return;  // empty, or not ours: start from defaults
   mode_pages_.Restore(blob);
+  // Without the reservation commands nobody could release a reservation saved while the LUN had
+  // them (the gateway then alone): it is not restored, so that it cannot fence writes for good.
+  if (!config_.reservations) return;
   std::lock_guard lock(reservations_.mu());
   reservations_.Restore(blob);
 }

@@ -206,8 +206,8 @@ Disposition ReportTargetPortGroups(const Command& cmd) {
     d[5] = 0;
     pos = 8;
   }
-  // The state as last reported (Engine::CheckAccessState), so that a new one is never seen here
-  // before its unit attention is established.
+  // The state as last reported (Engine::CheckAccessState): a new state is seen here only once it
+  // is settled, together with its unit attention (established right after it is stored).
   d[pos] = cmd.lun->reported_preferred().load() ? kActiveOptimized : kActiveNonOptimized;
   d[pos + 1] = kAoSup | kAnSup;
   StoreBe16(d + pos + 2, cmd.target.target_port_group);

@@ -180,6 +180,9 @@ refuses "replicas > 1 with a file LUN is refused" \
 printf 'replicas: 2\ngateway:\n  advertise: [\"192.0.2.1:3260\"]\n' > "$out/gateways-advertise.yaml"
 refuses "replicas > 1 with gateway.advertise is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-advertise.yaml"
+printf 'replicas: 2\nservice:\n  iscsi:\n    type: NodePort\n    nodePort: 30260\n' > "$out/gateways-nodeport.yaml"
+refuses "replicas > 1 with a fixed nodePort (one advertised address) is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-nodeport.yaml"
 printf 'replicas: 2\ncsi:\n  enabled: true\n' > "$out/gateways-csi.yaml"
 refuses "replicas > 1 with csi.enabled is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-csi.yaml"

@@ -145,8 +145,8 @@ device seen through several paths.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if .Values.gateway.advertise }}
-{{- fail "replicas > 1: gateway.advertise would be the same address for every gateway pod; leave it empty (each pod answers SendTargets with its own address)" }}
+{{- if include "iscsigw.advertise" . }}
+{{- fail "replicas > 1: an advertised address (gateway.advertise, or the one a NodePort's fixed nodePort or a LoadBalancer's loadBalancerIP gives) would be the same for every gateway pod; leave them unset (each pod answers SendTargets with its own address)" }}
 {{- end }}
 {{- if .Values.csi.enabled }}
 {{- fail "replicas > 1 with csi.enabled: the CSI controller configures one gateway, and gateways do not share their configuration" }}

@@ -10,8 +10,10 @@
 
 p1=${PORTALS%% *}
 p2=${PORTALS##* }
+tag=0
 for p in "$p1" "$p2"; do
-  expect_eq "SendTargets of $p" "$(iscsiadm -m discovery -t sendtargets -p "$p")" "$p,1 $TARGET"
+  tag=$((tag + 1))  # each gateway's portal group tag is its gateway id
+  expect_eq "SendTargets of $p" "$(iscsiadm -m discovery -t sendtargets -p "$p")" "$p,$tag $TARGET"
   iscsiadm -m node -T "$TARGET" -p "$p" -o update -n node.session.timeo.replacement_timeout -v 10
   iscsiadm -m node -T "$TARGET" -p "$p" -o update -n 'node.conn[0].timeo.noop_out_interval' -v 2
   iscsiadm -m node -T "$TARGET" -p "$p" -o update -n 'node.conn[0].timeo.noop_out_timeout' -v 5
