@@ -85,3 +85,52 @@ login_for_recovery() {
   done
   iscsiadm -m node -T "$TARGET" -p "$PORTAL" --login
 }
+
+# fio verify passes on block device $1 (16 MiB each, written at QD16 and read back), one after
+# another until loop_stop: I/O that spans each act of a scenario whatever its length. Every pass
+# writes the same data, so a write that reaches the LUN twice (once on a failed path, again on
+# another) is no error, while one lost or misplaced is. $2: more fio options. $3: a path prefix;
+# pass N then logs every I/O's completion latency to ${3}_N_clat.1.log.
+loop_start() {
+  rm -f /tmp/stop /tmp/loop.ended
+  echo 0 >/tmp/passes
+  (
+    trap ': >/tmp/loop.ended' EXIT
+    while [ ! -e /tmp/stop ]; do
+      p=$(($(cat /tmp/passes) + 1))
+      fio_verify "$1" 16M "${2:-}${3:+ --write_lat_log=${3}_$p --log_avg_msec=0}"
+      echo "$p" >/tmp/passes
+    done
+  ) &
+  loop_pid=$!
+}
+passes() { cat /tmp/passes; }
+# Waits until $1 more passes have completed since now, for at most $2 seconds ($3: what for).
+more_passes() {
+  want=$(($(passes) + $1))
+  n=0
+  until [ "$(passes)" -ge "$want" ]; do
+    [ ! -e /tmp/loop.ended ] || { wait "$loop_pid" || true; fail "fio verify failed ($3)"; }
+    n=$((n + 1))
+    [ "$n" -le $(($2 * 10)) ] || fail "no fio pass completed in $2 s ($3)"
+    sleep 0.1
+  done
+}
+# Ends the loop after its current pass; fails if a pass failed ($1: what the passes spanned).
+loop_stop() {
+  : >/tmp/stop
+  wait "$loop_pid" || fail "fio verify failed ($1)"
+  say "$(passes) fio verify passes during $1"
+}
+writes() { awk '{ print $5 }' "/sys/block/$1/stat"; }  # field 5: write requests completed
+
+# wait_path DISK STATE SECONDS: polls `multipathd show paths` until DISK's line starts with STATE
+# (fields %t %T: dm state, checker state, e.g. "failed" or "active ready").
+wait_path() {
+  n=0
+  until multipathd show paths raw format "%d %t %T" | grep -q "^$1 $2"; do
+    n=$((n + 1))
+    [ "$n" -le $(($3 * 10)) ] || { multipathd show paths; fail "$1 not $2 after $3 s"; }
+    sleep 0.1
+  done
+}

@@ -84,32 +84,9 @@ if [ "$(state "$d1")" = "active/optimized" ]; then owner=$p1 owner_disk=$d1 stan
 expect_eq "$standby access state" "$(state "$standby")" "active/non optimized"
 expect_eq "$owner_disk access state" "$(state "$owner_disk")" "active/optimized"
 
-# fio verify passes, one after another until /tmp/stop exists, each logging every write's
-# completion latency; every pass writes the same data (a write that reaches the image twice is no
-# error, one lost or misplaced is).
-rm -f /tmp/stop /tmp/loop.ended /tmp/lat_*
-echo 0 >/tmp/passes
-(
-  trap ': >/tmp/loop.ended' EXIT
-  while [ ! -e /tmp/stop ]; do
-    p=$(($(cat /tmp/passes) + 1))
-    fio_verify "/dev/mapper/$map" 16M "--sync=1 --write_lat_log=/tmp/lat_$p --log_avg_msec=0"
-    echo "$p" >/tmp/passes
-  done
-) &
-loop_pid=$!
-passes() { cat /tmp/passes; }
-more_passes() {
-  want=$(($(passes) + $1))
-  n=0
-  until [ "$(passes)" -ge "$want" ]; do
-    [ ! -e /tmp/loop.ended ] || { wait "$loop_pid" || true; fail "fio verify failed ($3)"; }
-    n=$((n + 1))
-    [ "$n" -le $(($2 * 10)) ] || fail "no fio pass completed in $2 s ($3)"
-    sleep 0.1
-  done
-}
-writes() { awk '{ print $5 }' "/sys/block/$1/stat"; }  # field 5: write requests completed
+# fio verify passes (lib.sh), durable writes (O_SYNC), each logging every write's latency.
+rm -f /tmp/lat_*
+loop_start "/dev/mapper/$map" --sync=1 /tmp/lat
 more_passes 1 300 "before the kill"
 w=$(writes "$standby")
 more_passes 1 300 "before the kill"
@@ -118,28 +95,17 @@ before=$(passes)
 echo "$owner" >"$R/owner"
 step io-running
 # The host has killed the gateway behind $owner. Its path fails; the I/O goes to the other.
-n=0
-until multipathd show paths raw format "%d %t" | grep -q "^$owner_disk failed"; do
-  n=$((n + 1))
-  [ "$n" -le 600 ] || { multipathd show paths; fail "$owner_disk not failed 60 s after the kill"; }
-  sleep 0.1
-done
+wait_path "$owner_disk" failed 60
 w=$(writes "$standby")
 more_passes 2 300 "after the kill"
 [ "$(writes "$standby")" -gt "$w" ] || fail "$standby took no writes after the kill"
 expect_eq "$standby access state after the failover" "$(state "$standby")" "active/optimized"
 step restart
 # The host has restarted the killed gateway on its portal: its path returns, non-optimized.
-n=0
-until multipathd show paths raw format "%d %t %T" | grep -q "^$owner_disk active ready"; do
-  n=$((n + 1))
-  [ "$n" -le 1800 ] || { multipathd show paths; fail "$owner_disk not back 180 s after the restart"; }
-  sleep 0.1
-done
+wait_path "$owner_disk" "active ready" 180
 expect_eq "$owner_disk access state after the restart" "$(state "$owner_disk")" "active/non optimized"
 more_passes 1 300 "after the restart"
-: >/tmp/stop
-wait "$loop_pid" || fail "fio verify failed (the failover)"
+loop_stop "the failover"
 total=$(passes)
 # Verified writes of the passes from the one the kill fell in to the end; the longest of them.
 lat=$(cat $(seq -f /tmp/lat_%g_clat.1.log $((before + 1)) "$total") \

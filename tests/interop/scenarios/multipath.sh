@@ -86,44 +86,10 @@ expect_eq "path selector" "$(echo "$ll" | grep -o "policy='[^']*'")" "policy='se
 expect_eq "features" "$(echo "$ll" | grep -o "features='[^']*'")" "features='1 queue_if_no_path'"
 for s in $sessions; do expect_eq "$s recovery_tmo" "$(cat /sys/class/iscsi_session/$s/recovery_tmo)" 5; done
 
-# fio verify passes on the map (16 MiB each, written at QD16 and read back), one after another
-# until /tmp/stop exists: I/O that spans each act whatever its length. Every pass writes the same
-# data, so a write that reaches the gateway twice (once on the failed path, again on the other)
-# is no error, while one lost or misplaced is.
-loop_start() {
-  rm -f /tmp/stop /tmp/loop.ended
-  echo 0 >/tmp/passes
-  (
-    trap ': >/tmp/loop.ended' EXIT
-    while [ ! -e /tmp/stop ]; do
-      fio_verify "/dev/mapper/$map" 16M
-      echo $(($(cat /tmp/passes) + 1)) >/tmp/passes
-    done
-  ) &
-  loop_pid=$!
-}
-passes() { cat /tmp/passes; }
-# Waits until $1 more passes have completed since now, for at most $2 seconds.
-more_passes() {
-  want=$(($(passes) + $1))
-  n=0
-  until [ "$(passes)" -ge "$want" ]; do
-    [ ! -e /tmp/loop.ended ] || { wait "$loop_pid" || true; fail "fio verify failed ($3)"; }
-    n=$((n + 1))
-    [ "$n" -le $(($2 * 10)) ] || fail "no fio pass completed in $2 s ($3)"
-    sleep 0.1
-  done
-}
-loop_stop() {
-  : >/tmp/stop
-  wait "$loop_pid" || fail "fio verify failed ($1)"
-  say "$(passes) fio verify passes during $1"
-}
-writes() { awk '{ print $5 }' "/sys/block/$1/stat"; }  # field 5: write requests completed
 
 # Act one: the host kills one session (iscsigwctl session kill) under I/O; open-iscsi answers the
 # logout request, logs in again, and the path is back in the map.
-loop_start
+loop_start "/dev/mapper/$map"
 more_passes 1 300 "before the kill"
 step io-running
 # The host answers once the killed session is logged in again.
@@ -152,12 +118,7 @@ tc qdisc add dev eth0 ingress
 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 match ip sport "$port" 0xffff action drop
 t0=$(date +%s)
 say "partitioned $lost (portal port $port)"
-n=0
-until multipathd show paths raw format "%d %t" | grep -q "^$lost failed"; do
-  n=$((n + 1))
-  [ "$n" -le 900 ] || { multipathd show paths; fail "$lost not failed 90 s into the partition"; }
-  sleep 0.1
-done
+wait_path "$lost" failed 90
 say "$lost failed after $(($(date +%s) - t0)) s"
 w=$(writes "$kept")
 more_passes 2 300 "with $lost partitioned"
