@@ -653,6 +653,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       }
       std::shared_ptr<backing::BackingStore> store;
       std::shared_ptr<backing::OfflineRbdStore> offline;
+      std::shared_ptr<backing::SharedObject> shared_state;  // rbd with other gateways
       uint64_t size = l.size_bytes;
       switch (l.backing) {
         case BackingKind::kRam:
@@ -709,6 +710,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
                                    std::to_string(size) + " is not a multiple of block_size " +
                                    std::to_string(l.block_size));
           }
+          shared_state = rs.value()->shared_object();
           store = std::move(rs).value();
           break;
         }
@@ -718,9 +720,12 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       lc.block_size = l.block_size;
       lc.physical_block_size = l.physical_block_size;
       lc.read_only = l.read_only;
-      // Other gateways export an rbd image too, and their reservations are not shared: none here,
-      // rather than one that fences this gateway's paths only.
-      lc.reservations = !(impl_->shared_images && l.backing == BackingKind::kRbd);
+      // Other gateways export an rbd image too: its reservations live in the image's shared
+      // object. Without one (the image was not reachable at start) none here, rather than one
+      // that fences this gateway's paths only.
+      lc.shared_state = shared_state;
+      lc.reservations =
+          !(impl_->shared_images && l.backing == BackingKind::kRbd) || shared_state != nullptr;
       const uint64_t h = Fnv1a(t.name + "/" + std::to_string(l.id));
       if (l.serial.empty()) {
         char buf[17];

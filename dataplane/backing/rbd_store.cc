@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "dataplane/backing/op_pool.h"
+#include "dataplane/backing/rbd_shared_object.h"
 #include "dataplane/base/log.h"
 
 namespace iscsigw::backing {
@@ -727,6 +728,15 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
         std::make_unique<Slot>(static_cast<unsigned>(i), *slots[i], *inboxes[i]));
     if (lock_watch_ != nullptr) store->slots_.back()->writes = &lock_watch_->writes[i];
   }
+  if (o.shared()) {
+    char id[64] = {};
+    if (int g = rbd_get_id(image, id, sizeof(id)); g < 0) {
+      return Status(StatusCode::kIoError, who + "rbd_get_id: " + ErrnoText(-g));
+    }
+    auto obj = RbdSharedObject::Open(cluster_, cluster_->handle, io, id, who);
+    if (!obj.ok()) return obj.status();
+    shared_object_ = std::move(obj).value();
+  }
   if (lock_watch_ != nullptr) {
     int mine = 0;
     (void)lock_watch_->Look(image, &mine);  // the state the LUN starts with
@@ -741,8 +751,9 @@ RbdStore::~RbdStore() {
   // cluster. The last task of a LUN that was removed may release the store on a reactor; there
   // the close goes to the pool (holding the librados handle), so that the reactor does not wait.
   auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, watch = lock_watch_,
-                name = name_] {
+                shared = std::move(shared_object_), name = name_]() mutable {
     if (watch != nullptr) watch->Stop();  // before the image it looks at goes
+    shared.reset();                       // its watch, before the I/O context's pool goes
     if (image != nullptr) {
       if (int r = rbd_close(static_cast<rbd_image_t>(image)); r < 0) {
         log::Backing().warn("rbd store {}: close: {}", name, ErrnoText(-r));

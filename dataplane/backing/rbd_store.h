@@ -113,6 +113,7 @@
 #include <vector>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/shared_object.h"
 #include "dataplane/backing/write_gate.h"
 #include "dataplane/base/status.h"
 #include "dataplane/runtime/completion_inbox.h"
@@ -177,6 +178,10 @@ class RbdStore final : public BackingStore {
   uint64_t object_size() const { return object_size_; }
   // The index in a compared range of the first differing byte, from librbd's mismatch offset.
   uint64_t MiscompareIndex(uint64_t mismatch, uint64_t offset, uint64_t len) const;
+  // The object in RADOS that the gateways exporting this image share (shared_object.h), for the
+  // LUN's persistent reservations; null unless options.gateway_id is set. Hold it weakly: this
+  // store destroys it where it closes the image.
+  std::shared_ptr<SharedObject> shared_object() const { return shared_object_; }
   // Whether GetProvisioning asks the object map (false: everything reads as mapped).
   bool provisioning_from_object_map() const { return use_object_map_; }
 
@@ -241,6 +246,7 @@ class RbdStore final : public BackingStore {
   uint64_t atomic_unit_ = 0;  // bytes; 0: no atomic writes (see WriteAtomic)
   bool use_object_map_ = false;
   std::shared_ptr<LockWatch> lock_watch_;     // null: no exclusive lock, or read-only
+  std::shared_ptr<SharedObject> shared_object_;  // null: not shared
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
   WriteGate gate_;                            // any thread
 };

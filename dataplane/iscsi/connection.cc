@@ -1115,7 +1115,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       } else {
         abort_everywhere(lun_id);
         // SAM-5 6.3 (LOGICAL UNIT RESET): a unit attention for every I_T nexus, the issuer's too.
-        scsi::Engine::ResetLun(*lun, nullptr);
+        scsi::Engine::ResetLun(*lun, nullptr, drain);
         log::Iscsi().info("{}LOGICAL UNIT RESET of LUN {} on {} by {}", LogCtx(), lun_id,
                           target_name, session_->initiator_name());
       }
@@ -1123,7 +1123,7 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
     case TmfFunction::kTargetWarmReset:
     case TmfFunction::kTargetColdReset:
       abort_everywhere(~uint64_t{0});
-      for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, nullptr);
+      for (const auto& l : target.info.luns) scsi::Engine::ResetLun(*l, nullptr, drain);
       log::Iscsi().info("{}TARGET {} RESET of {} by {}", LogCtx(),
                         fn == TmfFunction::kTargetColdReset ? "COLD" : "WARM", target_name,
                         session_->initiator_name());

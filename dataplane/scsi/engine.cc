@@ -4,6 +4,7 @@
 #include <array>
 #include <utility>
 
+#include "dataplane/base/log.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"
@@ -21,8 +22,31 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
       // Write-back caching is on by default for stores whose writes may sit in a volatile cache
       // (page cache for files); the null store drops writes, so it has nothing to cache.
       mode_pages_(ModePages::Values{store_->kind() != "null"}),
+      shared_(config_.shared_state.lock() != nullptr),
       reported_preferred_(store_->preferred()) {
   RestoreState();
+  if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
+    listener_token_ = so->SetListener(
+        [this](uint64_t version, std::string_view data, std::string_view events) {
+          internal::ApplySharedReservations(*this, version, data, events);
+        });
+    // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.
+    std::string data;
+    uint64_t version = 0;
+    if (int r = so->Read(&data, &version); r == 0) {
+      internal::ApplySharedReservations(*this, version, data, "");
+    } else {
+      log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; none apply",
+                        config_.id, -r);
+    }
+  }
+}
+
+Lun::~Lun() {
+  // Returns once no call of the listener runs: none reaches this object after.
+  if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
+    so->ClearListener(listener_token_);
+  }
 }
 
 namespace {
@@ -353,7 +377,7 @@ namespace internal {
 const std::array<OpEntry, 256>& OpTable() { return kOpTable; }
 }  // namespace internal
 
-void Engine::ResetLun(Lun& lun, const Nexus* issuer) {
+void Engine::ResetLun(Lun& lun, const Nexus* issuer, std::shared_ptr<void> hold) {
   // SAM-5 5.8 (LOGICAL UNIT RESET): every other I_T nexus gets BUS DEVICE RESET FUNCTION OCCURRED.
   lun.RaiseUnitAttention(UnitAttention{Asc::kBusDeviceReset.asc, Asc::kBusDeviceReset.ascq},
                          issuer);
@@ -361,6 +385,11 @@ void Engine::ResetLun(Lun& lun, const Nexus* issuer) {
   // survive it (SPC-4 5.13.1).
   std::lock_guard lock(lun.reservations().mu());
   lun.reservations().spc2_release();
+  // Through the other gateways too: their I_T nexuses are nexuses of this logical unit.
+  if (lun.shared_reservations()) {
+    internal::ShareUnitAttention(
+        lun, UnitAttention{Asc::kBusDeviceReset.asc, Asc::kBusDeviceReset.ascq}, std::move(hold));
+  }
 }
 
 void Engine::CapacityChanged(Lun& lun) {
@@ -374,6 +403,7 @@ bool Lun::Offers(uint8_t opcode) const {
     case kRelease6:
     case kReserve10:
     case kRelease10:
+      return config_.reservations && !shared_;
     case kPersistentReserveIn:
     case kPersistentReserveOut:
       return config_.reservations;

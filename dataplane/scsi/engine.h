@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/shared_object.h"
 #include "dataplane/scsi/lun_state.h"
 #include "dataplane/scsi/mode_pages.h"
 #include "dataplane/scsi/reservations.h"
@@ -45,9 +46,16 @@ struct LunConfig {
   bool read_only = false;
   // False: RESERVE/RELEASE(6)/(10) and PERSISTENT RESERVE IN/OUT are not supported (INVALID
   // COMMAND OPERATION CODE, and REPORT SUPPORTED OPERATION CODES leaves them out). For an rbd
-  // LUN that other gateways export: their reservations are not shared yet, so one taken through
-  // this gateway would not fence writes through another.
+  // LUN that other gateways export whose shared object could not be opened: a reservation taken
+  // through this gateway would not fence writes through another.
   bool reservations = true;
+  // Set for an rbd LUN that other gateways export (backing::RbdStore::shared_object): the
+  // persistent reservations live in that object, every gateway keeps a copy it checks commands
+  // against, and a PERSISTENT RESERVE OUT completes once it is written there and every other
+  // gateway has applied it (reservations.cc). APTPL is then always offered (PTPL_C=1): the state
+  // is in the cluster. RESERVE/RELEASE, whose reservation lasts as long as one I_T nexus, are not
+  // offered. Weak: the store owns the object.
+  std::weak_ptr<backing::SharedObject> shared_state;
   std::string serial;   // VPD 0x80 unit serial number (ASCII, <= 32 chars)
   uint64_t naa_id = 0;  // VPD 0x83 NAA IEEE Registered designator (NAA type 6 high 64 bits)
   std::string vendor = "ISCSIGW";       // INQUIRY T10 vendor id (8 chars, space padded on the wire)
@@ -76,6 +84,7 @@ class Nexus;
 class Lun : public std::enable_shared_from_this<Lun> {
  public:
   Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store);
+  ~Lun();
   Lun(const Lun&) = delete;
   Lun& operator=(const Lun&) = delete;
 
@@ -96,8 +105,14 @@ class Lun : public std::enable_shared_from_this<Lun> {
   uint64_t num_blocks() const;
   backing::BackingStore& store() { return *store_; }
 
-  // Whether the LUN serves the reservation commands (LunConfig::reservations).
+  // Whether the LUN serves the reservation commands (LunConfig::reservations, shared_state).
   bool Offers(uint8_t opcode) const;
+  // Whether the persistent reservations are shared with other gateways (LunConfig::shared_state),
+  // and the object they live in (null once the store has closed).
+  bool shared_reservations() const { return shared_; }
+  std::shared_ptr<backing::SharedObject> shared_state() const { return config_.shared_state.lock(); }
+  // Whether APTPL=1 is honoured (PTPL_C): a state store, or the shared object.
+  bool persists_reservations() const { return config_.state_store != nullptr || shared_; }
 
   // Establishes a unit attention for every I_T nexus, or every nexus but `except` (may be null).
   // Any thread. Rare (resets, capacity change); takes the small per-LUN lock.
@@ -167,6 +182,8 @@ class Lun : public std::enable_shared_from_this<Lun> {
   };
   const LunConfig config_;
   const std::shared_ptr<backing::BackingStore> store_;
+  const bool shared_;
+  uint64_t listener_token_ = 0;  // the shared object's listener, while shared_
   std::atomic<uint64_t> ua_epoch_{0};
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> write_errors_reported_{0};
@@ -278,7 +295,10 @@ class Engine {
   // LOGICAL UNIT RESET: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED) for every
   // nexus but `issuer` (null: every nexus, as SAM-5 requires of a LOGICAL UNIT RESET task
   // management function); the caller aborts the tasks.
-  static void ResetLun(Lun& lun, const Nexus* issuer);
+  // A LUN whose reservations the gateways share tells the other gateways too: `hold` is released
+  // once they have raised the unit attention (or did not answer in time), so that the task
+  // management response that holds it goes out after that.
+  static void ResetLun(Lun& lun, const Nexus* issuer, std::shared_ptr<void> hold = nullptr);
 
   // The LUN's capacity changed (grown by the control plane): CAPACITY DATA HAS CHANGED (2Ah/09h)
   // for every I_T nexus (SBC-3 4.7). Any thread.

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/task.h"
@@ -54,6 +56,13 @@ Disposition PersistentReserveOut(const Command& cmd);
 // Whether `cdb` from `nexus` (may be null) conflicts with the LUN's reservations (SPC-4 5.13.1,
 // SBC-3 4.17, SPC-2 5.5.1). Takes the reservation lock.
 bool ReservationConflict(Lun& lun, const Nexus* nexus, const uint8_t* cdb);
+// A LUN whose reservations the gateways share (LunConfig::shared_state): applies a change another
+// gateway made (its version, the state, and the unit attentions and aborts it raised) on this
+// one; and tells the other gateways of a unit attention for every nexus (LOGICAL UNIT RESET),
+// releasing `hold` once they have it.
+void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
+                             std::string_view events);
+void ShareUnitAttention(Lun& lun, UnitAttention ua, std::shared_ptr<void> hold);
 
 // rsoc.cc: MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES, REPORT SUPPORTED TASK MANAGEMENT
 // FUNCTIONS) and PREVENT ALLOW MEDIUM REMOVAL.

@@ -36,7 +36,7 @@ bool Lun::SaveState(unsigned slot, backing::IoCompletion done) {
   // least as new and carries a larger seq, so the store keeps the newest whatever finishes first.
   std::lock_guard lock(save_mu_);
   std::string body = mode_pages_.Serialize();
-  {
+  if (!shared_) {  // shared reservations live in the shared object
     std::lock_guard pr_lock(reservations_.mu());
     body += reservations_.Serialize();
   }
@@ -52,7 +52,8 @@ void Lun::RestoreState() {
   mode_pages_.Restore(blob);
   // Without the reservation commands nobody could release a reservation saved while the LUN had
   // them (the gateway then alone): it is not restored, so that it cannot fence writes for good.
-  if (!config_.reservations) return;
+  // Shared reservations come from the shared object instead (Lun::Lun).
+  if (!config_.reservations || shared_) return;
   std::lock_guard lock(reservations_.mu());
   reservations_.Restore(blob);
 }

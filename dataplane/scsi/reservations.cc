@@ -8,6 +8,8 @@
 #include "dataplane/scsi/reservations.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cctype>
 #include <cinttypes>
 #include <cstdio>
@@ -15,9 +17,11 @@
 #include <sstream>
 
 #include "dataplane/base/endian.h"
+#include "dataplane/base/log.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"
+#include "dataplane/scsi/sbc_ops.h"
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi {
@@ -80,10 +84,21 @@ void Reservations::UpdateActive() {
 
 std::string Reservations::Serialize() const {
   if (!aptpl_) return "";
+  char line[64];
+  std::snprintf(line, sizeof(line), "pr aptpl gen=%" PRIu32 "\n", generation_);
+  return line + SerializeRegistrations();
+}
+
+std::string Reservations::SerializeShared() const {
+  char line[64];
+  std::snprintf(line, sizeof(line), "pr shared gen=%" PRIu32 " aptpl=%d\n", generation_,
+                aptpl_ ? 1 : 0);
+  return line + SerializeRegistrations();
+}
+
+std::string Reservations::SerializeRegistrations() const {
   std::string out;
   char line[128];
-  std::snprintf(line, sizeof(line), "pr aptpl gen=%" PRIu32 "\n", generation_);
-  out += line;
   for (const Registrant& r : regs_) {
     std::snprintf(line, sizeof(line),
                   "pr reg key=%016" PRIx64 " tg=%d rel=%u any=%d holder=%d port=", r.key,
@@ -100,19 +115,28 @@ std::string Reservations::Serialize() const {
   return out;
 }
 
-void Reservations::Restore(const std::string& blob) {
-  std::istringstream in(blob);
+void Reservations::Restore(const std::string& blob) { Load(blob, false); }
+
+void Reservations::RestoreShared(std::string_view blob) { Load(blob, true); }
+
+void Reservations::Load(std::string_view blob, bool shared) {
+  std::istringstream in{std::string(blob)};
   std::string line;
+  bool found = false;
   bool aptpl = false;
   uint32_t gen = 0;
   std::vector<Registrant> regs;
   int type = -1;
   while (std::getline(in, line)) {
     unsigned g = 0, rel = 0, t = 0;
-    int tg = 0, any = 0, holder = 0, n = 0;
+    int tg = 0, any = 0, holder = 0, n = 0, a = 0;
     uint64_t key = 0;
-    if (std::sscanf(line.c_str(), "pr aptpl gen=%u", &g) == 1) {
-      aptpl = true;
+    if (!shared && std::sscanf(line.c_str(), "pr aptpl gen=%u", &g) == 1) {
+      found = aptpl = true;
+      gen = g;
+    } else if (shared && std::sscanf(line.c_str(), "pr shared gen=%u aptpl=%d", &g, &a) == 2) {
+      found = true;
+      aptpl = a != 0;
       gen = g;
     } else if (std::sscanf(line.c_str(),
                            "pr reg key=%16" SCNx64 " tg=%d rel=%u any=%d holder=%d port=%n", &key,
@@ -128,8 +152,10 @@ void Reservations::Restore(const std::string& blob) {
       type = static_cast<int>(t);
     }
   }
-  if (!aptpl) return;
-  aptpl_ = true;
+  // A saved blob without APTPL restores nothing; a shared one is the whole state (empty: none).
+  if (!found && !shared) return;
+  if (!found) regs.clear();
+  aptpl_ = aptpl;
   generation_ = gen;
   regs_ = std::move(regs);
   const bool valid_type = type == kPrWriteExclusive || type == kPrExclusiveAccess ||
@@ -141,6 +167,8 @@ void Reservations::Restore(const std::string& blob) {
     pr_reserved_ = true;
     pr_type_ = static_cast<uint8_t>(type);
   } else {
+    pr_reserved_ = false;
+    pr_type_ = 0;
     for (Registrant& r : regs_) r.holder = false;
   }
   UpdateActive();
@@ -242,14 +270,20 @@ bool ParseTransportId(Task& task, const uint8_t* d, size_t len, size_t at, Nexus
   return true;
 }
 
-NexusMatch UaTarget(const Reservations::Registrant& r) { return r.nexus; }
+// What a PERSISTENT RESERVE OUT does to other I_T nexuses (SPC-4 5.13.11): unit attentions for
+// registrants, and for PREEMPT AND ABORT the preempted nexuses whose tasks are aborted. Raised on
+// this gateway once the change is in effect, and on the others through the shared object.
+struct ProutEffects {
+  std::vector<std::pair<UnitAttention, NexusMatch>> uas;
+  std::vector<NexusMatch> aborted;
+};
 
-// Raises `asc` for every registrant matching `pred`, but not on `except`.
+// Queues `asc` for every registrant matching `pred`.
 template <typename Pred>
-void RaiseForRegistrants(Lun& lun, const std::vector<Reservations::Registrant>& regs, Asc asc,
-                         const Nexus* except, Pred pred) {
+void RaiseForRegistrants(ProutEffects& fx, const std::vector<Reservations::Registrant>& regs,
+                         Asc asc, Pred pred) {
   for (const auto& r : regs) {
-    if (pred(r)) lun.RaiseUnitAttentionFor(UnitAttention{asc.asc, asc.ascq}, UaTarget(r), except);
+    if (pred(r)) fx.uas.emplace_back(UnitAttention{asc.asc, asc.ascq}, r.nexus);
   }
 }
 
@@ -434,7 +468,7 @@ Disposition PersistentReserveIn(const Command& cmd) {
         out.assign(8, 0);
         StoreBe16(out.data(), 8);
         // CRH=1 (RESERVE/RELEASE per 5.13.3), SIP_C=0, ATP_C=1, PTPL_C with a state store.
-        out[2] = 0x10 | 0x04 | (lun.config().state_store ? 0x01 : 0x00);
+        out[2] = 0x10 | 0x04 | (lun.persists_reservations() ? 0x01 : 0x00);
         // TMV=1, ALLOW COMMANDS 001b (TEST UNIT READY allowed through WE/EA), PTPL_A.
         out[3] = 0x80 | 0x10 | (res.aptpl() ? 0x01 : 0x00);
         out[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02;  // WR_EX_AR, EX_AC_RO, WR_EX_RO, EX_AC, WR_EX
@@ -469,6 +503,427 @@ Disposition PersistentReserveIn(const Command& cmd) {
 
 // ---------------------------------------------------------------------------------------------
 // PERSISTENT RESERVE OUT (SPC-4 6.17, 5.13.7-5.13.11)
+
+namespace {
+
+// A PERSISTENT RESERVE OUT's parameters, validated.
+struct ProutRequest {
+  uint8_t sa = 0;
+  uint8_t type = 0;
+  uint64_t rk = 0;    // RESERVATION KEY
+  uint64_t sark = 0;  // SERVICE ACTION RESERVATION KEY
+  bool aptpl = false;
+  bool all_tg_pt = false;
+  bool unreg = false;     // REGISTER AND MOVE
+  uint16_t move_rel = 0;  // REGISTER AND MOVE
+  NexusMatch move_to;     // REGISTER AND MOVE
+};
+
+// The state change of one PERSISTENT RESERVE OUT (SPC-4 5.13.7-5.13.11) on `res` (the caller
+// holds res.mu()): sets the task's status when the command fails, queues what other nexuses must
+// learn in `fx`, and sets *persist when APTPL state changed.
+void ApplyProut(Reservations& res, const ProutRequest& q, const Nexus& me, Task& task,
+                ProutEffects& fx, bool* persist) {
+  const uint8_t sa = q.sa;
+  const uint8_t type = q.type;
+  const uint64_t rk = q.rk;
+  const uint64_t sark = q.sark;
+  const bool aptpl = q.aptpl;
+  const bool all_tg_pt = q.all_tg_pt;
+  const bool unreg = q.unreg;
+  const uint16_t move_rel = q.move_rel;
+  const NexusMatch& move_to = q.move_to;
+  if (res.spc2_reserved()) {  // SPC-4 5.13.3
+    SetConflict(task);
+    return;
+  }
+  const bool was_aptpl = res.aptpl();
+  auto& regs = res.registrants();
+  Reservations::Registrant* reg = res.FindRegistrant(&me);
+  const bool ar = res.pr_reserved() && Reservations::AllRegistrantsType(res.pr_type());
+
+  auto remove_reg = [&](size_t i) { regs.erase(regs.begin() + static_cast<ptrdiff_t>(i)); };
+  auto changed = [&] {
+    res.bump_generation();
+    *persist = true;
+  };
+
+  switch (sa) {
+    case kRegister:
+    case kRegisterAndIgnore: {
+      // 5.13.7: an unregistered nexus must present key 0 (REGISTER); a registered one its own
+      // key (REGISTER); REGISTER AND IGNORE EXISTING KEY skips the check.
+      if (sa == kRegister && rk != (reg != nullptr ? reg->key : 0)) {
+        SetConflict(task);
+        return;
+      }
+      if (reg == nullptr) {
+        if (sark == 0) return;  // nothing to register, nothing to do
+        Reservations::Registrant r;
+        r.key = sark;
+        r.all_tg_pt = all_tg_pt;
+        r.nexus = NexusMatch{me.initiator_port(), false,
+                             static_cast<uint16_t>(all_tg_pt ? 0 : me.relative_port_id())};
+        regs.push_back(std::move(r));
+        // A new registrant of an all-registrants reservation holds it too (5.13.9).
+        if (ar) regs.back().holder = true;
+      } else if (sark != 0) {
+        reg->key = sark;
+      } else {
+        // Unregister (5.13.11.3). The holder's reservation goes with it, unless all registrants
+        // hold it and others remain.
+        const bool was_holder = reg->holder && res.pr_reserved();
+        const uint8_t old_type = res.pr_type();
+        remove_reg(static_cast<size_t>(reg - regs.data()));
+        if (was_holder && (!Reservations::AllRegistrantsType(old_type) || regs.empty())) {
+          res.set_pr(false, 0);
+          // 5.13.11.2.2: releasing a registrants-only reservation tells the other registrants.
+          if (Reservations::RegistrantsOnlyType(old_type)) {
+            RaiseForRegistrants(fx, regs, Asc::kReservationsReleased,
+                                [](const auto&) { return true; });
+          }
+        }
+      }
+      res.set_aptpl(aptpl);
+      changed();
+      break;
+    }
+    case kReserve:
+      // 5.13.9: only a registrant with its key; a reservation of another type or by another
+      // holder conflicts; the same reservation again is a no-op.
+      if (reg == nullptr || reg->key != rk) {
+        SetConflict(task);
+        return;
+      }
+      if (res.pr_reserved()) {
+        if (!reg->holder || res.pr_type() != type) SetConflict(task);
+        return;
+      }
+      if (Reservations::AllRegistrantsType(type)) {
+        for (auto& r : regs) r.holder = true;
+      } else {
+        reg->holder = true;
+      }
+      res.set_pr(true, type);
+      *persist = true;
+      break;
+    case kRelease: {
+      // 5.13.11.2.
+      if (reg == nullptr || reg->key != rk) {
+        SetConflict(task);
+        return;
+      }
+      if (!res.pr_reserved() || !reg->holder) return;  // no-op, GOOD
+      if (res.pr_type() != type) {
+        SetCheckCondition(task, SenseKey::kIllegalRequest,
+                          Asc::kInvalidReleaseOfPersistentReservation);
+        return;
+      }
+      const uint8_t old_type = res.pr_type();
+      res.set_pr(false, 0);
+      if (Reservations::RegistrantsOnlyType(old_type) ||
+          Reservations::AllRegistrantsType(old_type)) {
+        RaiseForRegistrants(fx, regs, Asc::kReservationsReleased,
+                            [](const auto&) { return true; });
+      }
+      *persist = true;
+      break;
+    }
+    case kClear:
+      // 5.13.11.2.? (CLEAR): every registration and the reservation go; the others learn of it.
+      if (reg == nullptr || reg->key != rk) {
+        SetConflict(task);
+        return;
+      }
+      RaiseForRegistrants(fx, regs, Asc::kReservationsPreempted,
+                          [&](const auto& r) { return &r != reg; });
+      regs.clear();
+      res.set_pr(false, 0);
+      changed();
+      break;
+    case kPreempt:
+    case kPreemptAndAbort: {
+      // 5.13.11.4.
+      if (reg == nullptr || reg->key != rk) {
+        SetConflict(task);
+        return;
+      }
+      const size_t self = static_cast<size_t>(reg - regs.data());
+      const bool reserved = res.pr_reserved();
+      const uint8_t old_type = res.pr_type();
+      uint64_t holder_key = 0;
+      for (const auto& r : regs) {
+        if (r.holder) holder_key = r.key;
+      }
+      // Whether the issuer takes the reservation: key 0 against an all-registrants reservation
+      // (every other registration goes), or the holder's key against any other type.
+      bool take = false;
+      bool all_others = false;
+      if (reserved && Reservations::AllRegistrantsType(old_type)) {
+        take = all_others = sark == 0;
+      } else if (reserved) {
+        take = sark == holder_key;
+      }
+      if (!take && sark == 0) {  // 5.13.11.4.4: key 0 names no registration
+        SetInvalidFieldInParameterList(task, 8);
+        return;
+      }
+      bool named = all_others;
+      std::vector<Reservations::Registrant> keep;
+      size_t self_in_keep = 0;
+      for (size_t i = 0; i < regs.size(); ++i) {
+        const auto& r = regs[i];
+        if (r.key == sark) named = true;
+        if (i != self && (all_others || r.key == sark)) {
+          fx.aborted.push_back(r.nexus);
+          fx.uas.emplace_back(
+              UnitAttention{Asc::kRegistrationsPreempted.asc, Asc::kRegistrationsPreempted.ascq},
+              r.nexus);
+          continue;
+        }
+        if (i == self) self_in_keep = keep.size();
+        keep.push_back(r);
+      }
+      if (!named) {  // 5.13.11.4.4: nobody registered with that key
+        SetConflict(task);
+        return;
+      }
+      regs = std::move(keep);
+      if (take) {
+        if (old_type != type) {
+          // 5.13.11.4.3: a new type releases the old reservation for those still registered.
+          for (size_t i = 0; i < regs.size(); ++i) {
+            if (i == self_in_keep) continue;
+            fx.uas.emplace_back(
+                UnitAttention{Asc::kReservationsReleased.asc, Asc::kReservationsReleased.ascq},
+                regs[i].nexus);
+          }
+        }
+        res.set_pr(false, 0);
+        res.set_pr(true, type);
+        if (Reservations::AllRegistrantsType(type)) {
+          for (auto& r : regs) r.holder = true;
+        } else {
+          regs[self_in_keep].holder = true;
+        }
+      } else if (reserved &&
+                 std::none_of(regs.begin(), regs.end(), [](const auto& r) { return r.holder; })) {
+        res.set_pr(false, 0);
+      }
+      changed();
+      break;
+    }
+    case kRegisterAndMove: {
+      // 5.13.8: the holder hands its reservation to another I_T nexus, registering it with
+      // SERVICE ACTION RESERVATION KEY.
+      if (reg == nullptr || reg->key != rk) {
+        SetConflict(task);
+        return;
+      }
+      if (!res.pr_reserved() || !reg->holder || Reservations::AllRegistrantsType(res.pr_type())) {
+        SetConflict(task);
+        return;
+      }
+      if (sark == 0) {
+        SetInvalidFieldInParameterList(task, 8);
+        return;
+      }
+      if (move_to.Matches(me)) {  // moving to itself
+        SetInvalidFieldInParameterList(task, 24);
+        return;
+      }
+      const uint8_t rtype = res.pr_type();
+      Reservations::Registrant* dest = nullptr;
+      for (auto& r : regs) {
+        if (r.nexus.initiator == move_to.initiator && r.nexus.any_isid == move_to.any_isid &&
+            (r.nexus.relative_port_id == 0 || r.nexus.relative_port_id == move_rel)) {
+          dest = &r;
+        }
+      }
+      reg->holder = false;
+      if (dest == nullptr) {
+        regs.push_back(Reservations::Registrant{sark, move_to, false, true});
+      } else {
+        dest->key = sark;
+        dest->holder = true;
+      }
+      if (unreg) {
+        std::erase_if(regs, [&](const auto& r) { return r.nexus.Matches(me) && !r.holder; });
+      }
+      res.set_pr(true, rtype);
+      res.set_aptpl(aptpl);
+      changed();
+      break;
+    }
+  }
+  *persist = *persist && (was_aptpl || res.aptpl());
+}
+
+// Raises the effects of a change on this gateway's nexuses, but not on `except` (the issuer).
+void RaiseEffects(Lun& lun, const ProutEffects& fx, bool abort, const Nexus* except) {
+  for (const auto& [ua, who] : fx.uas) lun.RaiseUnitAttentionFor(ua, who, except);
+  if (abort && !fx.aborted.empty() && lun.config().task_aborter) {
+    // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
+    lun.config().task_aborter->AbortTasks(lun.id(), fx.aborted, except);
+  }
+}
+
+// Shared reservations: the other gateways acknowledge a change within this, or are presumed gone
+// (killed, and their watch not timed out yet; or cut off from the cluster, where their writes do
+// not land either: they reread the state when their watch comes back).
+constexpr auto kNotifyTimeout = std::chrono::seconds(5);
+// Compare-and-swap attempts before a PERSISTENT RESERVE OUT gives up on a contended object.
+constexpr int kMaxSharedAttempts = 32;
+
+// "ua <asc> <ascq> <any> <rel> <initiator>" and "abort <any> <rel> <initiator>" lines.
+std::string EncodeEvents(const ProutEffects& fx, bool abort) {
+  std::string out;
+  char line[64];
+  for (const auto& [ua, who] : fx.uas) {
+    std::snprintf(line, sizeof(line), "ua %02x %02x %d %u ", ua.asc, ua.ascq,
+                  who.any_isid ? 1 : 0, static_cast<unsigned>(who.relative_port_id));
+    out += line + who.initiator + "\n";
+  }
+  for (const auto& who : abort ? fx.aborted : std::vector<NexusMatch>{}) {
+    std::snprintf(line, sizeof(line), "abort %d %u ", who.any_isid ? 1 : 0,
+                  static_cast<unsigned>(who.relative_port_id));
+    out += line + who.initiator + "\n";
+  }
+  return out;
+}
+
+void CompleteOnReactor(Lun& lun, Task& task) {
+  if (lun.config().post) {
+    lun.config().post(task.slot, [t = &task] { t->Complete(); });
+  } else {
+    task.Complete();  // tests without reactors
+  }
+}
+
+// A PERSISTENT RESERVE OUT on a LUN the gateways share, on the shared object's thread: read the
+// state and its version, apply the command to a copy, write it if the version is unchanged (else
+// again from the read), make it this gateway's state, raise the effects here, and hand state and
+// effects to the other gateways, waiting until they have applied them: when the command completes,
+// a reservation taken through this gateway fences writes through every gateway that answered.
+void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const ProutRequest& q) {
+  const Nexus& me = *task.nexus;
+  Reservations scratch;
+  for (int attempt = 1;; ++attempt) {
+    task.status = ScsiStatus::kGood;
+    task.sense_len = 0;
+    std::string data;
+    uint64_t version = 0;
+    if (int r = so.Read(&data, &version); r < 0) {
+      log::Scsi().warn("lun {}: reading the shared reservations: {}", lun.id(), -r);
+      SetStoreError(task, -r, true);
+      break;
+    }
+    ProutEffects fx;
+    bool persist = false;
+    std::string before, after;
+    {
+      std::lock_guard lock(scratch.mu());
+      scratch.RestoreShared(data);
+      before = scratch.SerializeShared();
+      ApplyProut(scratch, q, me, task, fx, &persist);
+      after = task.status == ScsiStatus::kGood ? scratch.SerializeShared() : before;
+    }
+    uint64_t now = version;
+    if (after != before) {
+      const int r = so.WriteIfVersion(version, after, &now);
+      if (r == -ECANCELED && attempt < kMaxSharedAttempts) continue;  // another gateway's change
+      if (r < 0) {
+        log::Scsi().warn("lun {}: writing the shared reservations: {}", lun.id(), -r);
+        SetStoreError(task, r == -ECANCELED ? EBUSY : -r, true);
+        break;
+      }
+    }
+    {
+      Reservations& res = lun.reservations();
+      std::lock_guard lock(res.mu());
+      if (now > res.shared_version()) {
+        res.RestoreShared(after);
+        res.set_shared_version(now);
+      }
+    }
+    if (now != version) {
+      const bool abort = q.sa == kPreemptAndAbort;
+      RaiseEffects(lun, fx, abort, &me);
+      if (int r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout); r < 0) {
+        log::Scsi().warn(
+            "lun {}: a gateway did not acknowledge reservation change {} within {} s: {}",
+            lun.id(), now, kNotifyTimeout.count(), -r);
+      }
+    }
+    break;
+  }
+  CompleteOnReactor(lun, task);  // the last touch of lun and task here
+}
+
+Disposition SharedProut(Lun& lun, Task& task, ProutRequest q) {
+  std::shared_ptr<backing::SharedObject> so = lun.shared_state();
+  if (so == nullptr) {  // the store is closing
+    SetStoreError(task, ENOTCONN, true);
+    return Disposition::kDone;
+  }
+  // The task keeps the LUN, whose store keeps the object, until it completes.
+  so->Post([l = &lun, o = so.get(), t = &task, q = std::move(q)] { RunSharedProut(*l, *o, *t, q); });
+  return Disposition::kPending;
+}
+
+}  // namespace
+
+void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
+                             std::string_view events) {
+  {
+    Reservations& res = lun.reservations();
+    std::lock_guard lock(res.mu());
+    if (version > res.shared_version()) {
+      res.RestoreShared(data);
+      res.set_shared_version(version);
+    }
+  }
+  std::vector<NexusMatch> aborted;
+  size_t at = 0;
+  while (at < events.size()) {
+    size_t nl = events.find('\n', at);
+    if (nl == std::string_view::npos) nl = events.size();
+    const std::string line(events.substr(at, nl - at));
+    at = nl + 1;
+    unsigned asc = 0, ascq = 0, rel = 0;
+    int any = 0, n = 0;
+    if (std::sscanf(line.c_str(), "ua %x %x %d %u %n", &asc, &ascq, &any, &rel, &n) == 4 && n > 0 &&
+        static_cast<size_t>(n) < line.size()) {
+      lun.RaiseUnitAttentionFor(
+          UnitAttention{static_cast<uint8_t>(asc), static_cast<uint8_t>(ascq)},
+          NexusMatch{line.substr(n), any != 0, static_cast<uint16_t>(rel)}, nullptr);
+    } else if (std::sscanf(line.c_str(), "abort %d %u %n", &any, &rel, &n) == 2 && n > 0 &&
+               static_cast<size_t>(n) < line.size()) {
+      aborted.push_back(NexusMatch{line.substr(n), any != 0, static_cast<uint16_t>(rel)});
+    } else if (std::sscanf(line.c_str(), "uaall %x %x", &asc, &ascq) == 2) {
+      lun.RaiseUnitAttention(UnitAttention{static_cast<uint8_t>(asc), static_cast<uint8_t>(ascq)},
+                             nullptr);
+    }
+  }
+  if (!aborted.empty() && lun.config().task_aborter) {
+    lun.config().task_aborter->AbortTasks(lun.id(), aborted, nullptr);
+  }
+}
+
+void ShareUnitAttention(Lun& lun, UnitAttention ua, std::shared_ptr<void> hold) {
+  std::shared_ptr<backing::SharedObject> so = lun.shared_state();
+  if (so == nullptr) return;
+  char line[32];
+  std::snprintf(line, sizeof(line), "uaall %02x %02x\n", ua.asc, ua.ascq);
+  // Version 0: no state with it. The object's thread keeps the object alive while it runs.
+  so->Post([o = so.get(), id = lun.id(), events = std::string(line), hold = std::move(hold)] {
+    if (int r = o->Notify(0, "", events, kNotifyTimeout); r < 0) {
+      log::Scsi().warn("lun {}: a gateway did not acknowledge a unit attention: {}", id, -r);
+    }
+    (void)hold;  // released with this job, once the others have the unit attention
+  });
+}
+
 
 Disposition PersistentReserveOut(const Command& cmd) {
   Task& task = cmd.task;
@@ -534,7 +989,7 @@ Disposition PersistentReserveOut(const Command& cmd) {
       return Disposition::kDone;
     }
     move_to.relative_port_id = move_rel;
-    if (aptpl && !lun.config().state_store) {
+    if (aptpl && !lun.persists_reservations()) {
       SetInvalidFieldInParameterList(task, 17, 0);
       return Disposition::kDone;
     }
@@ -552,7 +1007,7 @@ Disposition PersistentReserveOut(const Command& cmd) {
     const bool registers = sa == kRegister || sa == kRegisterAndIgnore;
     all_tg_pt = registers && (flags & 0x04) != 0;  // ignored by the other service actions
     aptpl = (flags & 0x01) != 0;
-    if (registers && aptpl && !lun.config().state_store) {  // PTPL_C=0
+    if (registers && aptpl && !lun.persists_reservations()) {  // PTPL_C=0
       SetInvalidFieldInParameterList(task, 20, 0);
       return Disposition::kDone;
     }
@@ -563,241 +1018,17 @@ Disposition PersistentReserveOut(const Command& cmd) {
   }
   const Nexus& me = *task.nexus;
 
+  const ProutRequest q{sa, type, rk, sark, aptpl, all_tg_pt, unreg, move_rel, std::move(move_to)};
+  if (lun.shared_reservations()) return SharedProut(lun, task, q);
+
   Reservations& res = lun.reservations();
   bool persist = false;
-  std::vector<NexusMatch> aborted;
+  ProutEffects fx;
   {
     std::lock_guard lock(res.mu());
-    if (res.spc2_reserved()) {  // SPC-4 5.13.3
-      SetConflict(task);
-      return Disposition::kDone;
-    }
-    const bool was_aptpl = res.aptpl();
-    auto& regs = res.registrants();
-    Reservations::Registrant* reg = res.FindRegistrant(&me);
-    const bool ar = res.pr_reserved() && Reservations::AllRegistrantsType(res.pr_type());
-
-    auto remove_reg = [&](size_t i) { regs.erase(regs.begin() + static_cast<ptrdiff_t>(i)); };
-    auto changed = [&] {
-      res.bump_generation();
-      persist = true;
-    };
-
-    switch (sa) {
-      case kRegister:
-      case kRegisterAndIgnore: {
-        // 5.13.7: an unregistered nexus must present key 0 (REGISTER); a registered one its own
-        // key (REGISTER); REGISTER AND IGNORE EXISTING KEY skips the check.
-        if (sa == kRegister && rk != (reg != nullptr ? reg->key : 0)) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (reg == nullptr) {
-          if (sark == 0) return Disposition::kDone;  // nothing to register, nothing to do
-          Reservations::Registrant r;
-          r.key = sark;
-          r.all_tg_pt = all_tg_pt;
-          r.nexus = NexusMatch{me.initiator_port(), false,
-                               static_cast<uint16_t>(all_tg_pt ? 0 : me.relative_port_id())};
-          regs.push_back(std::move(r));
-          // A new registrant of an all-registrants reservation holds it too (5.13.9).
-          if (ar) regs.back().holder = true;
-        } else if (sark != 0) {
-          reg->key = sark;
-        } else {
-          // Unregister (5.13.11.3). The holder's reservation goes with it, unless all registrants
-          // hold it and others remain.
-          const bool was_holder = reg->holder && res.pr_reserved();
-          const uint8_t old_type = res.pr_type();
-          remove_reg(static_cast<size_t>(reg - regs.data()));
-          if (was_holder && (!Reservations::AllRegistrantsType(old_type) || regs.empty())) {
-            res.set_pr(false, 0);
-            // 5.13.11.2.2: releasing a registrants-only reservation tells the other registrants.
-            if (Reservations::RegistrantsOnlyType(old_type)) {
-              RaiseForRegistrants(lun, regs, Asc::kReservationsReleased, &me,
-                                  [](const auto&) { return true; });
-            }
-          }
-        }
-        res.set_aptpl(aptpl);
-        changed();
-        break;
-      }
-      case kReserve:
-        // 5.13.9: only a registrant with its key; a reservation of another type or by another
-        // holder conflicts; the same reservation again is a no-op.
-        if (reg == nullptr || reg->key != rk) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (res.pr_reserved()) {
-          if (!reg->holder || res.pr_type() != type) SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (Reservations::AllRegistrantsType(type)) {
-          for (auto& r : regs) r.holder = true;
-        } else {
-          reg->holder = true;
-        }
-        res.set_pr(true, type);
-        persist = true;
-        break;
-      case kRelease: {
-        // 5.13.11.2.
-        if (reg == nullptr || reg->key != rk) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (!res.pr_reserved() || !reg->holder) return Disposition::kDone;  // no-op, GOOD
-        if (res.pr_type() != type) {
-          SetCheckCondition(task, SenseKey::kIllegalRequest,
-                            Asc::kInvalidReleaseOfPersistentReservation);
-          return Disposition::kDone;
-        }
-        const uint8_t old_type = res.pr_type();
-        res.set_pr(false, 0);
-        if (Reservations::RegistrantsOnlyType(old_type) ||
-            Reservations::AllRegistrantsType(old_type)) {
-          RaiseForRegistrants(lun, regs, Asc::kReservationsReleased, &me,
-                              [](const auto&) { return true; });
-        }
-        persist = true;
-        break;
-      }
-      case kClear:
-        // 5.13.11.2.? (CLEAR): every registration and the reservation go; the others learn of it.
-        if (reg == nullptr || reg->key != rk) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        RaiseForRegistrants(lun, regs, Asc::kReservationsPreempted, &me,
-                            [&](const auto& r) { return &r != reg; });
-        regs.clear();
-        res.set_pr(false, 0);
-        changed();
-        break;
-      case kPreempt:
-      case kPreemptAndAbort: {
-        // 5.13.11.4.
-        if (reg == nullptr || reg->key != rk) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        const size_t self = static_cast<size_t>(reg - regs.data());
-        const bool reserved = res.pr_reserved();
-        const uint8_t old_type = res.pr_type();
-        uint64_t holder_key = 0;
-        for (const auto& r : regs) {
-          if (r.holder) holder_key = r.key;
-        }
-        // Whether the issuer takes the reservation: key 0 against an all-registrants reservation
-        // (every other registration goes), or the holder's key against any other type.
-        bool take = false;
-        bool all_others = false;
-        if (reserved && Reservations::AllRegistrantsType(old_type)) {
-          take = all_others = sark == 0;
-        } else if (reserved) {
-          take = sark == holder_key;
-        }
-        if (!take && sark == 0) {  // 5.13.11.4.4: key 0 names no registration
-          SetInvalidFieldInParameterList(task, 8);
-          return Disposition::kDone;
-        }
-        bool named = all_others;
-        std::vector<Reservations::Registrant> keep;
-        size_t self_in_keep = 0;
-        for (size_t i = 0; i < regs.size(); ++i) {
-          const auto& r = regs[i];
-          if (r.key == sark) named = true;
-          if (i != self && (all_others || r.key == sark)) {
-            aborted.push_back(r.nexus);
-            lun.RaiseUnitAttentionFor(
-                UnitAttention{Asc::kRegistrationsPreempted.asc, Asc::kRegistrationsPreempted.ascq},
-                r.nexus, &me);
-            continue;
-          }
-          if (i == self) self_in_keep = keep.size();
-          keep.push_back(r);
-        }
-        if (!named) {  // 5.13.11.4.4: nobody registered with that key
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        regs = std::move(keep);
-        if (take) {
-          if (old_type != type) {
-            // 5.13.11.4.3: a new type releases the old reservation for those still registered.
-            for (size_t i = 0; i < regs.size(); ++i) {
-              if (i == self_in_keep) continue;
-              lun.RaiseUnitAttentionFor(
-                  UnitAttention{Asc::kReservationsReleased.asc, Asc::kReservationsReleased.ascq},
-                  regs[i].nexus, &me);
-            }
-          }
-          res.set_pr(false, 0);
-          res.set_pr(true, type);
-          if (Reservations::AllRegistrantsType(type)) {
-            for (auto& r : regs) r.holder = true;
-          } else {
-            regs[self_in_keep].holder = true;
-          }
-        } else if (reserved &&
-                   std::none_of(regs.begin(), regs.end(), [](const auto& r) { return r.holder; })) {
-          res.set_pr(false, 0);
-        }
-        changed();
-        break;
-      }
-      case kRegisterAndMove: {
-        // 5.13.8: the holder hands its reservation to another I_T nexus, registering it with
-        // SERVICE ACTION RESERVATION KEY.
-        if (reg == nullptr || reg->key != rk) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (!res.pr_reserved() || !reg->holder || Reservations::AllRegistrantsType(res.pr_type())) {
-          SetConflict(task);
-          return Disposition::kDone;
-        }
-        if (sark == 0) {
-          SetInvalidFieldInParameterList(task, 8);
-          return Disposition::kDone;
-        }
-        if (move_to.Matches(me)) {  // moving to itself
-          SetInvalidFieldInParameterList(task, 24);
-          return Disposition::kDone;
-        }
-        const uint8_t rtype = res.pr_type();
-        Reservations::Registrant* dest = nullptr;
-        for (auto& r : regs) {
-          if (r.nexus.initiator == move_to.initiator && r.nexus.any_isid == move_to.any_isid &&
-              (r.nexus.relative_port_id == 0 || r.nexus.relative_port_id == move_rel)) {
-            dest = &r;
-          }
-        }
-        reg->holder = false;
-        if (dest == nullptr) {
-          regs.push_back(Reservations::Registrant{sark, move_to, false, true});
-        } else {
-          dest->key = sark;
-          dest->holder = true;
-        }
-        if (unreg) {
-          std::erase_if(regs, [&](const auto& r) { return r.nexus.Matches(me) && !r.holder; });
-        }
-        res.set_pr(true, rtype);
-        res.set_aptpl(aptpl);
-        changed();
-        break;
-      }
-    }
-    persist = persist && (was_aptpl || res.aptpl());
+    ApplyProut(res, q, me, task, fx, &persist);
   }
-
-  if (sa == kPreemptAndAbort && !aborted.empty() && lun.config().task_aborter) {
-    // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
-    lun.config().task_aborter->AbortTasks(lun.id(), aborted, &me);
-  }
+  RaiseEffects(lun, fx, sa == kPreemptAndAbort, &me);
   if (persist && lun.SaveState(task.slot, backing::IoCompletion{PersistDone, &task})) {
     return Disposition::kPending;
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dataplane/scsi/lun_state.h"
@@ -65,6 +66,14 @@ class Reservations {
   // Restores what Serialize() wrote (registrations, reservation, APTPL); ignores other lines.
   void Restore(const std::string& blob);
 
+  // The whole persistent reservation state, APTPL or not, as the gateways that export one image
+  // share it (LunConfig::shared_state), and its replacement by such a blob ("": none).
+  std::string SerializeShared() const;
+  void RestoreShared(std::string_view blob);
+  // The shared object's version the state came from; 0: none yet.
+  uint64_t shared_version() const { return shared_version_; }
+  void set_shared_version(uint64_t v) { shared_version_ = v; }
+
   static bool AllRegistrantsType(uint8_t type) {
     return type == kPrWriteExclusiveAllRegistrants || type == kPrExclusiveAccessAllRegistrants;
   }
@@ -74,6 +83,8 @@ class Reservations {
 
  private:
   void UpdateActive();
+  std::string SerializeRegistrations() const;
+  void Load(std::string_view blob, bool shared);
 
   mutable std::mutex mu_;
   std::atomic<bool> active_{false};
@@ -85,6 +96,7 @@ class Reservations {
   uint8_t pr_type_ = 0;
   uint32_t generation_ = 0;
   bool aptpl_ = false;
+  uint64_t shared_version_ = 0;
 };
 
 }  // namespace iscsigw::scsi

@@ -5,7 +5,10 @@
   and its relative port, both its gateway id; librbd's cache is off in both;
 - libiscsi's MultipathIO tests across the two gateways: a write through one reads back through
   the other, COMPARE AND WRITE is atomic across them;
-- no reservation commands (gateways do not share reservations yet);
+- persistent reservations shared through the image's object in RADOS: one taken through a gateway
+  fences writes through the other as soon as it completes, a gateway that starts later loads it,
+  and libiscsi's reservation suites pass with their second initiator on the other gateway;
+  RESERVE(6) is not offered;
 - the holder of the image's exclusive lock is active/optimized, the other active/non-optimized;
   the first gateway to open the image finds the lock free and claims it, before any write;
 - a write through the non-optimized gateway takes the lock over from the live holder: the two
@@ -147,20 +150,55 @@ class TwoGatewaysTest(unittest.TestCase):
             "MultipathIO.Simple": "PASS",
             "MultipathIO.CompareAndWrite": "PASS",
             "MultipathIO.CompareAndWriteAsync": "PASS",
-            # The unit attention of a LOGICAL UNIT RESET (SAM-5 5.8) reaches the nexuses of the
-            # gateway that received it only: gateways do not share unit attentions yet.
-            "MultipathIO.Reset": "FAIL",
+            # The unit attention of a LOGICAL UNIT RESET (SAM-5 5.8) reaches the nexuses of
+            # the other gateway through the shared object.
+            "MultipathIO.Reset": "PASS",
         }, out[-3000:])
 
-    def test_no_reservations_while_gateways_do_not_share_them(self):
-        # A reservation through one gateway would not fence writes through the other: the
-        # reservation commands are not supported rather than half done.
-        ini = self.login(self.gateways[0])
+    def test_a_reservation_through_one_gateway_fences_writes_through_the_other(self):
+        a, b = self.login(self.gateways[0]), self.login(self.gateways[1])
+        block = pattern(512, 7)
+        self.assertEqual(b.write(0, 8, block), (0, b""))
         register = bytes([0x5F, 0x00, 0, 0, 0, 0, 0, 0, 24, 0])
-        status, _, sense = ini._command(0, register, data=bytes(15) + b"\x01" + bytes(8))
+        key = bytes(7) + b"\xa1"
+        status, _, sense = a._command(0, register, data=bytes(8) + key + bytes(8))
+        self.assertEqual((status, sense), (0, b""))
+        reserve_we = bytes([0x5F, 0x01, 0x01, 0, 0, 0, 0, 0, 24, 0])
+        status, _, sense = a._command(0, reserve_we, data=key + bytes(16))
+        self.assertEqual((status, sense), (0, b""))
+        # At once: the command completed after gateway 2 applied the reservation.
+        self.assertEqual(b.write(0, 8, block)[0], 0x18)  # RESERVATION CONFLICT
+        self.assertEqual(a.write(0, 8, block), (0, b""))
+        status, data, _ = b._command(0, bytes([0x5E, 0x01, 0, 0, 0, 0, 0, 0, 64, 0]), read_len=64)
+        self.assertEqual(status, 0)
+        self.assertEqual((data[8:16], data[21]), (key, 0x01))  # holder's key, WRITE EXCLUSIVE
+        # RESERVE(6), a reservation of one I_T nexus, is not offered where gateways share a LUN.
+        status, _, sense = b._command(0, bytes([0x16, 0, 0, 0, 0, 0]))
         self.assertEqual((status, sense_key_asc(sense)), (2, (0x5, 0x20, 0x00)))
-        status, _, sense = ini._command(0, bytes([0x16, 0, 0, 0, 0, 0]))  # RESERVE(6)
-        self.assertEqual((status, sense_key_asc(sense)), (2, (0x5, 0x20, 0x00)))
+        # A gateway that starts while the reservation exists fences from its first command.
+        self.gateways[1].stop()
+        self.gateways[1] = self.start_gateway(2)
+        b = self.login(self.gateways[1])
+        self.assertEqual(b.write(0, 8, block)[0], 0x18)
+        release = bytes([0x5F, 0x02, 0x01, 0, 0, 0, 0, 0, 24, 0])
+        status, _, sense = a._command(0, release, data=key + bytes(16))
+        self.assertEqual((status, sense), (0, b""))
+        self.assertEqual(b.write(0, 8, block), (0, b""))
+
+    def test_libiscsi_reservation_suites_through_both_gateways(self):
+        # libiscsi's second initiator (its mpath_sd2_get_or_clone) logs in through the second URL:
+        # the reservation is taken through one gateway, its access and ownership tested through
+        # the other.
+        urls = [gw.url(TARGET) for gw in self.gateways]
+        suites = ["ALL.PrinReadKeys", "ALL.PrinReportCapabilities", "ALL.ProutRegister",
+                  "ALL.ProutReserve", "ALL.ProutClear", "ALL.ProutPreempt"]
+        out = harness.run(["iscsi-test-cu", "--dataloss", "-t", ",".join(suites)] + urls,
+                          timeout=600, check=False).stdout
+        results = {name: result for name, result, _ in cu_results.parse(out)}
+        self.assertIn("found matching LU device identifier for all (2) paths", out)
+        self.assertEqual(len(results), 19, out[-3000:])
+        failed = {name: r for name, r in results.items() if r != "PASS"}
+        self.assertEqual(failed, {}, out[-3000:])
 
     def test_the_lock_holder_is_optimized_and_the_lock_follows_writes(self):
         a, b = (self.login(gw) for gw in self.gateways)

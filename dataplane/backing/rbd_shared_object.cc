@@ -1,0 +1,242 @@
+#include "dataplane/backing/rbd_shared_object.h"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+#include <utility>
+
+#include "dataplane/base/log.h"
+
+namespace iscsigw::backing {
+namespace {
+
+std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
+
+// "<version> <data length>\n<data><events>": the notify payload.
+std::string Frame(uint64_t version, const std::string& data, const std::string& events) {
+  char head[48];
+  std::snprintf(head, sizeof(head), "%" PRIu64 " %zu\n", version, data.size());
+  return head + data + events;
+}
+
+bool Unframe(std::string_view in, uint64_t* version, std::string_view* data,
+             std::string_view* events) {
+  const size_t nl = in.find('\n');
+  if (nl == std::string_view::npos || nl > 47) return false;
+  const std::string head(in.substr(0, nl));
+  unsigned long long v = 0;
+  size_t len = 0;
+  if (std::sscanf(head.c_str(), "%llu %zu", &v, &len) != 2 || len > in.size() - nl - 1) {
+    return false;
+  }
+  *version = v;
+  *data = in.substr(nl + 1, len);
+  *events = in.substr(nl + 1 + len);
+  return true;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<RbdSharedObject>> RbdSharedObject::Open(std::shared_ptr<void> keep,
+                                                               rados_t cluster,
+                                                               rados_ioctx_t image_io,
+                                                               const std::string& image_id,
+                                                               const std::string& who) {
+  std::shared_ptr<RbdSharedObject> o(new RbdSharedObject());
+  o->keep_ = std::move(keep);
+  o->cluster_ = cluster;
+  o->oid_ = "iscsigw_lun." + image_id;
+  o->who_ = who;
+  if (int r = rados_ioctx_create2(cluster, rados_ioctx_get_id(image_io), &o->io_); r < 0) {
+    return Status(StatusCode::kIoError, who + "rados_ioctx_create2: " + ErrnoText(-r));
+  }
+  char ns[256];
+  const int n = rados_ioctx_get_namespace(image_io, ns, sizeof(ns));
+  if (n < 0) return Status(StatusCode::kIoError, who + "namespace: " + ErrnoText(-n));
+  rados_ioctx_set_namespace(o->io_, std::string(ns, static_cast<size_t>(n)).c_str());
+
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
+  int r = rados_write_op_operate(op, o->io_, o->oid_.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  if (r < 0) {
+    return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
+                  who + "creating " + o->oid_ + ": " + ErrnoText(-r));
+  }
+  uint64_t cookie = 0;
+  r = rados_watch2(o->io_, o->oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
+                   &RbdSharedObject::OnWatchError, o.get());
+  if (r < 0) {
+    return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
+                  who + "watching " + o->oid_ + ": " + ErrnoText(-r));
+  }
+  {
+    std::lock_guard lock(o->watch_mu_);
+    o->cookie_ = cookie;
+  }
+  o->thread_ = std::thread([p = o.get()] { p->RunJobs(); });
+  return o;
+}
+
+RbdSharedObject::~RbdSharedObject() {
+  {
+    std::lock_guard lock(jobs_mu_);
+    stop_ = true;
+    jobs_.clear();
+  }
+  jobs_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (io_ == nullptr) return;
+  if (cookie_ != 0) {
+    if (int r = rados_unwatch2(io_, cookie_); r < 0 && r != -ENOTCONN) {
+      log::Backing().warn("{}unwatching {}: {}", who_, oid_, ErrnoText(-r));
+    }
+    rados_watch_flush(cluster_);  // no callback with this object runs after this
+  }
+  rados_ioctx_destroy(io_);
+}
+
+void RbdSharedObject::RunJobs() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(jobs_mu_);
+      jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+void RbdSharedObject::Post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(jobs_mu_);
+    if (stop_) return;
+    jobs_.push_back(std::move(fn));
+  }
+  jobs_cv_.notify_one();
+}
+
+int RbdSharedObject::Read(std::string* data, uint64_t* version) {
+  std::string buf(kMaxData + 1, '\0');
+  size_t got = 0;
+  int prval = 0;
+  std::lock_guard lock(op_mu_);
+  rados_read_op_t op = rados_create_read_op();
+  rados_read_op_read(op, 0, buf.size(), buf.data(), &got, &prval);
+  int r = rados_read_op_operate(op, io_, oid_.c_str(), 0);
+  rados_release_read_op(op);
+  if (r < 0) return r;
+  if (prval < 0) return prval;
+  if (got > kMaxData) return -EFBIG;
+  buf.resize(got);
+  *data = std::move(buf);
+  *version = rados_get_last_version(io_);
+  return 0;
+}
+
+int RbdSharedObject::WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) {
+  if (data.size() > kMaxData) return -EFBIG;
+  std::lock_guard lock(op_mu_);
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_assert_version(op, version);
+  rados_write_op_write_full(op, data.data(), data.size());
+  int r = rados_write_op_operate(op, io_, oid_.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  if (r == -ERANGE || r == -EOVERFLOW) return -ECANCELED;  // the version moved on
+  if (r < 0) return r;
+  *out = rados_get_last_version(io_);
+  return 0;
+}
+
+int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std::string& events,
+                            std::chrono::milliseconds timeout) {
+  const std::string msg = Frame(version, data, events);
+  char* reply = nullptr;
+  size_t reply_len = 0;
+  const int r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
+                              static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
+  if (reply != nullptr) rados_buffer_free(reply);
+  return r;
+}
+
+uint64_t RbdSharedObject::SetListener(Listener listener) {
+  std::lock_guard lock(listener_mu_);
+  listener_ = std::move(listener);
+  return ++token_;
+}
+
+void RbdSharedObject::ClearListener(uint64_t token) {
+  std::lock_guard lock(listener_mu_);
+  if (token == token_) listener_ = nullptr;
+}
+
+void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
+                               void* data, size_t len) {
+  auto* self = static_cast<RbdSharedObject*>(arg);
+  if (notifier != rados_get_instance_id(self->cluster_)) {
+    uint64_t version = 0;
+    std::string_view body, events;
+    if (Unframe(std::string_view(static_cast<const char*>(data), len), &version, &body,
+                &events)) {
+      std::lock_guard lock(self->listener_mu_);
+      if (self->listener_) self->listener_(version, body, events);
+    } else {
+      log::Backing().warn("{}{}: a notify of {} bytes that is not ours, ignored", self->who_,
+                          self->oid_, len);
+    }
+  }
+  // The notifier waits for this: it follows the listener, so that the change is in effect here.
+  if (int r = rados_notify_ack(self->io_, self->oid_.c_str(), notify_id, cookie, nullptr, 0);
+      r < 0) {
+    log::Backing().warn("{}acknowledging a notify on {}: {}", self->who_, self->oid_,
+                        ErrnoText(-r));
+  }
+}
+
+void RbdSharedObject::OnWatchError(void* arg, uint64_t cookie, int err) {
+  auto* self = static_cast<RbdSharedObject*>(arg);
+  log::Backing().warn("{}watch on {} lost ({}): watching again", self->who_, self->oid_,
+                      ErrnoText(-err));
+  (void)cookie;
+  self->Post([self] { self->Rewatch(); });
+}
+
+void RbdSharedObject::Rewatch() {
+  {
+    std::lock_guard lock(watch_mu_);
+    if (cookie_ != 0) (void)rados_unwatch2(io_, cookie_);
+    cookie_ = 0;
+  }
+  for (;;) {
+    uint64_t cookie = 0;
+    const int r = rados_watch2(io_, oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
+                               &RbdSharedObject::OnWatchError, this);
+    if (r == 0) {
+      std::lock_guard lock(watch_mu_);
+      cookie_ = cookie;
+      break;
+    }
+    {
+      std::unique_lock lock(jobs_mu_);
+      if (jobs_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) return;
+    }
+  }
+  std::string data;
+  uint64_t version = 0;
+  if (int r = Read(&data, &version); r < 0) {
+    log::Backing().warn("{}rereading {} after the watch came back: {}", who_, oid_,
+                        ErrnoText(-r));
+    Post([this] { Rewatch(); });  // try again, so that no change stays missed
+    return;
+  }
+  log::Backing().info("{}watching {} again (version {})", who_, oid_, version);
+  std::lock_guard lock(listener_mu_);
+  if (listener_) listener_(version, data, "");
+}
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,86 @@
+// RbdSharedObject: the SharedObject of an rbd image that several gateways export, in RADOS: the
+// object "iscsigw_lun.<image id>" in the image's pool and namespace.
+//
+//   Read            one read op; the version is the object's user version (rados_get_last_version)
+//   WriteIfVersion  assert_version + write_full in one write op (-ERANGE/-EOVERFLOW: -ECANCELED)
+//   Notify          rados_notify2 with "<version> <data length>\n<data><events>"
+//   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
+//                   listener has run (so Notify returns after the others applied the change);
+//                   a gateway's own notifies are acknowledged without running it. A watch error
+//                   (the OSD connection lost: notifies may have been missed) re-establishes the
+//                   watch on the object's thread, retrying each second, then rereads the object
+//                   and hands it to the listener.
+// The object is created (empty) when missing. It outlives the image's LUNs; removing the image
+// does not remove it.
+// Lifetime: the destructor stops the thread (queued jobs are dropped), removes the watch and waits
+// for running callbacks: it talks to the cluster, so the RbdStore that owns the object destroys
+// it where it closes the image (never on a reactor). Other holders keep weak references.
+#pragma once
+
+#include <rados/librados.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dataplane/backing/shared_object.h"
+#include "dataplane/base/status.h"
+
+namespace iscsigw::backing {
+
+class RbdSharedObject final : public SharedObject {
+ public:
+  // Blocking. `keep` holds the librados handle `cluster` alive; `image_io` is the image's I/O
+  // context (its pool and namespace are used); `image_id` from rbd_get_id; `who` prefixes errors.
+  static Result<std::shared_ptr<RbdSharedObject>> Open(std::shared_ptr<void> keep,
+                                                       rados_t cluster, rados_ioctx_t image_io,
+                                                       const std::string& image_id,
+                                                       const std::string& who);
+  ~RbdSharedObject() override;
+  RbdSharedObject(const RbdSharedObject&) = delete;
+  RbdSharedObject& operator=(const RbdSharedObject&) = delete;
+
+  const std::string& oid() const { return oid_; }
+
+  int Read(std::string* data, uint64_t* version) override;
+  int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) override;
+  int Notify(uint64_t version, const std::string& data, const std::string& events,
+             std::chrono::milliseconds timeout) override;
+  void Post(std::function<void()> fn) override;
+  uint64_t SetListener(Listener listener) override;
+  void ClearListener(uint64_t token) override;
+
+  // The largest data Read returns (a longer object reads as -EFBIG) and WriteIfVersion takes.
+  static constexpr size_t kMaxData = 1 << 20;
+
+ private:
+  RbdSharedObject() = default;
+  static void OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
+                       void* data, size_t len);
+  static void OnWatchError(void* arg, uint64_t cookie, int err);
+  void Rewatch();
+  void RunJobs();
+
+  std::shared_ptr<void> keep_;
+  rados_t cluster_ = nullptr;
+  rados_ioctx_t io_ = nullptr;
+  std::string oid_;
+  std::string who_;
+  std::mutex op_mu_;  // an op and the rados_get_last_version after it
+  std::mutex watch_mu_;
+  uint64_t cookie_ = 0;  // guarded by watch_mu_; 0: no watch
+  std::mutex listener_mu_;  // held while the listener runs
+  Listener listener_;       // guarded by listener_mu_
+  uint64_t token_ = 0;      // guarded by listener_mu_
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
+  bool stop_ = false;                       // guarded by jobs_mu_
+  std::thread thread_;
+};
+
+}  // namespace iscsigw::backing

@@ -1,0 +1,48 @@
+// SharedObject: a small object that every gateway exporting one image reads, writes and watches,
+// for state that belongs to the logical unit rather than to one gateway (the persistent
+// reservations of a LUN that several gateways export: scsi/reservations.cc). RbdStore keeps one
+// in RADOS next to a shared image (RbdStore::shared_object).
+//
+// Read, WriteIfVersion and Notify talk to the cluster and wait for it: never call them on a
+// reactor. Post runs a job on the object's own thread, one job at a time, in order.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace iscsigw::backing {
+
+class SharedObject {
+ public:
+  // A change another gateway made, or (events empty) the object's data reread after the watch was
+  // lost and re-established, when changes may have been missed. `version` orders changes: a
+  // listener applies data only when it is newer than what it has. Runs on a librados thread or
+  // the object's thread, never concurrently with itself.
+  using Listener =
+      std::function<void(uint64_t version, std::string_view data, std::string_view events)>;
+
+  virtual ~SharedObject() = default;
+
+  // The object's data and version. 0 or -errno.
+  virtual int Read(std::string* data, uint64_t* version) = 0;
+  // Replaces the data if the object's version is still `version`, and sets *out to the new
+  // version. -ECANCELED when another gateway wrote first; another -errno on failure.
+  virtual int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) = 0;
+  // Hands (version, data, events) to every other gateway's listener and waits until each has run
+  // it, for at most `timeout`. 0, -ETIMEDOUT when a gateway did not answer in time (one that died
+  // and whose watch the cluster has not timed out yet, or one cut off from the cluster), or
+  // another -errno.
+  virtual int Notify(uint64_t version, const std::string& data, const std::string& events,
+                     std::chrono::milliseconds timeout) = 0;
+  // Runs fn on the object's thread. Jobs queued when the object goes do not run.
+  virtual void Post(std::function<void()> fn) = 0;
+  // Sets the listener (one at a time); ClearListener(token) removes it if it is still the one set
+  // with that token, and returns once no call of it is running.
+  virtual uint64_t SetListener(Listener listener) = 0;
+  virtual void ClearListener(uint64_t token) = 0;
+};
+
+}  // namespace iscsigw::backing
