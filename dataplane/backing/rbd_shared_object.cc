@@ -2,8 +2,10 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -14,23 +16,28 @@ namespace {
 
 std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
-// "<version> <data length>\n<data><events>": the notify payload.
-std::string Frame(uint64_t version, const std::string& data, const std::string& events) {
-  char head[48];
-  std::snprintf(head, sizeof(head), "%" PRIu64 " %zu\n", version, data.size());
+// "<origin> <version> <data length>\n<data><events>": the notify payload. The origin names the
+// notifying object, so that it does not apply its own notify (another object of the same image in
+// the same process, with the same librados instance, does).
+std::string Frame(const std::string& origin, uint64_t version, const std::string& data,
+                  const std::string& events) {
+  char head[96];
+  std::snprintf(head, sizeof(head), "%s %" PRIu64 " %zu\n", origin.c_str(), version, data.size());
   return head + data + events;
 }
 
-bool Unframe(std::string_view in, uint64_t* version, std::string_view* data,
+bool Unframe(std::string_view in, std::string* origin, uint64_t* version, std::string_view* data,
              std::string_view* events) {
   const size_t nl = in.find('\n');
-  if (nl == std::string_view::npos || nl > 47) return false;
+  if (nl == std::string_view::npos || nl > 95) return false;
   const std::string head(in.substr(0, nl));
+  char from[64];
   unsigned long long v = 0;
   size_t len = 0;
-  if (std::sscanf(head.c_str(), "%llu %zu", &v, &len) != 2 || len > in.size() - nl - 1) {
+  if (std::sscanf(head.c_str(), "%63s %llu %zu", from, &v, &len) != 3 || len > in.size() - nl - 1) {
     return false;
   }
+  *origin = from;
   *version = v;
   *data = in.substr(nl + 1, len);
   *events = in.substr(nl + 1 + len);
@@ -48,6 +55,8 @@ Result<std::shared_ptr<RbdSharedObject>> RbdSharedObject::Open(std::shared_ptr<v
   o->keep_ = std::move(keep);
   o->cluster_ = cluster;
   o->oid_ = "iscsigw_lun." + image_id;
+  o->origin_ = std::to_string(rados_get_instance_id(cluster)) + "." +
+               std::to_string(reinterpret_cast<uintptr_t>(o.get()));
   o->who_ = who;
   if (int r = rados_ioctx_create2(cluster, rados_ioctx_get_id(image_io), &o->io_); r < 0) {
     return Status(StatusCode::kIoError, who + "rados_ioctx_create2: " + ErrnoText(-r));
@@ -155,7 +164,7 @@ int RbdSharedObject::WriteIfVersion(uint64_t version, const std::string& data, u
 
 int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std::string& events,
                             std::chrono::milliseconds timeout) {
-  const std::string msg = Frame(version, data, events);
+  const std::string msg = Frame(origin_, version, data, events);
   char* reply = nullptr;
   size_t reply_len = 0;
   const int r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
@@ -178,17 +187,17 @@ void RbdSharedObject::ClearListener(uint64_t token) {
 void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
                                void* data, size_t len) {
   auto* self = static_cast<RbdSharedObject*>(arg);
-  if (notifier != rados_get_instance_id(self->cluster_)) {
-    uint64_t version = 0;
-    std::string_view body, events;
-    if (Unframe(std::string_view(static_cast<const char*>(data), len), &version, &body,
-                &events)) {
-      std::lock_guard lock(self->listener_mu_);
-      if (self->listener_) self->listener_(version, body, events);
-    } else {
-      log::Backing().warn("{}{}: a notify of {} bytes that is not ours, ignored", self->who_,
-                          self->oid_, len);
-    }
+  (void)notifier;
+  std::string origin;
+  uint64_t version = 0;
+  std::string_view body, events;
+  if (!Unframe(std::string_view(static_cast<const char*>(data), len), &origin, &version, &body,
+               &events)) {
+    log::Backing().warn("{}{}: a notify of {} bytes that is not ours, ignored", self->who_,
+                        self->oid_, len);
+  } else if (origin != self->origin_) {
+    std::lock_guard lock(self->listener_mu_);
+    if (self->listener_) self->listener_(version, body, events);
   }
   // The notifier waits for this: it follows the listener, so that the change is in effect here.
   if (int r = rados_notify_ack(self->io_, self->oid_.c_str(), notify_id, cookie, nullptr, 0);
@@ -229,8 +238,7 @@ void RbdSharedObject::Rewatch() {
   std::string data;
   uint64_t version = 0;
   if (int r = Read(&data, &version); r < 0) {
-    log::Backing().warn("{}rereading {} after the watch came back: {}", who_, oid_,
-                        ErrnoText(-r));
+    log::Backing().warn("{}rereading {} after the watch came back: {}", who_, oid_, ErrnoText(-r));
     Post([this] { Rewatch(); });  // try again, so that no change stays missed
     return;
   }

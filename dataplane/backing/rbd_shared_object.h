@@ -3,10 +3,10 @@
 //
 //   Read            one read op; the version is the object's user version (rados_get_last_version)
 //   WriteIfVersion  assert_version + write_full in one write op (-ERANGE/-EOVERFLOW: -ECANCELED)
-//   Notify          rados_notify2 with "<version> <data length>\n<data><events>"
+//   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
 //                   listener has run (so Notify returns after the others applied the change);
-//                   a gateway's own notifies are acknowledged without running it. A watch error
+//                   the object's own notifies are acknowledged without running it. A watch error
 //                   (the OSD connection lost: notifies may have been missed) re-establishes the
 //                   watch on the object's thread, retrying each second, then rereads the object
 //                   and hands it to the listener.
@@ -36,8 +36,8 @@ class RbdSharedObject final : public SharedObject {
  public:
   // Blocking. `keep` holds the librados handle `cluster` alive; `image_io` is the image's I/O
   // context (its pool and namespace are used); `image_id` from rbd_get_id; `who` prefixes errors.
-  static Result<std::shared_ptr<RbdSharedObject>> Open(std::shared_ptr<void> keep,
-                                                       rados_t cluster, rados_ioctx_t image_io,
+  static Result<std::shared_ptr<RbdSharedObject>> Open(std::shared_ptr<void> keep, rados_t cluster,
+                                                       rados_ioctx_t image_io,
                                                        const std::string& image_id,
                                                        const std::string& who);
   ~RbdSharedObject() override;
@@ -70,9 +70,10 @@ class RbdSharedObject final : public SharedObject {
   rados_ioctx_t io_ = nullptr;
   std::string oid_;
   std::string who_;
-  std::mutex op_mu_;  // an op and the rados_get_last_version after it
+  std::string origin_;  // "<librados instance id>.<this>": names this object's notifies
+  std::mutex op_mu_;    // an op and the rados_get_last_version after it
   std::mutex watch_mu_;
-  uint64_t cookie_ = 0;  // guarded by watch_mu_; 0: no watch
+  uint64_t cookie_ = 0;     // guarded by watch_mu_; 0: no watch
   std::mutex listener_mu_;  // held while the listener runs
   Listener listener_;       // guarded by listener_mu_
   uint64_t token_ = 0;      // guarded by listener_mu_

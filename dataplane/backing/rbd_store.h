@@ -90,7 +90,9 @@
 // active/non-optimized). A free lock is claimed (see LockWatch::Look). When this gateway's
 // writes have made no progress for 2 s while another client holds the lock, that client is
 // probed, and its lock broken when it does not answer (see BreakDeadLockOwner): the failover
-// when the owning gateway dies, without waiting for the OSDs to time its watch out.
+// when the owning gateway dies, without waiting for the OSDs to time its watch out. What belongs
+// to the logical unit rather than to one gateway (its persistent reservations) lives in a
+// SharedObject next to the image (rbd_shared_object.h).
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
 // the image (rbd_close flushes and waits for librbd's requests in flight; with the cluster gone up
@@ -245,10 +247,10 @@ class RbdStore final : public BackingStore {
   uint64_t object_size_ = 4 << 20;
   uint64_t atomic_unit_ = 0;  // bytes; 0: no atomic writes (see WriteAtomic)
   bool use_object_map_ = false;
-  std::shared_ptr<LockWatch> lock_watch_;     // null: no exclusive lock, or read-only
+  std::shared_ptr<LockWatch> lock_watch_;        // null: no exclusive lock, or read-only
   std::shared_ptr<SharedObject> shared_object_;  // null: not shared
-  std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread
-  WriteGate gate_;                            // any thread
+  std::vector<std::unique_ptr<Slot>> slots_;     // slots_[i] used only on reactor i's thread
+  WriteGate gate_;                               // any thread
 };
 
 // OfflineRbdStore: an rbd LUN whose image could not be opened when the daemon started (the cluster

@@ -26,8 +26,8 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
       reported_preferred_(store_->preferred()) {
   RestoreState();
   if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
-    listener_token_ = so->SetListener(
-        [this](uint64_t version, std::string_view data, std::string_view events) {
+    listener_token_ =
+        so->SetListener([this](uint64_t version, std::string_view data, std::string_view events) {
           internal::ApplySharedReservations(*this, version, data, events);
         });
     // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.

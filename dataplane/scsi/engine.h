@@ -110,7 +110,9 @@ class Lun : public std::enable_shared_from_this<Lun> {
   // Whether the persistent reservations are shared with other gateways (LunConfig::shared_state),
   // and the object they live in (null once the store has closed).
   bool shared_reservations() const { return shared_; }
-  std::shared_ptr<backing::SharedObject> shared_state() const { return config_.shared_state.lock(); }
+  std::shared_ptr<backing::SharedObject> shared_state() const {
+    return config_.shared_state.lock();
+  }
   // Whether APTPL=1 is honoured (PTPL_C): a state store, or the shared object.
   bool persists_reservations() const { return config_.state_store != nullptr || shared_; }
 

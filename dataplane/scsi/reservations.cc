@@ -4,13 +4,19 @@
 // SBC-3 4.17, SPC-2 5.5.1).
 //
 // Not offered: SPEC_I_PT (registering other I_T nexuses in one command; SIP_C=0 in REPORT
-// CAPABILITIES) and element scope. APTPL needs a state store (PTPL_C follows it).
+// CAPABILITIES) and element scope. APTPL needs a state store or a shared object (PTPL_C follows).
+//
+// A LUN that several gateways export (LunConfig::shared_state) keeps its persistent reservations
+// in the shared object: PERSISTENT RESERVE OUT runs on the object's thread as a compare-and-swap
+// of the whole state, then hands the new state, and the unit attentions and aborts it raises, to
+// the other gateways and waits for them (RunSharedProut). Each gateway checks commands against
+// its own copy, which that hand-over and a reread after a lost watch keep current.
 #include "dataplane/scsi/reservations.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -623,8 +629,7 @@ void ApplyProut(Reservations& res, const ProutRequest& q, const Nexus& me, Task&
       res.set_pr(false, 0);
       if (Reservations::RegistrantsOnlyType(old_type) ||
           Reservations::AllRegistrantsType(old_type)) {
-        RaiseForRegistrants(fx, regs, Asc::kReservationsReleased,
-                            [](const auto&) { return true; });
+        RaiseForRegistrants(fx, regs, Asc::kReservationsReleased, [](const auto&) { return true; });
       }
       *persist = true;
       break;
@@ -780,8 +785,8 @@ std::string EncodeEvents(const ProutEffects& fx, bool abort) {
   std::string out;
   char line[64];
   for (const auto& [ua, who] : fx.uas) {
-    std::snprintf(line, sizeof(line), "ua %02x %02x %d %u ", ua.asc, ua.ascq,
-                  who.any_isid ? 1 : 0, static_cast<unsigned>(who.relative_port_id));
+    std::snprintf(line, sizeof(line), "ua %02x %02x %d %u ", ua.asc, ua.ascq, who.any_isid ? 1 : 0,
+                  static_cast<unsigned>(who.relative_port_id));
     out += line + who.initiator + "\n";
   }
   for (const auto& who : abort ? fx.aborted : std::vector<NexusMatch>{}) {
@@ -851,8 +856,8 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
       RaiseEffects(lun, fx, abort, &me);
       if (int r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout); r < 0) {
         log::Scsi().warn(
-            "lun {}: a gateway did not acknowledge reservation change {} within {} s: {}",
-            lun.id(), now, kNotifyTimeout.count(), -r);
+            "lun {}: a gateway did not acknowledge reservation change {} within {} s: {}", lun.id(),
+            now, kNotifyTimeout.count(), -r);
       }
     }
     break;
@@ -867,7 +872,8 @@ Disposition SharedProut(Lun& lun, Task& task, ProutRequest q) {
     return Disposition::kDone;
   }
   // The task keeps the LUN, whose store keeps the object, until it completes.
-  so->Post([l = &lun, o = so.get(), t = &task, q = std::move(q)] { RunSharedProut(*l, *o, *t, q); });
+  so->Post(
+      [l = &lun, o = so.get(), t = &task, q = std::move(q)] { RunSharedProut(*l, *o, *t, q); });
   return Disposition::kPending;
 }
 
@@ -923,7 +929,6 @@ void ShareUnitAttention(Lun& lun, UnitAttention ua, std::shared_ptr<void> hold) 
     (void)hold;  // released with this job, once the others have the unit attention
   });
 }
-
 
 Disposition PersistentReserveOut(const Command& cmd) {
   Task& task = cmd.task;

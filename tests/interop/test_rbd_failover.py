@@ -2,7 +2,8 @@
 initiator and dm-multipath by ALUA: fio verify on the map while the host kills the gateway of the
 optimized path with -9 and later starts it again on the same portal and state. The scenario
 reports the verified writes across the failover and the longest write fio saw (the I/O pause);
-the test prints both and bounds the pause."""
+the test prints both and bounds the pause. First, a reservation taken with sg_persist through
+one gateway's path must fence writes through the other's."""
 import os
 import signal
 import sys

@@ -4,7 +4,8 @@
 # fio verify passes (O_DIRECT and O_SYNC: every write durable when it completes) run while the
 # host kills the optimized gateway with -9: the I/O moves to the other path, which takes the lock
 # over and becomes optimized, no verified write is lost, and the killed gateway's path comes back
-# (non-optimized) when the host restarts it. The longest write fio saw is the I/O pause.
+# (non-optimized) when the host restarts it. The longest write fio saw is the I/O pause. Before
+# that, sg_persist through one gateway's path fences writes through the other's.
 # Env: PORTALS ("A B": gateway 1, gateway 2), TARGET, LUN_BYTES.
 . /suite/lib.sh
 
@@ -43,6 +44,28 @@ state() {
 }
 expect_eq "$d1 target port group" "$(group "$d1")" 1
 expect_eq "$d2 target port group" "$(group "$d2")" 2
+
+# sg_persist fencing across the gateways. The two sessions are two I_T nexuses (one target port
+# each): a Write Exclusive reservation taken through gateway 1 fences writes through gateway 2
+# from the moment it completes; reads pass.
+KEY=0xa1
+pr_out() { sg_persist --no-inquiry --out "$@" || fail "sg_persist --out $*"; }
+pr_out --register --param-sark=$KEY "/dev/$d1"
+pr_out --reserve --param-rk=$KEY --prout-type=1 "/dev/$d1"
+sg_persist --readonly --no-inquiry --in --read-reservation "/dev/$d2" >/tmp/pr.out
+grep -q "Key=$KEY" /tmp/pr.out || fail "reservation via $d2: $(cat /tmp/pr.out)"
+dd if=/dev/urandom of=/tmp/block bs=4096 count=1 status=none
+write() { dd if=/tmp/block of="/dev/$1" bs=4096 count=1 oflag=direct status=none 2>/tmp/dd.err; }
+if write "$d2"; then fail "a write through gateway 2 passed gateway 1's reservation"; fi
+dd if=/dev/zero of=/tmp/sector bs=512 count=1 status=none
+out=$(sg_raw -s 512 -i /tmp/sector "/dev/$d2" 2a 00 00 00 00 08 00 00 01 00 2>&1 || true)
+echo "$out" | grep -q "Reservation Conflict" || fail "WRITE through gateway 2: $out"
+dd if="/dev/$d2" of=/dev/null bs=4096 count=1 iflag=direct status=none || fail "no read via $d2"
+write "$d1" || fail "the holder cannot write through gateway 1: $(cat /tmp/dd.err)"
+pr_out --release --param-rk=$KEY --prout-type=1 "/dev/$d1"
+pr_out --register --param-rk=$KEY --param-sark=0 "/dev/$d1"
+write "$d2" || fail "no write through gateway 2 once released: $(cat /tmp/dd.err)"
+say "a reservation through gateway 1 fenced writes through gateway 2"
 
 mkdir -p /etc/multipath/conf.d
 cp /suite/multipath.conf /etc/multipath/conf.d/iscsigw.conf

@@ -4,8 +4,8 @@
 // compare-and-swap, notify to every other watcher).
 #include <gtest/gtest.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -122,8 +122,7 @@ class SharedReservationsTest : public ::testing::Test {
   }
   // The same with a task and buffer of the caller's: a command while another is in progress.
   static void RunTask(Gateway& gw, Nexus& nexus, const std::vector<uint8_t>& cdb,
-                      const std::vector<uint8_t>& data_out, Task& task,
-                      std::vector<uint8_t>& buf) {
+                      const std::vector<uint8_t>& data_out, Task& task, std::vector<uint8_t>& buf) {
     task = Task{};
     std::copy(cdb.begin(), cdb.end(), task.cdb.begin());
     task.cdb_len = 16;
