@@ -236,13 +236,16 @@ void PrintJson(const google::protobuf::Message& m) {
 }
 
 void PrintLuns(const std::string& target, const google::protobuf::RepeatedPtrField<v1::Lun>& luns) {
-  Table t({"TARGET", "LUN", "BACKING", "SIZE", "BLOCK", "RO", "STATE", "SERIAL"});
+  Table t({"TARGET", "LUN", "BACKING", "SIZE", "BLOCK", "RO", "STATE", "ALUA", "SERIAL"});
   for (const auto& l : luns) {
     t.Add({target, std::to_string(l.id()), Backing(l), HumanSize(l.size_bytes()),
            l.physical_block_size() > l.block_size()
                ? std::to_string(l.block_size()) + "/" + std::to_string(l.physical_block_size())
                : std::to_string(l.block_size()),
            l.read_only() ? "yes" : "no", l.offline_reason().empty() ? "online" : "offline",
+           l.access_state() == "active/non-optimized" ? "non-optimized"
+           : l.access_state().empty()                 ? "-"
+                                                      : "optimized",
            l.serial()});
   }
   t.Print();

@@ -415,6 +415,7 @@ Status GatewayServiceImpl::LunView(const std::string& target, const v1::Lun& lun
     if (auto now = dataplane_->LunStatusOf(state::QualifyTargetName(target), lun.id())) {
       out->set_size_bytes(now->size_bytes);
       out->set_offline_reason(now->offline_reason);
+      out->set_access_state(now->optimized ? "active/optimized" : "active/non-optimized");
     }
   }
   return Status::Ok();
@@ -429,6 +430,7 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
 
   v1::Lun lun = req.lun();
   lun.clear_offline_reason();  // OUTPUT_ONLY
+  lun.clear_access_state();
   const std::string who = LunName(lun.id(), req.target());
   if (lun.id() > 255) {
     return InvalidArgument(who + ": id " + std::to_string(lun.id()) + " is out of range 0..255");

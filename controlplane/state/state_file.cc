@@ -350,6 +350,7 @@ Result<std::vector<std::string>> MergeBootstrap(const iscsigw::v1::State& bootst
       const char* output_only = l.has_file() && l.file().created() ? "file.created"
                                 : l.has_rbd() && l.rbd().created() ? "rbd.created"
                                 : !l.offline_reason().empty()      ? "offline_reason"
+                                : !l.access_state().empty()        ? "access_state"
                                                                    : nullptr;
       if (output_only != nullptr) {
         return InvalidArgument("lun " + std::to_string(l.id()) + " of " + t.name() + ": " +

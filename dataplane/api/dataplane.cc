@@ -827,7 +827,7 @@ std::optional<Dataplane::LunStatus> Dataplane::LunStatusOf(const std::string& ta
   auto it = impl_->luns.find({target, lun});
   if (it == impl_->luns.end()) return std::nullopt;
   const backing::BackingStore& store = it->second.lun->store();
-  LunStatus now{store.size_bytes(), {}};
+  LunStatus now{store.size_bytes(), {}, it->second.lun->reported_preferred().load()};
   if (int err = store.ready(); err != 0) {
     now.offline_reason = store.offline_reason();
     if (now.offline_reason.empty()) now.offline_reason = std::strerror(err);

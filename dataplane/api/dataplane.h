@@ -120,6 +120,7 @@ class Dataplane {
   struct LunStatus {
     uint64_t size_bytes = 0;
     std::string offline_reason;  // empty while the LUN serves I/O
+    bool optimized = true;       // the ALUA state reported (scsi::Lun::reported_preferred)
   };
   std::optional<LunStatus> LunStatusOf(const std::string& target, uint32_t lun) const;
   size_t connections() const;

@@ -133,6 +133,10 @@ class TwoGatewaysTest(unittest.TestCase):
         status, _, _ = ini._command(0, bytes([0x35] + [0] * 9))  # SYNCHRONIZE CACHE(10)
         self.assertEqual(status, 0)
 
+    def access_states(self):
+        """The access state each gateway's API reports for the LUN (lun get)."""
+        return [gw.ctl_json("lun", "get", TARGET, 0)["access_state"] for gw in self.gateways]
+
     def rbd_option(self, gw, name):
         sock = os.path.join(CLUSTER.dir, "run", f"gw-{gw.proc.pid}.asok")
         out = harness.run(["ceph", "--admin-daemon", sock, "config", "get", name]).stdout
@@ -206,6 +210,7 @@ class TwoGatewaysTest(unittest.TestCase):
         # when it opened the image: no write needed, no state change to report.
         self.assertEqual(rtpg(a), (AO, 0x03, 1, 1))
         self.assertEqual(rtpg(b), (ANO, 0x03, 2, 2))
+        self.assertEqual(self.access_states(), ["active/optimized", "active/non-optimized"])
 
         one = pattern(8 * 512, 1)
         self.write_flushed(a, 0, one)
@@ -218,6 +223,9 @@ class TwoGatewaysTest(unittest.TestCase):
         self.wait_change(a, ANO, "gateway 1 after gateway 2 wrote")
         self.wait_change(b, AO, "gateway 2 after it wrote")
         self.assertEqual(a.read(0, 0, 16), (0, one + two, b""))
+        self.assertEqual(self.access_states(), ["active/non-optimized", "active/optimized"])
+        table = self.gateways[0].ctl("lun", "list", TARGET).stdout
+        self.assertRegex(table, r"ALUA +SERIAL\n.* online +non-optimized ", table)
         print(f"\nlock handed over to a write of the other gateway in {handover:.3f} s")
         self.assertLess(handover, 10.0)
 
