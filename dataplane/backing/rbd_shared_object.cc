@@ -1,6 +1,7 @@
 #include "dataplane/backing/rbd_shared_object.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -102,8 +103,9 @@ RbdSharedObject::~RbdSharedObject() {
     if (int r = rados_unwatch2(io_, cookie_); r < 0 && r != -ENOTCONN) {
       log::Backing().warn("{}unwatching {}: {}", who_, oid_, ErrnoText(-r));
     }
-    rados_watch_flush(cluster_);  // no callback with this object runs after this
   }
+  // Also after a lost watch (cookie_ 0): callbacks of the old one may still be queued.
+  rados_watch_flush(cluster_);  // no callback with this object runs after this
   rados_ioctx_destroy(io_);
 }
 
@@ -112,10 +114,23 @@ void RbdSharedObject::RunJobs() {
     std::function<void()> job;
     {
       std::unique_lock lock(jobs_mu_);
-      jobs_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      for (;;) {
+        if (stop_) return;
+        if (!jobs_.empty()) break;
+        if (retry_due_) {
+          if (std::chrono::steady_clock::now() >= *retry_due_) break;
+          jobs_cv_.wait_until(lock, *retry_due_);
+        } else {
+          jobs_cv_.wait(lock);
+        }
+      }
+      if (!jobs_.empty()) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      } else {
+        retry_due_.reset();
+        job = [this] { Resync(); };
+      }
     }
     job();
   }
@@ -130,6 +145,19 @@ void RbdSharedObject::Post(std::function<void()> fn) {
   jobs_cv_.notify_one();
 }
 
+void RbdSharedObject::Reload() {
+  Post([this] { Resync(); });
+}
+
+void RbdSharedObject::ResyncLater() {
+  {
+    std::lock_guard lock(jobs_mu_);
+    if (stop_ || retry_due_) return;
+    retry_due_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  }
+  jobs_cv_.notify_one();
+}
+
 int RbdSharedObject::Read(std::string* data, uint64_t* version) {
   std::string buf(kMaxData + 1, '\0');
   size_t got = 0;
@@ -139,6 +167,11 @@ int RbdSharedObject::Read(std::string* data, uint64_t* version) {
   rados_read_op_read(op, 0, buf.size(), buf.data(), &got, &prval);
   int r = rados_read_op_operate(op, io_, oid_.c_str(), 0);
   rados_release_read_op(op);
+  if (r == -ENOENT) {  // removed (by hand): no state; the next write creates it again
+    data->clear();
+    *version = 0;
+    return 0;
+  }
   if (r < 0) return r;
   if (prval < 0) return prval;
   if (got > kMaxData) return -EFBIG;
@@ -152,11 +185,18 @@ int RbdSharedObject::WriteIfVersion(uint64_t version, const std::string& data, u
   if (data.size() > kMaxData) return -EFBIG;
   std::lock_guard lock(op_mu_);
   rados_write_op_t op = rados_create_write_op();
-  rados_write_op_assert_version(op, version);
+  if (version == 0) {
+    rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);  // read as missing
+  } else {
+    rados_write_op_assert_version(op, version);
+  }
   rados_write_op_write_full(op, data.data(), data.size());
   int r = rados_write_op_operate(op, io_, oid_.c_str(), nullptr, 0);
   rados_release_write_op(op);
-  if (r == -ERANGE || r == -EOVERFLOW) return -ECANCELED;  // the version moved on
+  // The version moved on (or the object was created meanwhile, or removed).
+  if (r == -ERANGE || r == -EOVERFLOW || r == -EEXIST || (r == -ENOENT && version != 0)) {
+    return -ECANCELED;
+  }
   if (r < 0) return r;
   *out = rados_get_last_version(io_);
   return 0;
@@ -167,6 +207,7 @@ int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std
   const std::string msg = Frame(origin_, version, data, events);
   char* reply = nullptr;
   size_t reply_len = 0;
+  std::lock_guard lock(op_mu_);  // it sets the I/O context's last version too
   const int r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
                               static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
   if (reply != nullptr) rados_buffer_free(reply);
@@ -211,38 +252,51 @@ void RbdSharedObject::OnWatchError(void* arg, uint64_t cookie, int err) {
   auto* self = static_cast<RbdSharedObject*>(arg);
   log::Backing().warn("{}watch on {} lost ({}): watching again", self->who_, self->oid_,
                       ErrnoText(-err));
-  (void)cookie;
-  self->Post([self] { self->Rewatch(); });
+  {
+    std::lock_guard lock(self->watch_mu_);
+    if (cookie == self->cookie_) self->watch_lost_ = true;
+  }
+  self->Reload();
 }
 
-void RbdSharedObject::Rewatch() {
+void RbdSharedObject::Resync() {
+  bool lost = false;
   {
     std::lock_guard lock(watch_mu_);
-    if (cookie_ != 0) (void)rados_unwatch2(io_, cookie_);
-    cookie_ = 0;
+    lost = watch_lost_ || cookie_ == 0;
   }
-  for (;;) {
+  if (lost) {
+    std::lock_guard lock(op_mu_);  // the calls below set the I/O context's last version
+    uint64_t old = 0;
+    {
+      std::lock_guard w(watch_mu_);
+      old = std::exchange(cookie_, 0);
+      watch_lost_ = false;
+    }
+    if (old != 0) (void)rados_unwatch2(io_, old);
+    rados_write_op_t op = rados_create_write_op();  // in case it was removed
+    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
+    (void)rados_write_op_operate(op, io_, oid_.c_str(), nullptr, 0);
+    rados_release_write_op(op);
     uint64_t cookie = 0;
     const int r = rados_watch2(io_, oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
                                &RbdSharedObject::OnWatchError, this);
-    if (r == 0) {
-      std::lock_guard lock(watch_mu_);
-      cookie_ = cookie;
-      break;
+    if (r < 0) {
+      log::Backing().warn("{}watching {}: {}; again in 1 s", who_, oid_, ErrnoText(-r));
+      ResyncLater();
+      return;
     }
-    {
-      std::unique_lock lock(jobs_mu_);
-      if (jobs_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) return;
-    }
+    std::lock_guard w(watch_mu_);
+    cookie_ = cookie;
   }
   std::string data;
   uint64_t version = 0;
   if (int r = Read(&data, &version); r < 0) {
-    log::Backing().warn("{}rereading {} after the watch came back: {}", who_, oid_, ErrnoText(-r));
-    Post([this] { Rewatch(); });  // try again, so that no change stays missed
+    log::Backing().warn("{}reading {}: {}; again in 1 s", who_, oid_, ErrnoText(-r));
+    ResyncLater();  // so that no change stays missed
     return;
   }
-  log::Backing().info("{}watching {} again (version {})", who_, oid_, version);
+  if (lost) log::Backing().info("{}watching {} again (version {})", who_, oid_, version);
   std::lock_guard lock(listener_mu_);
   if (listener_) listener_(version, data, "");
 }

@@ -2,7 +2,9 @@
 // object "iscsigw_lun.<image id>" in the image's pool and namespace.
 //
 //   Read            one read op; the version is the object's user version (rados_get_last_version)
-//   WriteIfVersion  assert_version + write_full in one write op (-ERANGE/-EOVERFLOW: -ECANCELED)
+//                   (a missing object reads as "", version 0)
+//   WriteIfVersion  assert_version (version 0: exclusive create) + write_full in one write op
+//                   (-ERANGE/-EOVERFLOW/-EEXIST: -ECANCELED)
 //   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
 //                   listener has run (so Notify returns after the others applied the change);
@@ -19,11 +21,13 @@
 
 #include <rados/librados.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -51,6 +55,7 @@ class RbdSharedObject final : public SharedObject {
   int Notify(uint64_t version, const std::string& data, const std::string& events,
              std::chrono::milliseconds timeout) override;
   void Post(std::function<void()> fn) override;
+  void Reload() override;
   uint64_t SetListener(Listener listener) override;
   void ClearListener(uint64_t token) override;
 
@@ -62,7 +67,11 @@ class RbdSharedObject final : public SharedObject {
   static void OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
                        void* data, size_t len);
   static void OnWatchError(void* arg, uint64_t cookie, int err);
-  void Rewatch();
+  // On the object's thread: watches again if the watch was lost, then reads the object and hands
+  // it to the listener. What fails is tried again a second later (ResyncLater), without holding
+  // up the jobs queued meanwhile.
+  void Resync();
+  void ResyncLater();
   void RunJobs();
 
   std::shared_ptr<void> keep_;
@@ -73,14 +82,17 @@ class RbdSharedObject final : public SharedObject {
   std::string origin_;  // "<librados instance id>.<this>": names this object's notifies
   std::mutex op_mu_;    // an op and the rados_get_last_version after it
   std::mutex watch_mu_;
-  uint64_t cookie_ = 0;     // guarded by watch_mu_; 0: no watch
-  std::mutex listener_mu_;  // held while the listener runs
-  Listener listener_;       // guarded by listener_mu_
-  uint64_t token_ = 0;      // guarded by listener_mu_
+  uint64_t cookie_ = 0;      // guarded by watch_mu_; 0: no watch
+  bool watch_lost_ = false;  // guarded by watch_mu_: its error callback ran
+  std::mutex listener_mu_;   // held while the listener runs
+  Listener listener_;        // guarded by listener_mu_
+  uint64_t token_ = 0;       // guarded by listener_mu_
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;
   std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
   bool stop_ = false;                       // guarded by jobs_mu_
+  // guarded by jobs_mu_: when a Resync that failed runs again (at most one pending)
+  std::optional<std::chrono::steady_clock::time_point> retry_due_;
   std::thread thread_;
 };
 

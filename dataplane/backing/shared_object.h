@@ -26,10 +26,11 @@ class SharedObject {
 
   virtual ~SharedObject() = default;
 
-  // The object's data and version. 0 or -errno.
+  // The object's data and version ("" and 0 when it does not exist). 0 or -errno.
   virtual int Read(std::string* data, uint64_t* version) = 0;
-  // Replaces the data if the object's version is still `version`, and sets *out to the new
-  // version. -ECANCELED when another gateway wrote first; another -errno on failure.
+  // Replaces the data if the object's version is still `version` (0: creates it), and sets *out
+  // to the new version. -ECANCELED when another gateway wrote first; another -errno on failure,
+  // when the write may or may not have happened.
   virtual int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) = 0;
   // Hands (version, data, events) to every other gateway's listener and waits until each has run
   // it, for at most `timeout`. 0, -ETIMEDOUT when a gateway did not answer in time (one that died
@@ -39,6 +40,9 @@ class SharedObject {
                      std::chrono::milliseconds timeout) = 0;
   // Runs fn on the object's thread. Jobs queued when the object goes do not run.
   virtual void Post(std::function<void()> fn) = 0;
+  // Rereads the data on the object's thread and hands it to the listener (events empty); retried
+  // each second until a read succeeds. For a reader that could not read it.
+  virtual void Reload() = 0;
   // Sets the listener (one at a time); ClearListener(token) removes it if it is still the one set
   // with that token, and returns once no call of it is running.
   virtual uint64_t SetListener(Listener listener) = 0;

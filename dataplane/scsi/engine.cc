@@ -36,8 +36,14 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
     if (int r = so->Read(&data, &version); r == 0) {
       internal::ApplySharedReservations(*this, version, data, "");
     } else {
-      log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; none apply",
+      // Until the state is known, commands that depend on it are answered NOT READY.
+      log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; retrying",
                         config_.id, -r);
+      {
+        std::lock_guard lock(reservations_.mu());
+        reservations_.set_unknown();
+      }
+      so->Reload();
     }
   }
 }
@@ -354,6 +360,13 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     return Finish(task);
   }
 
+  if (lun != nullptr && lun->reservations().active() && lun->reservations().unknown() &&
+      (entry.needs_medium || opcode == kPersistentReserveIn)) {
+    // The reservations the gateways share could not be read yet: whether this command conflicts
+    // is not known. NOT READY is retried by initiators; the state is reread every second.
+    SetCheckCondition(task, SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+    return Finish(task);
+  }
   if (lun != nullptr && lun->reservations().active() &&
       internal::ReservationConflict(*lun, task.nexus, task.cdb.data())) {
     // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.

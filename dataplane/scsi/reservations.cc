@@ -85,7 +85,8 @@ void Reservations::set_pr(bool reserved, uint8_t type) {
 }
 
 void Reservations::UpdateActive() {
-  active_.store(spc2_held_ || pr_reserved_, std::memory_order_release);
+  active_.store(spc2_held_ || pr_reserved_ || unknown_.load(std::memory_order_acquire),
+                std::memory_order_release);
 }
 
 std::string Reservations::Serialize() const {
@@ -123,7 +124,10 @@ std::string Reservations::SerializeRegistrations() const {
 
 void Reservations::Restore(const std::string& blob) { Load(blob, false); }
 
-void Reservations::RestoreShared(std::string_view blob) { Load(blob, true); }
+void Reservations::RestoreShared(std::string_view blob) {
+  unknown_.store(false, std::memory_order_release);
+  Load(blob, true);
+}
 
 void Reservations::Load(std::string_view blob, bool shared) {
   std::istringstream in{std::string(blob)};
@@ -473,8 +477,10 @@ Disposition PersistentReserveIn(const Command& cmd) {
       case 0x02: {  // REPORT CAPABILITIES (6.16.4)
         out.assign(8, 0);
         StoreBe16(out.data(), 8);
-        // CRH=1 (RESERVE/RELEASE per 5.13.3), SIP_C=0, ATP_C=1, PTPL_C with a state store.
-        out[2] = 0x10 | 0x04 | (lun.persists_reservations() ? 0x01 : 0x00);
+        // CRH=1 (RESERVE/RELEASE per 5.13.3) where they are offered, SIP_C=0, ATP_C=1, PTPL_C
+        // with a state store or a shared object.
+        out[2] = (lun.Offers(kReserve6) ? 0x10 : 0x00) | 0x04 |
+                 (lun.persists_reservations() ? 0x01 : 0x00);
         // TMV=1, ALLOW COMMANDS 001b (TEST UNIT READY allowed through WE/EA), PTPL_A.
         out[3] = 0x80 | 0x10 | (res.aptpl() ? 0x01 : 0x00);
         out[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02;  // WR_EX_AR, EX_AC_RO, WR_EX_RO, EX_AC, WR_EX
@@ -797,12 +803,26 @@ std::string EncodeEvents(const ProutEffects& fx, bool abort) {
   return out;
 }
 
-void CompleteOnReactor(Lun& lun, Task& task) {
+// Completes the task on its reactor, after aborting the tasks of the nexuses in `aborted` there
+// (PREEMPT AND ABORT): the transport's sessions are reached from a reactor only, where the task,
+// its nexus and the LUN are still alive.
+void CompleteOnReactor(Lun& lun, Task& task, std::vector<NexusMatch> aborted) {
+  auto finish = [l = &lun, t = &task, aborted = std::move(aborted)] {
+    if (!aborted.empty() && l->config().task_aborter) {
+      // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
+      l->config().task_aborter->AbortTasks(l->id(), aborted, t->nexus);
+    }
+    t->Complete();
+  };
   if (lun.config().post) {
-    lun.config().post(task.slot, [t = &task] { t->Complete(); });
+    lun.config().post(task.slot, std::move(finish));
   } else {
-    task.Complete();  // tests without reactors
+    finish();  // tests without reactors
   }
+}
+
+void SetNotReady(Task& task) {
+  SetCheckCondition(task, SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
 }
 
 // A PERSISTENT RESERVE OUT on a LUN the gateways share, on the shared object's thread: read the
@@ -810,17 +830,22 @@ void CompleteOnReactor(Lun& lun, Task& task) {
 // again from the read), make it this gateway's state, raise the effects here, and hand state and
 // effects to the other gateways, waiting until they have applied them: when the command completes,
 // a reservation taken through this gateway fences writes through every gateway that answered.
+// Errors: the object not readable or writable, NOT READY (initiators retry; nothing changed, or,
+// when the change was written but could not be handed over, the others reread it once their
+// watch sees the failure); 32 lost compare-and-swaps in a row, BUSY.
 void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const ProutRequest& q) {
   const Nexus& me = *task.nexus;
+  const bool abort = q.sa == kPreemptAndAbort;
   Reservations scratch;
+  std::vector<NexusMatch> aborted;
   for (int attempt = 1;; ++attempt) {
     task.status = ScsiStatus::kGood;
     task.sense_len = 0;
     std::string data;
     uint64_t version = 0;
     if (int r = so.Read(&data, &version); r < 0) {
-      log::Scsi().warn("lun {}: reading the shared reservations: {}", lun.id(), -r);
-      SetStoreError(task, -r, true);
+      log::Scsi().warn("lun {}: reading the shared reservations: errno {}", lun.id(), -r);
+      SetNotReady(task);
       break;
     }
     ProutEffects fx;
@@ -836,33 +861,58 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
     uint64_t now = version;
     if (after != before) {
       const int r = so.WriteIfVersion(version, after, &now);
-      if (r == -ECANCELED && attempt < kMaxSharedAttempts) continue;  // another gateway's change
-      if (r < 0) {
-        log::Scsi().warn("lun {}: writing the shared reservations: {}", lun.id(), -r);
-        SetStoreError(task, r == -ECANCELED ? EBUSY : -r, true);
+      if (r == -ECANCELED) {
+        if (attempt < kMaxSharedAttempts) continue;  // another gateway's change came first
+        log::Scsi().warn("lun {}: {} changes of the shared reservations in a row came first",
+                         lun.id(), attempt);
+        task.status = ScsiStatus::kBusy;
+        task.sense_len = 0;
         break;
+      }
+      if (r < 0) {
+        // Whether it was written is not known (a timeout): the object says.
+        std::string reread;
+        uint64_t v2 = 0;
+        if (so.Read(&reread, &v2) == 0 && v2 != version) {
+          if (reread != after) continue;  // another change: apply the command to that
+          now = v2;                       // it was written
+        } else {
+          log::Scsi().warn("lun {}: writing the shared reservations: errno {}", lun.id(), -r);
+          SetNotReady(task);
+          break;
+        }
       }
     }
     {
       Reservations& res = lun.reservations();
       std::lock_guard lock(res.mu());
-      if (now > res.shared_version()) {
+      if (now > res.shared_version() || res.unknown()) {
         res.RestoreShared(after);
         res.set_shared_version(now);
       }
     }
     if (now != version) {
-      const bool abort = q.sa == kPreemptAndAbort;
-      RaiseEffects(lun, fx, abort, &me);
-      if (int r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout); r < 0) {
-        log::Scsi().warn(
-            "lun {}: a gateway did not acknowledge reservation change {} within {} s: {}", lun.id(),
-            now, kNotifyTimeout.count(), -r);
+      RaiseEffects(lun, fx, false, &me);
+      if (abort) aborted = fx.aborted;
+      int r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout);
+      for (int retry = 0; r < 0 && r != -ETIMEDOUT && retry < 2; ++retry) {
+        r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout);
+      }
+      if (r == -ETIMEDOUT) {
+        // A gateway that did not answer is presumed gone (see kNotifyTimeout).
+        log::Scsi().warn("lun {}: a gateway did not acknowledge reservation change {} within {} s",
+                         lun.id(), now, kNotifyTimeout.count());
+      } else if (r < 0) {
+        log::Scsi().error(
+            "lun {}: reservation change {} written but not handed to the other "
+            "gateways: errno {}",
+            lun.id(), now, -r);
+        SetNotReady(task);
       }
     }
     break;
   }
-  CompleteOnReactor(lun, task);  // the last touch of lun and task here
+  CompleteOnReactor(lun, task, std::move(aborted));  // the last touch of lun and task here
 }
 
 Disposition SharedProut(Lun& lun, Task& task, ProutRequest q) {
@@ -884,7 +934,8 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
   {
     Reservations& res = lun.reservations();
     std::lock_guard lock(res.mu());
-    if (version > res.shared_version()) {
+    // A reread (events empty) also settles a state not known until then.
+    if (version > res.shared_version() || (events.empty() && res.unknown())) {
       res.RestoreShared(data);
       res.set_shared_version(version);
     }
@@ -912,7 +963,16 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
     }
   }
   if (!aborted.empty() && lun.config().task_aborter) {
-    lun.config().task_aborter->AbortTasks(lun.id(), aborted, nullptr);
+    // On a reactor: this runs on a librados thread, which must not reach the sessions (their
+    // lock, and a LUN whose last reference they may drop). The LUN may be going meanwhile.
+    auto abort = [w = lun.weak_from_this(), aborted = std::move(aborted)] {
+      if (auto l = w.lock()) l->config().task_aborter->AbortTasks(l->id(), aborted, nullptr);
+    };
+    if (lun.config().post) {
+      lun.config().post(0, std::move(abort));
+    } else {
+      abort();
+    }
   }
 }
 
@@ -988,8 +1048,9 @@ Disposition PersistentReserveOut(const Command& cmd) {
       return Disposition::kDone;
     }
     if (!ParseTransportId(task, d + 24, tid_len, 24, &move_to)) return Disposition::kDone;
-    if (move_rel != cmd.target.relative_port_id) {
+    if (move_rel != cmd.target.relative_port_id && !(lun.shared_reservations() && move_rel != 0)) {
       // The target has this one port: any other RELATIVE TARGET PORT IDENTIFIER names nothing.
+      // (Where gateways share the LUN, each is a port of its own: their ids are gateway ids.)
       SetInvalidFieldInParameterList(task, 18);
       return Disposition::kDone;
     }

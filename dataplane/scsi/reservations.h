@@ -70,6 +70,13 @@ class Reservations {
   // share it (LunConfig::shared_state), and its replacement by such a blob ("": none).
   std::string SerializeShared() const;
   void RestoreShared(std::string_view blob);
+  // Set while a shared LUN's state could not be read (LunConfig::shared_state): active() is true
+  // and the engine answers NOT READY to commands that depend on it, until RestoreShared.
+  bool unknown() const { return unknown_.load(std::memory_order_acquire); }
+  void set_unknown() {
+    unknown_.store(true, std::memory_order_release);
+    UpdateActive();
+  }
   // The shared object's version the state came from; 0: none yet.
   uint64_t shared_version() const { return shared_version_; }
   void set_shared_version(uint64_t v) { shared_version_ = v; }
@@ -88,6 +95,7 @@ class Reservations {
 
   mutable std::mutex mu_;
   std::atomic<bool> active_{false};
+  std::atomic<bool> unknown_{false};
   // Guarded by mu_.
   std::weak_ptr<const void> spc2_holder_;
   bool spc2_held_ = false;

@@ -29,6 +29,7 @@ struct FakeCluster {
   // Runs once, just before the next compare-and-swap: another gateway's change in between.
   std::function<void()> race;
   int writes = 0;
+  int read_err = 0;  // what Read answers (0: the data)
 };
 
 // One gateway's view of the object. Post runs the job at once (the engine's completion then runs
@@ -39,6 +40,7 @@ class FakeObject final : public backing::SharedObject {
   ~FakeObject() override { std::erase(c_.watchers, this); }
 
   int Read(std::string* data, uint64_t* version) override {
+    if (c_.read_err != 0) return -c_.read_err;
     *data = c_.data;
     *version = c_.version;
     return 0;
@@ -64,6 +66,14 @@ class FakeObject final : public backing::SharedObject {
     return 0;
   }
   void Post(std::function<void()> fn) override { fn(); }
+  // The reread happens when the test says (Resync), as the object's thread would retry it.
+  void Reload() override { ++reloads; }
+  void Resync() {
+    std::string data;
+    uint64_t version = 0;
+    if (Read(&data, &version) == 0 && listener_) listener_(version, data, "");
+  }
+  int reloads = 0;
   uint64_t SetListener(Listener l) override {
     listener_ = std::move(l);
     return ++token_;
@@ -271,6 +281,41 @@ TEST_F(SharedReservationsTest, AGatewayThatStartsLaterLoadsTheReservation) {
   EXPECT_EQ(Keys(gw3, c), std::vector<uint64_t>{0xA1});
 }
 
+// A gateway that cannot read the shared state when its LUN is created does not serve the medium
+// as if there were no reservation: NOT READY (which initiators retry) until the reread succeeds.
+TEST_F(SharedReservationsTest, AGatewayThatCannotReadTheStateAnswersNotReadyUntilItCan) {
+  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
+  Prout(gw1_, a_, 0x01, 0x01, 0xA1, 0);
+  ExpectGood();
+  cluster_.read_err = ETIMEDOUT;
+  Gateway gw3(3, cluster_, store_);
+  EXPECT_EQ(gw3.object->reloads, 1);
+  Nexus c("iqn.2026-11.io.example:c,i,0x400000000003", 3);
+  Run(gw3, c, {0x00});
+  ExpectSense(SenseKey::kUnitAttention, Asc::kPowerOnReset);
+  Write(gw3, c);
+  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+  Run(gw3, c, {0x5E, 0x00, 0, 0, 0, 0, 0, 0x10, 0x00, 0});  // READ KEYS
+  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+  Run(gw3, c, {0x12, 0, 0, 0, 96, 0});  // INQUIRY is served
+  ExpectGood();
+  cluster_.read_err = 0;
+  gw3.object->Resync();
+  Write(gw3, c);
+  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
+  EXPECT_EQ(Keys(gw3, c), std::vector<uint64_t>{0xA1});
+}
+
+// A PERSISTENT RESERVE OUT that cannot read the object changes nothing and says NOT READY.
+TEST_F(SharedReservationsTest, AnUnreadableObjectFailsTheCommandRetryably) {
+  cluster_.read_err = ETIMEDOUT;
+  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
+  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+  cluster_.read_err = 0;
+  EXPECT_EQ(cluster_.writes, 0);
+  EXPECT_TRUE(Keys(gw2_, b_).empty());
+}
+
 // A conflict or a bad key changes nothing in the object; REGISTER with APTPL is accepted (PTPL_C:
 // the state is in the cluster); RESERVE(6), whose reservation is one nexus's, is not offered.
 TEST_F(SharedReservationsTest, WhatTheSharedLunOffers) {
@@ -282,6 +327,7 @@ TEST_F(SharedReservationsTest, WhatTheSharedLunOffers) {
   Run(gw2_, b_, {0x5E, 0x02, 0, 0, 0, 0, 0, 0x00, 0x08, 0});  // REPORT CAPABILITIES
   ExpectGood();
   EXPECT_EQ(buf_[2] & 0x01, 0x01);  // PTPL_C
+  EXPECT_EQ(buf_[2] & 0x10, 0x00);  // CRH: RESERVE/RELEASE are not offered
   EXPECT_EQ(buf_[3] & 0x01, 0x01);  // PTPL_A
   Run(gw2_, b_, {0x16, 0, 0, 0, 0, 0});
   ExpectSense(SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
