@@ -210,19 +210,27 @@ int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std
   std::lock_guard lock(op_mu_);  // it sets the I/O context's last version too
   const int r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
                               static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
+  const bool answered = reply != nullptr && reply_len > 0;
   if (reply != nullptr) rados_buffer_free(reply);
+  // -ETIMEDOUT with the OSD's answer: watchers that did not acknowledge. Without one, this
+  // client's own request timed out: nobody may have got the notify.
+  if (r == -ETIMEDOUT && !answered) return -ENOTCONN;
   return r;
 }
 
-uint64_t RbdSharedObject::SetListener(Listener listener) {
+uint64_t RbdSharedObject::SetListener(Listener listener, std::function<void()> lost) {
   std::lock_guard lock(listener_mu_);
   listener_ = std::move(listener);
+  lost_ = std::move(lost);
   return ++token_;
 }
 
 void RbdSharedObject::ClearListener(uint64_t token) {
   std::lock_guard lock(listener_mu_);
-  if (token == token_) listener_ = nullptr;
+  if (token == token_) {
+    listener_ = nullptr;
+    lost_ = nullptr;
+  }
 }
 
 void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
@@ -252,9 +260,15 @@ void RbdSharedObject::OnWatchError(void* arg, uint64_t cookie, int err) {
   auto* self = static_cast<RbdSharedObject*>(arg);
   log::Backing().warn("{}watch on {} lost ({}): watching again", self->who_, self->oid_,
                       ErrnoText(-err));
+  (void)cookie;
   {
+    // Whichever watch it was (the current one, or one not yet recorded): watch again.
     std::lock_guard lock(self->watch_mu_);
-    if (cookie == self->cookie_) self->watch_lost_ = true;
+    self->watch_lost_ = true;
+  }
+  {
+    std::lock_guard lock(self->listener_mu_);
+    if (self->lost_) self->lost_();
   }
   self->Reload();
 }

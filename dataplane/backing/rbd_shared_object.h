@@ -56,7 +56,7 @@ class RbdSharedObject final : public SharedObject {
              std::chrono::milliseconds timeout) override;
   void Post(std::function<void()> fn) override;
   void Reload() override;
-  uint64_t SetListener(Listener listener) override;
+  uint64_t SetListener(Listener listener, std::function<void()> lost) override;
   void ClearListener(uint64_t token) override;
 
   // The largest data Read returns (a longer object reads as -EFBIG) and WriteIfVersion takes.
@@ -82,11 +82,12 @@ class RbdSharedObject final : public SharedObject {
   std::string origin_;  // "<librados instance id>.<this>": names this object's notifies
   std::mutex op_mu_;    // an op and the rados_get_last_version after it
   std::mutex watch_mu_;
-  uint64_t cookie_ = 0;      // guarded by watch_mu_; 0: no watch
-  bool watch_lost_ = false;  // guarded by watch_mu_: its error callback ran
-  std::mutex listener_mu_;   // held while the listener runs
-  Listener listener_;        // guarded by listener_mu_
-  uint64_t token_ = 0;       // guarded by listener_mu_
+  uint64_t cookie_ = 0;         // guarded by watch_mu_; 0: no watch
+  bool watch_lost_ = false;     // guarded by watch_mu_: its error callback ran
+  std::mutex listener_mu_;      // held while the listener runs
+  Listener listener_;           // guarded by listener_mu_
+  std::function<void()> lost_;  // guarded by listener_mu_
+  uint64_t token_ = 0;          // guarded by listener_mu_
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;
   std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_

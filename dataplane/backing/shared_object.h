@@ -43,9 +43,10 @@ class SharedObject {
   // Rereads the data on the object's thread and hands it to the listener (events empty); retried
   // each second until a read succeeds. For a reader that could not read it.
   virtual void Reload() = 0;
-  // Sets the listener (one at a time); ClearListener(token) removes it if it is still the one set
-  // with that token, and returns once no call of it is running.
-  virtual uint64_t SetListener(Listener listener) = 0;
+  // Sets the listener (one at a time), and `lost`, called when changes may be missed from now
+  // until the listener gets the reread data (the watch was lost). ClearListener(token) removes
+  // both if they are still the ones set with that token, and returns once no call of them runs.
+  virtual uint64_t SetListener(Listener listener, std::function<void()> lost) = 0;
   virtual void ClearListener(uint64_t token) = 0;
 };
 

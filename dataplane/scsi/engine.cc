@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <utility>
 
 #include "dataplane/base/log.h"
@@ -19,16 +20,21 @@ namespace iscsigw::scsi {
 Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
     : config_(std::move(config)),
       store_(std::move(store)),
+      shared_(config_.shared_state.lock() != nullptr),
       // Write-back caching is on by default for stores whose writes may sit in a volatile cache
       // (page cache for files); the null store drops writes, so it has nothing to cache.
       mode_pages_(ModePages::Values{store_->kind() != "null"}),
-      shared_(config_.shared_state.lock() != nullptr),
       reported_preferred_(store_->preferred()) {
   RestoreState();
   if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
-    listener_token_ =
-        so->SetListener([this](uint64_t version, std::string_view data, std::string_view events) {
+    listener_token_ = so->SetListener(
+        [this](uint64_t version, std::string_view data, std::string_view events) {
           internal::ApplySharedReservations(*this, version, data, events);
+        },
+        [this] {
+          // Changes may be missed until the object is reread (which the object does).
+          std::lock_guard lock(reservations_.mu());
+          reservations_.set_unknown();
         });
     // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.
     std::string data;
@@ -361,10 +367,12 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
   }
 
   if (lun != nullptr && lun->reservations().active() && lun->reservations().unknown() &&
-      (entry.needs_medium || opcode == kPersistentReserveIn)) {
-    // The reservations the gateways share could not be read yet: whether this command conflicts
-    // is not known. NOT READY is retried by initiators; the state is reread every second.
-    SetCheckCondition(task, SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+      (entry.needs_medium || opcode == kPersistentReserveIn || opcode == kTestUnitReady)) {
+    // The reservations the gateways share are not known (not read yet, or the watch that keeps
+    // them current was lost): whether this command conflicts is not known. NOT READY, BECOMING
+    // READY is retried by initiators (TEST UNIT READY says so too, for path checkers); the state
+    // is reread every second.
+    internal::SetStoreError(task, ETIMEDOUT, false);
     return Finish(task);
   }
   if (lun != nullptr && lun->reservations().active() &&

@@ -821,9 +821,8 @@ void CompleteOnReactor(Lun& lun, Task& task, std::vector<NexusMatch> aborted) {
   }
 }
 
-void SetNotReady(Task& task) {
-  SetCheckCondition(task, SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
-}
+// NOT READY, BECOMING READY: initiators retry it.
+void SetNotReady(Task& task) { SetStoreError(task, ETIMEDOUT, false); }
 
 // A PERSISTENT RESERVE OUT on a LUN the gateways share, on the shared object's thread: read the
 // state and its version, apply the command to a copy, write it if the version is unchanged (else
@@ -838,6 +837,11 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
   const bool abort = q.sa == kPreemptAndAbort;
   Reservations scratch;
   std::vector<NexusMatch> aborted;
+  uint64_t known = 0;  // the version this gateway has
+  {
+    std::lock_guard lock(lun.reservations().mu());
+    known = lun.reservations().shared_version();
+  }
   for (int attempt = 1;; ++attempt) {
     task.status = ScsiStatus::kGood;
     task.sense_len = 0;
@@ -870,12 +874,12 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
         break;
       }
       if (r < 0) {
-        // Whether it was written is not known (a timeout): the object says.
+        // Whether it was written is not known (a timeout): the object says, unless another
+        // change followed (then NOT READY: applying the command again could apply it twice).
         std::string reread;
         uint64_t v2 = 0;
-        if (so.Read(&reread, &v2) == 0 && v2 != version) {
-          if (reread != after) continue;  // another change: apply the command to that
-          now = v2;                       // it was written
+        if (so.Read(&reread, &v2) == 0 && v2 != version && reread == after) {
+          now = v2;  // it was written
         } else {
           log::Scsi().warn("lun {}: writing the shared reservations: errno {}", lun.id(), -r);
           SetNotReady(task);
@@ -909,6 +913,10 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
             lun.id(), now, -r);
         SetNotReady(task);
       }
+    } else if (version > known) {
+      // Nothing changed, but the object is newer than this gateway's copy was: a change whose
+      // hand-over failed (an earlier try of this command, maybe) goes out now.
+      (void)so.Notify(version, data, "", kNotifyTimeout);
     }
     break;
   }
@@ -931,15 +939,18 @@ Disposition SharedProut(Lun& lun, Task& task, ProutRequest q) {
 
 void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
                              std::string_view events) {
+  bool fresh = version == 0;  // version 0: events without state (a LOGICAL UNIT RESET)
   {
     Reservations& res = lun.reservations();
     std::lock_guard lock(res.mu());
     // A reread (events empty) also settles a state not known until then.
-    if (version > res.shared_version() || (events.empty() && res.unknown())) {
+    if (version != 0 && (version > res.shared_version() || (events.empty() && res.unknown()))) {
       res.RestoreShared(data);
       res.set_shared_version(version);
+      fresh = true;
     }
   }
+  if (!fresh) return;  // a change applied already (a notify sent again)
   std::vector<NexusMatch> aborted;
   size_t at = 0;
   while (at < events.size()) {

@@ -17,6 +17,7 @@
 #include "dataplane/base/endian.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
+#include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
 namespace {
@@ -74,9 +75,14 @@ class FakeObject final : public backing::SharedObject {
     if (Read(&data, &version) == 0 && listener_) listener_(version, data, "");
   }
   int reloads = 0;
-  uint64_t SetListener(Listener l) override {
+  uint64_t SetListener(Listener l, std::function<void()> lost) override {
     listener_ = std::move(l);
+    lost_ = std::move(lost);
     return ++token_;
+  }
+  // The watch lost: changes may be missed until Resync.
+  void LoseWatch() {
+    if (lost_) lost_();
   }
   void ClearListener(uint64_t token) override {
     if (token == token_) listener_ = nullptr;
@@ -86,16 +92,26 @@ class FakeObject final : public backing::SharedObject {
  private:
   FakeCluster& c_;
   Listener listener_;
+  std::function<void()> lost_;
   uint64_t token_ = 0;
 };
 
 constexpr uint32_t kBlock = 512;
 
+// Records the aborts a gateway's transport is asked for.
+class FakeAborter final : public TaskAborter {
+ public:
+  void AbortTasks(uint64_t, const std::vector<NexusMatch>& who, const Nexus*) override {
+    for (const auto& m : who) aborted.push_back(m.initiator);
+  }
+  std::vector<std::string> aborted;
+};
+
 // One gateway: its target port (relative port = group = gateway id), its Lun over the shared
 // store, its view of the object.
 struct Gateway {
   Gateway(uint16_t id, FakeCluster& cluster, std::shared_ptr<backing::BackingStore> store)
-      : object(std::make_shared<FakeObject>(cluster)) {
+      : object(std::make_shared<FakeObject>(cluster)), aborter(std::make_shared<FakeAborter>()) {
     target.name = "iqn.2026-11.io.iscsigw:shared";
     target.tpgt = target.relative_port_id = target.target_port_group = id;
     LunConfig c;
@@ -104,10 +120,12 @@ struct Gateway {
     c.serial = "shared";
     c.naa_id = 0x6001405000000001ull;
     c.shared_state = object;
+    c.task_aborter = aborter;
     target.luns.push_back(std::make_shared<Lun>(c, std::move(store)));
   }
   Lun& lun() { return *target.luns[0]; }
   std::shared_ptr<FakeObject> object;
+  std::shared_ptr<FakeAborter> aborter;
   TargetInfo target;
 };
 
@@ -118,227 +136,242 @@ class SharedReservationsTest : public ::testing::Test {
         gw1_(1, cluster_, store_),
         gw2_(2, cluster_, store_),
         a_("iqn.2026-11.io.example:a,i,0x400000000001", 1),
-        b_("iqn.2026-11.io.example:b,i,0x400000000002", 2) {
-    buf_.resize(64 << 10);
-    for (auto [gw, nexus] : {std::pair{&gw1_, &a_}, std::pair{&gw2_, &b_}}) {
-      Run(*gw, *nexus, {0x00});  // the power-on unit attention
-      EXPECT_EQ(task_.status, ScsiStatus::kCheckCondition);
+        b_("iqn.2026-11.io.example:b,i,0x400000000002", 2),
+        ra_(gw1_.target, a_),
+        rb_(gw2_.target, b_) {
+    for (Runner* r : {&ra_, &rb_}) {
+      r->Run({0x00});  // the power-on unit attention
+      EXPECT_EQ(r->task().status, ScsiStatus::kCheckCondition);
     }
   }
 
-  void Run(Gateway& gw, Nexus& nexus, std::vector<uint8_t> cdb,
-           const std::vector<uint8_t>& data_out = {}) {
-    RunTask(gw, nexus, cdb, data_out, task_, buf_);
+  // Runs `cdb` through `r`; the result is in task_.
+  void Run(Runner& r, std::initializer_list<uint8_t> cdb, const std::vector<uint8_t>& out = {}) {
+    task_ = &r.RunCdb(std::span<const uint8_t>(cdb.begin(), cdb.size()),
+                      out.empty() ? 4096 : static_cast<uint32_t>(out.size()), out);
+    data_ = r.DataIn();
   }
-  // The same with a task and buffer of the caller's: a command while another is in progress.
-  static void RunTask(Gateway& gw, Nexus& nexus, const std::vector<uint8_t>& cdb,
-                      const std::vector<uint8_t>& data_out, Task& task, std::vector<uint8_t>& buf) {
-    task = Task{};
-    std::copy(cdb.begin(), cdb.end(), task.cdb.begin());
-    task.cdb_len = 16;
-    task.expected_length = data_out.empty() ? 4096 : static_cast<uint32_t>(data_out.size());
-    task.nexus = &nexus;
-    task.buf = buf.data();
-    task.buf_cap = static_cast<uint32_t>(buf.size());
-    if (!data_out.empty()) {
-      std::memcpy(buf.data(), data_out.data(), data_out.size());
-      task.data_out_len = static_cast<uint32_t>(data_out.size());
-      task.dir = DataDirection::kWrite;
-    }
-    int completions = 0;
-    task.complete = [](Task*, void* ctx) { ++*static_cast<int*>(ctx); };
-    task.complete_ctx = &completions;
-    Engine::Execute(gw.target, task);
-    ASSERT_EQ(completions, 1);
-  }
-
   // PERSISTENT RESERVE OUT with a basic parameter list.
-  void Prout(Gateway& gw, Nexus& nexus, uint8_t sa, uint8_t type, uint64_t key, uint64_t sa_key,
+  void Prout(Runner& r, uint8_t sa, uint8_t type, uint64_t key, uint64_t sa_key,
              bool aptpl = false) {
     std::vector<uint8_t> p(24, 0);
     StoreBe64(p.data(), key);
     StoreBe64(p.data() + 8, sa_key);
     p[20] = aptpl ? 0x01 : 0x00;
-    Run(gw, nexus, {0x5F, sa, type, 0, 0, 0, 0, 0, 24, 0}, p);
+    Run(r, {0x5F, sa, type, 0, 0, 0, 0, 0, 24, 0}, p);
+  }
+  // a_ registers key A1 through gateway 1 and reserves with `type`.
+  void ReserveThroughGateway1(uint8_t type) {
+    Prout(ra_, 0x00, 0, 0, 0xA1);
+    ExpectGood();
+    Prout(ra_, 0x01, type, 0xA1, 0);
+    ExpectGood();
+  }
+  // A third gateway that starts now, and nexus c_ logged in through it (its power-on unit
+  // attention taken).
+  void StartGateway3() {
+    gw3_ = std::make_unique<Gateway>(3, cluster_, store_);
+    rc_ = std::make_unique<Runner>(gw3_->target, c_);
+    Run(*rc_, {0x00});
+    ExpectSense(SenseKey::kUnitAttention, Asc::kPowerOnReset);
   }
   void ExpectGood() {
-    EXPECT_EQ(task_.status, ScsiStatus::kGood);
-    EXPECT_EQ(task_.sense_len, 0);
+    EXPECT_EQ(task_->status, ScsiStatus::kGood);
+    EXPECT_EQ(task_->sense_len, 0);
   }
+  void ExpectConflict() { EXPECT_EQ(task_->status, ScsiStatus::kReservationConflict); }
   void ExpectSense(SenseKey key, Asc asc) {
-    ASSERT_EQ(task_.status, ScsiStatus::kCheckCondition);
-    EXPECT_EQ(task_.sense[2] & 0x0F, static_cast<uint8_t>(key));
-    EXPECT_EQ(task_.sense[12], asc.asc);
-    EXPECT_EQ(task_.sense[13], asc.ascq);
+    ASSERT_EQ(task_->status, ScsiStatus::kCheckCondition);
+    EXPECT_EQ(task_->sense[2] & 0x0F, static_cast<uint8_t>(key));
+    EXPECT_EQ(task_->sense[12], asc.asc);
+    EXPECT_EQ(task_->sense[13], asc.ascq);
   }
-  void Write(Gateway& gw, Nexus& nexus) {
-    std::vector<uint8_t> d(kBlock, 0x5A);
-    Run(gw, nexus, {0x2A, 0, 0, 0, 0, 8, 0, 0, 1, 0}, d);
-  }
-  std::vector<uint64_t> Keys(Gateway& gw, Nexus& nexus) {
-    Run(gw, nexus, {0x5E, 0x00, 0, 0, 0, 0, 0, 0x10, 0x00, 0});
+  // NOT READY, BECOMING READY (04h/01h), which initiators retry.
+  void ExpectNotReady() { ExpectSense(SenseKey::kNotReady, Asc{0x04, 0x01}); }
+  void Write(Runner& r) { Run(r, {0x2A, 0, 0, 0, 0, 8, 0, 0, 1, 0}, std::vector<uint8_t>(kBlock)); }
+  void Read(Runner& r) { Run(r, {0x28, 0, 0, 0, 0, 8, 0, 0, 1, 0}); }
+  std::vector<uint64_t> Keys(Runner& r) {
+    Run(r, {0x5E, 0x00, 0, 0, 0, 0, 0, 0x10, 0x00, 0});
     std::vector<uint64_t> keys;
-    const uint32_t n = LoadBe32(buf_.data() + 4);
-    for (uint32_t i = 0; i < n; i += 8) keys.push_back(LoadBe64(buf_.data() + 8 + i));
+    for (size_t i = 8; i + 8 <= data_.size(); i += 8) keys.push_back(LoadBe64(data_.data() + i));
     return keys;
   }
 
   FakeCluster cluster_;
   std::shared_ptr<backing::BackingStore> store_;
   Gateway gw1_, gw2_;
-  Nexus a_, b_;  // a_ logs in through gateway 1, b_ through gateway 2
-  Task task_;
-  std::vector<uint8_t> buf_;
+  Nexus a_, b_;     // a_ logs in through gateway 1, b_ through gateway 2
+  Runner ra_, rb_;  // commands of a_ and of b_
+  Nexus c_{"iqn.2026-11.io.example:c,i,0x400000000003", 3};
+  std::unique_ptr<Gateway> gw3_;  // StartGateway3
+  std::unique_ptr<Runner> rc_;    // commands of c_ through gateway 3
+  Task* task_ = nullptr;
+  std::vector<uint8_t> data_;  // the last command's Data-In
 };
 
 // A WRITE EXCLUSIVE reservation taken through gateway 1 fences writes through gateway 2 as soon as
 // the command completes; reads pass; both gateways report the same keys, holder and generation.
 TEST_F(SharedReservationsTest, AReservationThroughOneGatewayFencesWritesThroughTheOther) {
-  Write(gw2_, b_);
+  Write(rb_);
   ExpectGood();
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);  // REGISTER
-  ExpectGood();
-  Prout(gw1_, a_, 0x01, 0x01, 0xA1, 0);  // RESERVE, WRITE EXCLUSIVE
-  ExpectGood();
+  ReserveThroughGateway1(0x01);  // REGISTER, RESERVE WRITE EXCLUSIVE
   EXPECT_EQ(cluster_.writes, 2);
   EXPECT_EQ(gw1_.object->notifies, 2);
 
-  Write(gw2_, b_);
-  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
-  Run(gw2_, b_, {0x28, 0, 0, 0, 0, 8, 0, 0, 1, 0});  // READ(10)
+  Write(rb_);
+  ExpectConflict();
+  Read(rb_);
   ExpectGood();
-  Write(gw1_, a_);
+  Write(ra_);
   ExpectGood();
-  EXPECT_EQ(Keys(gw2_, b_), std::vector<uint64_t>{0xA1});
-  Run(gw2_, b_, {0x5E, 0x01, 0, 0, 0, 0, 0, 0x10, 0x00, 0});  // READ RESERVATION
+  EXPECT_EQ(Keys(rb_), std::vector<uint64_t>{0xA1});
+  Run(rb_, {0x5E, 0x01, 0, 0, 0, 0, 0, 0x10, 0x00, 0});  // READ RESERVATION
   ExpectGood();
-  EXPECT_EQ(LoadBe32(buf_.data()), 1u);  // PRgeneration: one registration
-  EXPECT_EQ(LoadBe64(buf_.data() + 8), 0xA1u);
-  EXPECT_EQ(buf_[8 + 13], 0x01);
+  EXPECT_EQ(LoadBe32(data_.data()), 1u);  // PRgeneration: one registration
+  EXPECT_EQ(LoadBe64(data_.data() + 8), 0xA1u);
+  EXPECT_EQ(data_[8 + 13], 0x01);
   // READ FULL STATUS through gateway 2 names the holder's port: gateway 1's relative port.
-  Run(gw2_, b_, {0x5E, 0x03, 0, 0, 0, 0, 0, 0x10, 0x00, 0});
+  Run(rb_, {0x5E, 0x03, 0, 0, 0, 0, 0, 0x10, 0x00, 0});
   ExpectGood();
-  EXPECT_EQ(LoadBe16(buf_.data() + 8 + 18), 1);
+  EXPECT_EQ(LoadBe16(data_.data() + 8 + 18), 1);
 
   // Released through gateway 1: gateway 2 writes again.
-  Prout(gw1_, a_, 0x02, 0x01, 0xA1, 0);
+  Prout(ra_, 0x02, 0x01, 0xA1, 0);
   ExpectGood();
-  Write(gw2_, b_);
+  Write(rb_);
   ExpectGood();
 }
 
 // Two gateways change the object at once: the loser of the compare-and-swap starts again from
 // what the winner wrote, so that neither change is lost.
 TEST_F(SharedReservationsTest, AConcurrentChangeIsNotLost) {
-  Task other;
-  std::vector<uint8_t> other_buf(4096);
   Nexus b2("iqn.2026-11.io.example:b,i,0x400000000009", 2);
+  Runner rb2(gw2_.target, b2);
   cluster_.race = [&] {
     // REGISTER through gateway 2, between gateway 1's read and write.
-    RunTask(gw2_, b2, {0x00}, {}, other, other_buf);  // its power-on unit attention
+    rb2.Run({0x00});  // its power-on unit attention
     std::vector<uint8_t> p(24, 0);
     StoreBe64(p.data() + 8, 0xB2);
-    RunTask(gw2_, b2, {0x5F, 0x00, 0, 0, 0, 0, 0, 0, 24, 0}, p, other, other_buf);
-    EXPECT_EQ(other.status, ScsiStatus::kGood);
+    EXPECT_EQ(rb2.Run({0x5F, 0x00, 0, 0, 0, 0, 0, 0, 24, 0}, 24, p).status, ScsiStatus::kGood);
   };
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
+  Prout(ra_, 0x00, 0, 0, 0xA1);
   ExpectGood();
-  auto keys = Keys(gw1_, a_);
+  auto keys = Keys(ra_);
   std::sort(keys.begin(), keys.end());
   EXPECT_EQ(keys, (std::vector<uint64_t>{0xA1, 0xB2}));
-  EXPECT_EQ(Keys(gw2_, b_), Keys(gw1_, a_));
+  EXPECT_EQ(Keys(rb_), Keys(ra_));
   EXPECT_EQ(cluster_.writes, 2);
 }
 
 // PREEMPT through gateway 2 removes a registration made through gateway 1: that nexus gets
 // REGISTRATIONS PREEMPTED, and its writes conflict with the preempting reservation.
 TEST_F(SharedReservationsTest, PreemptionReachesTheOtherGatewaysNexus) {
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
-  Prout(gw1_, a_, 0x01, 0x01, 0xA1, 0);
+  ReserveThroughGateway1(0x01);
+  Prout(rb_, 0x00, 0, 0, 0xB1);
   ExpectGood();
-  Prout(gw2_, b_, 0x00, 0, 0, 0xB1);
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);  // PREEMPT the holder
   ExpectGood();
-  Prout(gw2_, b_, 0x04, 0x01, 0xB1, 0xA1);  // PREEMPT the holder
-  ExpectGood();
-  Run(gw1_, a_, {0x00});
+  Run(ra_, {0x00});
   ExpectSense(SenseKey::kUnitAttention, Asc::kRegistrationsPreempted);
-  Write(gw1_, a_);
-  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
-  EXPECT_EQ(Keys(gw1_, a_), std::vector<uint64_t>{0xB1});
+  Write(ra_);
+  ExpectConflict();
+  EXPECT_EQ(Keys(ra_), std::vector<uint64_t>{0xB1});
+}
+
+// PREEMPT AND ABORT through gateway 2 aborts the preempted nexus's tasks on gateway 1, where it is
+// logged in; gateway 2 has nothing of it to abort.
+TEST_F(SharedReservationsTest, PreemptAndAbortAbortsOnTheOtherGateway) {
+  ReserveThroughGateway1(0x01);
+  Prout(rb_, 0x00, 0, 0, 0xB1);
+  Prout(rb_, 0x05, 0x01, 0xB1, 0xA1);  // PREEMPT AND ABORT
+  ExpectGood();
+  EXPECT_EQ(gw1_.aborter->aborted, std::vector<std::string>{a_.initiator_port()});
+  // Locally the preempted nexus is named too (the transport finds none of it there).
+  EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{a_.initiator_port()});
+  Write(ra_);
+  ExpectSense(SenseKey::kUnitAttention, Asc::kRegistrationsPreempted);
+  Write(ra_);
+  ExpectConflict();
+}
+
+// While the watch that keeps a gateway's copy current is lost, changes may be missed: the gateway
+// answers NOT READY (TEST UNIT READY included) until it has reread the object.
+TEST_F(SharedReservationsTest, ALostWatchMakesTheStateUnknownUntilReread) {
+  gw2_.object->LoseWatch();
+  Write(rb_);
+  ExpectNotReady();
+  Run(rb_, {0x00});
+  ExpectNotReady();
+  ReserveThroughGateway1(0x01);  // whether gateway 2 got the notify or not, its reread has it
+  gw2_.object->Resync();
+  Write(rb_);
+  ExpectConflict();
+  Run(rb_, {0x00});
+  ExpectGood();
 }
 
 // A gateway that starts while a reservation exists fences from its first command.
 TEST_F(SharedReservationsTest, AGatewayThatStartsLaterLoadsTheReservation) {
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
-  Prout(gw1_, a_, 0x01, 0x03, 0xA1, 0);  // EXCLUSIVE ACCESS
-  ExpectGood();
-  Gateway gw3(3, cluster_, store_);
-  Nexus c("iqn.2026-11.io.example:c,i,0x400000000003", 3);
-  Run(gw3, c, {0x00});
-  ExpectSense(SenseKey::kUnitAttention, Asc::kPowerOnReset);
-  Run(gw3, c, {0x28, 0, 0, 0, 0, 8, 0, 0, 1, 0});
-  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
-  EXPECT_EQ(Keys(gw3, c), std::vector<uint64_t>{0xA1});
+  ReserveThroughGateway1(0x03);  // EXCLUSIVE ACCESS
+  StartGateway3();
+  Read(*rc_);
+  ExpectConflict();
+  EXPECT_EQ(Keys(*rc_), std::vector<uint64_t>{0xA1});
 }
 
 // A gateway that cannot read the shared state when its LUN is created does not serve the medium
 // as if there were no reservation: NOT READY (which initiators retry) until the reread succeeds.
 TEST_F(SharedReservationsTest, AGatewayThatCannotReadTheStateAnswersNotReadyUntilItCan) {
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
-  Prout(gw1_, a_, 0x01, 0x01, 0xA1, 0);
-  ExpectGood();
+  ReserveThroughGateway1(0x01);
   cluster_.read_err = ETIMEDOUT;
-  Gateway gw3(3, cluster_, store_);
-  EXPECT_EQ(gw3.object->reloads, 1);
-  Nexus c("iqn.2026-11.io.example:c,i,0x400000000003", 3);
-  Run(gw3, c, {0x00});
-  ExpectSense(SenseKey::kUnitAttention, Asc::kPowerOnReset);
-  Write(gw3, c);
-  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
-  Run(gw3, c, {0x5E, 0x00, 0, 0, 0, 0, 0, 0x10, 0x00, 0});  // READ KEYS
-  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
-  Run(gw3, c, {0x12, 0, 0, 0, 96, 0});  // INQUIRY is served
+  StartGateway3();
+  EXPECT_EQ(gw3_->object->reloads, 1);
+  Write(*rc_);
+  ExpectNotReady();
+  Run(*rc_, {0x5E, 0x00, 0, 0, 0, 0, 0, 0x10, 0x00, 0});  // READ KEYS
+  ExpectNotReady();
+  Run(*rc_, {0x12, 0, 0, 0, 96, 0});  // INQUIRY is served
   ExpectGood();
   cluster_.read_err = 0;
-  gw3.object->Resync();
-  Write(gw3, c);
-  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
-  EXPECT_EQ(Keys(gw3, c), std::vector<uint64_t>{0xA1});
+  gw3_->object->Resync();
+  Write(*rc_);
+  ExpectConflict();
+  EXPECT_EQ(Keys(*rc_), std::vector<uint64_t>{0xA1});
 }
 
 // A PERSISTENT RESERVE OUT that cannot read the object changes nothing and says NOT READY.
 TEST_F(SharedReservationsTest, AnUnreadableObjectFailsTheCommandRetryably) {
   cluster_.read_err = ETIMEDOUT;
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1);
-  ExpectSense(SenseKey::kNotReady, Asc::kLogicalUnitNotReadyCauseNotReportable);
+  Prout(ra_, 0x00, 0, 0, 0xA1);
+  ExpectNotReady();
   cluster_.read_err = 0;
   EXPECT_EQ(cluster_.writes, 0);
-  EXPECT_TRUE(Keys(gw2_, b_).empty());
+  EXPECT_TRUE(Keys(rb_).empty());
 }
 
 // A conflict or a bad key changes nothing in the object; REGISTER with APTPL is accepted (PTPL_C:
 // the state is in the cluster); RESERVE(6), whose reservation is one nexus's, is not offered.
 TEST_F(SharedReservationsTest, WhatTheSharedLunOffers) {
-  Prout(gw1_, a_, 0x01, 0x01, 0xA1, 0);  // RESERVE unregistered: conflict
-  EXPECT_EQ(task_.status, ScsiStatus::kReservationConflict);
+  Prout(ra_, 0x01, 0x01, 0xA1, 0);  // RESERVE unregistered: conflict
+  ExpectConflict();
   EXPECT_EQ(cluster_.writes, 0);
-  Prout(gw1_, a_, 0x00, 0, 0, 0xA1, /*aptpl=*/true);
+  Prout(ra_, 0x00, 0, 0, 0xA1, /*aptpl=*/true);
   ExpectGood();
-  Run(gw2_, b_, {0x5E, 0x02, 0, 0, 0, 0, 0, 0x00, 0x08, 0});  // REPORT CAPABILITIES
+  Run(rb_, {0x5E, 0x02, 0, 0, 0, 0, 0, 0x00, 0x08, 0});  // REPORT CAPABILITIES
   ExpectGood();
-  EXPECT_EQ(buf_[2] & 0x01, 0x01);  // PTPL_C
-  EXPECT_EQ(buf_[2] & 0x10, 0x00);  // CRH: RESERVE/RELEASE are not offered
-  EXPECT_EQ(buf_[3] & 0x01, 0x01);  // PTPL_A
-  Run(gw2_, b_, {0x16, 0, 0, 0, 0, 0});
+  EXPECT_EQ(data_[2] & 0x01, 0x01);  // PTPL_C
+  EXPECT_EQ(data_[2] & 0x10, 0x00);  // CRH: RESERVE/RELEASE are not offered
+  EXPECT_EQ(data_[3] & 0x01, 0x01);  // PTPL_A
+  Run(rb_, {0x16, 0, 0, 0, 0, 0});
   ExpectSense(SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
 }
 
 // A LOGICAL UNIT RESET through one gateway reaches the nexuses of the others (SAM-5 5.8).
 TEST_F(SharedReservationsTest, ALogicalUnitResetReachesTheOtherGateways) {
   Engine::ResetLun(gw1_.lun(), &a_);
-  Run(gw2_, b_, {0x00});
+  Run(rb_, {0x00});
   ExpectSense(SenseKey::kUnitAttention, Asc::kBusDeviceReset);
-  Run(gw1_, a_, {0x00});
+  Run(ra_, {0x00});
   ExpectGood();  // the issuer's own nexus gets none
 }
 
