@@ -67,24 +67,9 @@ Result<std::shared_ptr<RbdSharedObject>> RbdSharedObject::Open(std::shared_ptr<v
   if (n < 0) return Status(StatusCode::kIoError, who + "namespace: " + ErrnoText(-n));
   rados_ioctx_set_namespace(o->io_, std::string(ns, static_cast<size_t>(n)).c_str());
 
-  rados_write_op_t op = rados_create_write_op();
-  rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
-  int r = rados_write_op_operate(op, o->io_, o->oid_.c_str(), nullptr, 0);
-  rados_release_write_op(op);
-  if (r < 0) {
-    return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
-                  who + "creating " + o->oid_ + ": " + ErrnoText(-r));
-  }
-  uint64_t cookie = 0;
-  r = rados_watch2(o->io_, o->oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
-                   &RbdSharedObject::OnWatchError, o.get());
-  if (r < 0) {
+  if (int r = o->Watch(); r < 0) {
     return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
                   who + "watching " + o->oid_ + ": " + ErrnoText(-r));
-  }
-  {
-    std::lock_guard lock(o->watch_mu_);
-    o->cookie_ = cookie;
   }
   o->thread_ = std::thread([p = o.get()] { p->RunJobs(); });
   return o;
@@ -273,6 +258,21 @@ void RbdSharedObject::OnWatchError(void* arg, uint64_t cookie, int err) {
   self->Reload();
 }
 
+int RbdSharedObject::Watch() {
+  rados_write_op_t op = rados_create_write_op();  // missing at first, or removed since
+  rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
+  int r = rados_write_op_operate(op, io_, oid_.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  if (r < 0) return r;
+  uint64_t cookie = 0;
+  r = rados_watch2(io_, oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
+                   &RbdSharedObject::OnWatchError, this);
+  if (r < 0) return r;
+  std::lock_guard lock(watch_mu_);
+  cookie_ = cookie;
+  return 0;
+}
+
 void RbdSharedObject::Resync() {
   bool lost = false;
   {
@@ -288,20 +288,11 @@ void RbdSharedObject::Resync() {
       watch_lost_ = false;
     }
     if (old != 0) (void)rados_unwatch2(io_, old);
-    rados_write_op_t op = rados_create_write_op();  // in case it was removed
-    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
-    (void)rados_write_op_operate(op, io_, oid_.c_str(), nullptr, 0);
-    rados_release_write_op(op);
-    uint64_t cookie = 0;
-    const int r = rados_watch2(io_, oid_.c_str(), &cookie, &RbdSharedObject::OnNotify,
-                               &RbdSharedObject::OnWatchError, this);
-    if (r < 0) {
+    if (int r = Watch(); r < 0) {
       log::Backing().warn("{}watching {}: {}; again in 1 s", who_, oid_, ErrnoText(-r));
       ResyncLater();
       return;
     }
-    std::lock_guard w(watch_mu_);
-    cookie_ = cookie;
   }
   std::string data;
   uint64_t version = 0;

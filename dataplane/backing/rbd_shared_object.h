@@ -72,6 +72,8 @@ class RbdSharedObject final : public SharedObject {
   // up the jobs queued meanwhile.
   void Resync();
   void ResyncLater();
+  // Creates the object if it is missing and watches it (cookie_). 0 or -errno.
+  int Watch();
   void RunJobs();
 
   std::shared_ptr<void> keep_;

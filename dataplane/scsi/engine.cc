@@ -31,11 +31,8 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
         [this](uint64_t version, std::string_view data, std::string_view events) {
           internal::ApplySharedReservations(*this, version, data, events);
         },
-        [this] {
-          // Changes may be missed until the object is reread (which the object does).
-          std::lock_guard lock(reservations_.mu());
-          reservations_.set_unknown();
-        });
+        // Changes may be missed until the object is reread (which the object does).
+        [this] { MarkSharedStateUnknown(); });
     // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.
     std::string data;
     uint64_t version = 0;
@@ -45,13 +42,15 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
       // Until the state is known, commands that depend on it are answered NOT READY.
       log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; retrying",
                         config_.id, -r);
-      {
-        std::lock_guard lock(reservations_.mu());
-        reservations_.set_unknown();
-      }
+      MarkSharedStateUnknown();
       so->Reload();
     }
   }
+}
+
+void Lun::MarkSharedStateUnknown() {
+  std::lock_guard lock(reservations_.mu());
+  reservations_.set_unknown();
 }
 
 Lun::~Lun() {
@@ -366,20 +365,21 @@ void Engine::Execute(const TargetInfo& target, Task& task) {
     return Finish(task);
   }
 
-  if (lun != nullptr && lun->reservations().active() && lun->reservations().unknown() &&
-      (entry.needs_medium || opcode == kPersistentReserveIn || opcode == kTestUnitReady)) {
-    // The reservations the gateways share are not known (not read yet, or the watch that keeps
-    // them current was lost): whether this command conflicts is not known. NOT READY, BECOMING
-    // READY is retried by initiators (TEST UNIT READY says so too, for path checkers); the state
-    // is reread every second.
-    internal::SetStoreError(task, ETIMEDOUT, false);
-    return Finish(task);
-  }
-  if (lun != nullptr && lun->reservations().active() &&
-      internal::ReservationConflict(*lun, task.nexus, task.cdb.data())) {
-    // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.
-    SetReservationConflict(task);
-    return Finish(task);
+  if (lun != nullptr && lun->reservations().active()) {
+    if (lun->reservations().unknown() &&
+        (entry.needs_medium || opcode == kPersistentReserveIn || opcode == kTestUnitReady)) {
+      // The reservations the gateways share are not known (not read yet, or the watch that
+      // keeps them current was lost): whether this command conflicts is not known. NOT READY,
+      // BECOMING READY is retried by initiators (TEST UNIT READY says so too, for path
+      // checkers); the state is reread every second.
+      internal::SetStoreError(task, ETIMEDOUT, false);
+      return Finish(task);
+    }
+    if (internal::ReservationConflict(*lun, task.nexus, task.cdb.data())) {
+      // SPC-4 5.13.1 / SPC-2 5.5.1: the logical unit is reserved through another I_T nexus.
+      SetReservationConflict(task);
+      return Finish(task);
+    }
   }
 
   if (entry.needs_medium && lun != nullptr) {

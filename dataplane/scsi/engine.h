@@ -173,6 +173,8 @@ class Lun : public std::enable_shared_from_this<Lun> {
  private:
   // Loads config_.state_store's blob into mode_pages_ and reservations_ (lun_state.cc).
   void RestoreState();
+  // The shared reservations may be stale until the shared object hands over a reread.
+  void MarkSharedStateUnknown();
 
   // Events kept for nexuses that have not synced yet; older ones are dropped.
   static constexpr size_t kMaxUaLog = 64;

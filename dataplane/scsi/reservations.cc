@@ -898,9 +898,10 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
     if (now != version) {
       RaiseEffects(lun, fx, false, &me);
       if (abort) aborted = fx.aborted;
-      int r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout);
+      const std::string events = EncodeEvents(fx, abort);
+      int r = so.Notify(now, after, events, kNotifyTimeout);
       for (int retry = 0; r < 0 && r != -ETIMEDOUT && retry < 2; ++retry) {
-        r = so.Notify(now, after, EncodeEvents(fx, abort), kNotifyTimeout);
+        r = so.Notify(now, after, events, kNotifyTimeout);
       }
       if (r == -ETIMEDOUT) {
         // A gateway that did not answer is presumed gone (see kNotifyTimeout).
