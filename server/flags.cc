@@ -1,6 +1,7 @@
 #include "server/flags.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 namespace iscsigw::server {
 
@@ -45,6 +46,20 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--bootstrap", f->bootstrap,
                  "JSON state file whose targets and LUNs are created when missing")
       ->envname("ISCSIGW_BOOTSTRAP");
+  app.add_option("--shared-config", f->shared_config,
+                 "POOL or POOL/NAMESPACE: keep the targets whose LUNs are rbd in the RADOS object "
+                 "iscsigw_config there, shared with the other gateways (needs --gateway-id); the "
+                 "others stay in the state file")
+      ->envname("ISCSIGW_SHARED_CONFIG");
+  app.add_option("--shared-config-conf", f->shared_config_conf,
+                 "ceph.conf of the --shared-config cluster (empty: $CEPH_CONF, /etc/ceph)")
+      ->envname("ISCSIGW_SHARED_CONFIG_CONF");
+  app.add_option("--shared-config-client-id", f->shared_config_client_id,
+                 "cephx user for --shared-config (empty: admin)")
+      ->envname("ISCSIGW_SHARED_CONFIG_CLIENT_ID");
+  app.add_option("--shared-config-keyring", f->shared_config_keyring,
+                 "keyring file for --shared-config (empty: what the conf says)")
+      ->envname("ISCSIGW_SHARED_CONFIG_KEYRING");
   app.add_option("--log-level", f->log_level, "trace|debug|info|warn|error|critical|off")
       ->envname("ISCSIGW_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -87,6 +102,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (!f->shared_config.empty() && f->gateway_id == 0) {
+    std::fprintf(stderr,
+                 "--shared-config needs --gateway-id: the gateways that share a configuration "
+                 "export the same images, each with its own id\n");
+    return 2;
   }
   if (f->portals.empty()) f->portals.push_back("0.0.0.0:3260");
   return -1;

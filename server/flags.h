@@ -19,6 +19,12 @@ struct Flags {
   unsigned reactors = 0;
   unsigned gateway_id = 0;  // 0: alone; else one of several gateways on the same rbd images
   std::string bootstrap;
+  // POOL or POOL/NAMESPACE: the rbd targets live in the RADOS object iscsigw_config there, shared
+  // with the other gateways (controlplane/state/shared_config.h); empty: in the state file.
+  std::string shared_config;
+  std::string shared_config_conf;       // its cluster's ceph.conf; empty: librados' default
+  std::string shared_config_client_id;  // cephx user; empty: admin
+  std::string shared_config_keyring;    // keyring path; empty: what the conf says
   std::string lun_dir;
   unsigned health_interval_ms = 5000;  // LUN files by relative path and snapshots; empty: none
   std::string log_level = "info";

@@ -3,6 +3,7 @@
 // data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <limits.h>
 #include <malloc.h>
 #include <sys/resource.h>
@@ -14,11 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 
 #include "controlplane/metrics/exposer.h"
 #include "controlplane/service/server.h"
 #include "controlplane/state/lun_files.h"
+#include "controlplane/state/shared_config.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
@@ -125,6 +128,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   iscsigw::v1::State desired = std::move(loaded).value();
+  std::set<std::string> bootstrapped;  // targets the bootstrap created or changed at this start
   if (!flags.bootstrap.empty()) {
     auto boot = state::LoadStateFile(flags.bootstrap);
     if (!boot.ok()) {
@@ -137,6 +141,7 @@ int Run(int argc, char** argv) {
                    checked.status().message().c_str());
       return 1;
     }
+    const iscsigw::v1::State before = desired;
     auto merged = state::MergeBootstrap(boot.value(), &desired);
     if (!merged.ok()) {
       std::fprintf(stderr, "iscsigwd: bootstrap %s: %s; not starting\n", flags.bootstrap.c_str(),
@@ -145,6 +150,16 @@ int Run(int argc, char** argv) {
     }
     for (const auto& line : merged.value()) ctl.info("bootstrap {}: {}", flags.bootstrap, line);
     state::Normalize(&desired);
+    // What the bootstrap declared anew wins over the shared configuration's copy of it.
+    for (const auto& t : desired.targets()) {
+      const iscsigw::v1::Target* was = nullptr;
+      for (const auto& b : before.targets()) {
+        if (b.name() == t.name()) was = &b;
+      }
+      if (was == nullptr || !google::protobuf::util::MessageDifferencer::Equals(*was, t)) {
+        bootstrapped.insert(t.name());
+      }
+    }
   }
   auto config = state::ToConfig(desired);
   if (!config.ok()) {
@@ -182,6 +197,20 @@ int Run(int argc, char** argv) {
     dataplane.Stop();
     return 1;
   }
+  if (!flags.shared_config.empty()) {
+    auto where = state::ParseSharedConfigLocation(flags.shared_config, flags.shared_config_conf,
+                                                  flags.shared_config_client_id,
+                                                  flags.shared_config_keyring);
+    if (!where.ok()) {
+      std::fprintf(stderr, "iscsigwd: %s\n", where.status().message().c_str());
+      dataplane.Stop();
+      return 1;
+    }
+    store.EnableShared(
+        flags.shared_config + "/" + state::kSharedConfigObject,
+        [spec = where.value()] { return api::OpenSharedObject(spec, state::kSharedConfigObject); },
+        std::move(bootstrapped));
+  }
   for (const auto& p : dataplane.portals()) ctl.info("iSCSI portal listening on {}", p);
   for (const auto& a : dataplane.advertised()) ctl.info("SendTargets advertises {}", a);
   for (const auto& t : config.value().targets) {
@@ -200,6 +229,7 @@ int Run(int argc, char** argv) {
       std::make_unique<service::GatewayServiceImpl>(&store, &dataplane, sopts));
   if (!grpc_server.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", grpc_server.status().message().c_str());
+    store.StopShared();
     dataplane.Stop();
     return 1;
   }
@@ -239,6 +269,7 @@ int Run(int argc, char** argv) {
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", metrics_server.status().message().c_str());
+    store.StopShared();
     dataplane.Stop();
     return 1;
   }
@@ -252,6 +283,7 @@ int Run(int argc, char** argv) {
   ctl.info("signal {}: shutting down", signals.Wait());
   metrics_server.value().reset();
   grpc_server.value()->Shutdown();
+  store.StopShared();
   dataplane.Stop();
   ctl.info("stopped");
   return 0;

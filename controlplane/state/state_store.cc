@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "controlplane/state/shared_config.h"
 #include "controlplane/state/state_file.h"
 #include "dataplane/base/log.h"
 
@@ -101,19 +102,22 @@ StateStore::StateStore(std::string dir, iscsigw::v1::State initial, api::Datapla
       limits_(limits),
       state_(std::make_shared<const iscsigw::v1::State>(std::move(initial))) {}
 
+StateStore::~StateStore() { StopShared(); }
+
 Status StateStore::Start() {
   std::lock_guard update(update_mu_);
   return Commit(*Snapshot(), nullptr, api::Dataplane::ApplyMode::kStartup);
 }
 
 Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
-                          api::Dataplane::ApplyMode mode) {
+                          api::Dataplane::ApplyMode mode, const iscsigw::v1::State* to_file) {
   auto cfg = ToConfig(next);
   if (!cfg.ok()) return cfg.status();
   if (dataplane_ != nullptr) {
     if (Status s = dataplane_->Apply(cfg.value(), mode); !s.ok()) return s;
   }
-  Status written = WriteFileAtomically(path(), StateToJson(next), 0600);
+  Status written =
+      WriteFileAtomically(path(), StateToJson(to_file != nullptr ? *to_file : next), 0600);
   {
     std::lock_guard lock(mu_);
     health_ = written;
@@ -137,16 +141,268 @@ Status StateStore::Update(const std::function<Status(iscsigw::v1::State*)>& edit
   // Changes are serialized by update_mu_ alone: applying one may wait for storage (an rbd cluster
   // that does not answer), and readers (Snapshot, health) keep the last committed state meanwhile.
   std::lock_guard update(update_mu_);
+  if (sharing_) return UpdateShared(edit);
   const auto current = Snapshot();
   iscsigw::v1::State next = *current;
   if (Status s = edit(&next); !s.ok()) return s;
   Normalize(&next);
   if (Status s = CheckLimits(next, *current, limits_); !s.ok()) return s;
   if (Status s = Commit(next, current.get()); !s.ok()) return s;
+  Publish(std::move(next));
+  return Status::Ok();
+}
+
+void StateStore::Publish(iscsigw::v1::State next) {
   auto committed = std::make_shared<const iscsigw::v1::State>(std::move(next));
   std::lock_guard lock(mu_);
   state_ = std::move(committed);
+}
+
+Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit) {
+  constexpr int kTries = 32;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    const auto current = Snapshot();
+    iscsigw::v1::State next = *current;
+    if (Status s = edit(&next); !s.ok()) return s;
+    Normalize(&next);
+    if (Status s = CheckLimits(next, *current, limits_); !s.ok()) return s;
+    iscsigw::v1::State local;
+    iscsigw::v1::State shared;
+    if (Status s = SplitShared(next, shared_names_, shared_copy_, &local, &shared); !s.ok()) {
+      return s;
+    }
+    if (SameState(shared, shared_copy_)) {  // this gateway's own targets only
+      if (Status s = Commit(next, current.get(), api::Dataplane::ApplyMode::kStrict, &local);
+          !s.ok()) {
+        return s;
+      }
+      local_ = std::move(local);
+      Publish(std::move(next));
+      return Status::Ok();
+    }
+    if (shared_obj_ == nullptr) {
+      std::lock_guard lock(mu_);
+      return Status(StatusCode::kUnavailable,
+                    "the shared configuration in " + shared_where_ +
+                        " is not loaded yet: " + shared_status_.message());
+    }
+    std::string data;
+    uint64_t version = 0;
+    if (int r = shared_obj_->Read(&data, &version); r < 0) {
+      return Status(StatusCode::kUnavailable, "reading the shared configuration in " +
+                                                  shared_where_ + ": " + std::strerror(-r));
+    }
+    if (version != shared_version_) {  // another gateway changed it: edit that
+      if (Status s = Adopt(data, version); !s.ok()) return s;
+      continue;
+    }
+    auto cfg = ToConfig(next);
+    if (!cfg.ok()) return cfg.status();
+    if (dataplane_ != nullptr) {
+      if (Status s = dataplane_->Apply(cfg.value()); !s.ok()) return s;
+    }
+    const std::string out = SharedToData(shared);
+    uint64_t written = 0;
+    int w = shared_obj_->WriteIfVersion(version, out, &written);
+    if (w < 0 && w != -ECANCELED) {
+      // The write may have happened: the object tells.
+      std::string now;
+      uint64_t now_version = 0;
+      if (shared_obj_->Read(&now, &now_version) == 0 && now_version != version && now == out) {
+        w = 0;
+        written = now_version;
+      }
+    }
+    if (w < 0) {
+      if (dataplane_ != nullptr) {
+        if (auto old = ToConfig(*current); old.ok()) {
+          (void)dataplane_->Apply(old.value(), api::Dataplane::ApplyMode::kStartup);
+        }
+      }
+      if (w == -ECANCELED) continue;  // another gateway wrote first
+      return Status(StatusCode::kUnavailable,
+                    "the shared configuration in " + shared_where_ +
+                        " was not written, nothing changed: " + std::strerror(-w));
+    }
+    shared_copy_ = std::move(shared);
+    shared_version_ = written;
+    shared_names_ = MergeShared(local, shared_copy_).shared;
+    if (!SameState(local, local_)) {  // a target moved into the shared configuration
+      Status f = WriteFileAtomically(path(), StateToJson(local), 0600);
+      if (!f.ok()) {
+        log::Ctl().error(
+            "the state file was not rewritten ({}); the change is in the shared "
+            "configuration",
+            f.message());
+      }
+      std::lock_guard lock(mu_);
+      health_ = f;
+    }
+    local_ = std::move(local);
+    Publish(std::move(next));
+    if (int n = shared_obj_->Notify(written, "", "", std::chrono::seconds(5)); n < 0) {
+      log::Ctl().warn(
+          "shared configuration version {}: not every gateway acknowledged it ({}); "
+          "one whose watch was lost rereads it when the watch is back",
+          written, std::strerror(-n));
+    }
+    return Status::Ok();
+  }
+  return Status(StatusCode::kUnavailable,
+                "the shared configuration in " + shared_where_ + " was changed by other gateways " +
+                    std::to_string(kTries) + " times during this change; try again");
+}
+
+Status StateStore::Adopt(const std::string& data, uint64_t version) {
+  auto parsed = SharedFromData(data);
+  if (!parsed.ok()) {
+    return Status(StatusCode::kFailedPrecondition, "the shared configuration in " + shared_where_ +
+                                                       ": " + parsed.status().message());
+  }
+  Merged m = MergeShared(local_, parsed.value());
+  auto cfg = ToConfig(m.state);
+  if (!cfg.ok()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "the shared configuration in " + shared_where_ + ": " + cfg.status().message());
+  }
+  if (dataplane_ != nullptr) {
+    if (Status s = dataplane_->Apply(cfg.value(), api::Dataplane::ApplyMode::kStartup); !s.ok()) {
+      return Status(s.code(), "the shared configuration in " + shared_where_ + ": " + s.message());
+    }
+  }
+  for (const auto& line : m.skipped) log::Ctl().error("{}", line);
+  log::Ctl().info("shared configuration in {}: version {}, {} target(s)", shared_where_, version,
+                  parsed.value().targets_size());
+  shared_copy_ = std::move(parsed).value();
+  shared_version_ = version;
+  shared_names_ = std::move(m.shared);
+  Publish(std::move(m.state));
   return Status::Ok();
+}
+
+void StateStore::Refresh() {
+  std::lock_guard update(update_mu_);
+  if (shared_obj_ == nullptr) return;
+  std::string data;
+  uint64_t version = 0;
+  if (int r = shared_obj_->Read(&data, &version); r < 0) {
+    log::Ctl().warn("rereading the shared configuration in {}: {}; retrying", shared_where_,
+                    std::strerror(-r));
+    shared_obj_->Reload();  // retried each second; its read comes back here
+    return;
+  }
+  if (version == shared_version_) return;
+  Status s = Adopt(data, version);
+  if (!s.ok()) log::Ctl().error("{}; this gateway keeps version {}", s.message(), shared_version_);
+  SetSharedStatus(s);
+}
+
+void StateStore::EnableShared(std::string where, SharedOpener open,
+                              std::set<std::string> prefer_local) {
+  {
+    std::lock_guard update(update_mu_);
+    std::lock_guard lock(mu_);
+    sharing_ = true;
+    shared_where_ = std::move(where);
+    shared_status_ = Status(StatusCode::kUnavailable,
+                            "the shared configuration in " + shared_where_ + " is not read yet");
+    local_ = *state_;
+  }
+  attach_thread_ = std::thread([this, open = std::move(open), prefer = std::move(prefer_local)] {
+    AttachLoop(open, prefer);
+  });
+}
+
+void StateStore::AttachLoop(SharedOpener open, std::set<std::string> prefer_local) {
+  for (;;) {
+    auto opened = open();
+    Status s = opened.ok() ? Attach(std::move(opened).value(), prefer_local) : opened.status();
+    SetSharedStatus(s);
+    if (s.ok()) return;
+    log::Ctl().warn("shared configuration in {}: {}; trying again in 5 s", shared_where_,
+                    s.message());
+    std::unique_lock lock(attach_mu_);
+    if (attach_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return attach_stop_; })) {
+      return;
+    }
+  }
+}
+
+Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
+                          const std::set<std::string>& prefer_local) {
+  std::lock_guard update(update_mu_);
+  {
+    std::lock_guard lock(attach_mu_);
+    if (attach_stop_) return Status(StatusCode::kUnavailable, "stopping");
+  }
+  // Listening first, so that no change made after the read below is missed. A notify queues a
+  // reread on the object's thread, which waits for this to finish.
+  backing::SharedObject* raw = obj.get();
+  const uint64_t token =
+      obj->SetListener([this, raw](uint64_t, std::string_view,
+                                   std::string_view) { raw->Post([this] { Refresh(); }); },
+                       [] {});
+  std::string data;
+  uint64_t version = 0;
+  Status s = Status::Ok();
+  if (int r = obj->Read(&data, &version); r < 0) {
+    s = Status(StatusCode::kUnavailable, std::string("reading it: ") + std::strerror(-r));
+  } else {
+    s = Adopt(data, version);
+  }
+  if (!s.ok()) {
+    obj->ClearListener(token);
+    return s;
+  }
+  shared_obj_ = std::move(obj);
+  listener_token_ = token;
+  // This gateway's rbd targets move into the object; those the bootstrap declared anew replace
+  // the shared ones.
+  Status moved = UpdateShared([&](iscsigw::v1::State* st) {
+    for (const auto& t : local_.targets()) {
+      if (prefer_local.count(t.name()) == 0) continue;
+      bool found = false;
+      for (auto& have : *st->mutable_targets()) {
+        if (have.name() == t.name()) {
+          have = t;
+          found = true;
+        }
+      }
+      if (!found) *st->add_targets() = t;
+    }
+    return Status::Ok();
+  });
+  if (!moved.ok()) {
+    log::Ctl().error(
+        "shared configuration in {}: this gateway's rbd targets were not moved into "
+        "it: {}",
+        shared_where_, moved.message());
+  }
+  return Status::Ok();
+}
+
+void StateStore::SetSharedStatus(Status s) {
+  std::lock_guard lock(mu_);
+  shared_status_ = std::move(s);
+}
+
+void StateStore::StopShared() {
+  {
+    std::lock_guard lock(attach_mu_);
+    attach_stop_ = true;
+  }
+  attach_cv_.notify_all();
+  if (attach_thread_.joinable()) attach_thread_.join();
+  std::shared_ptr<backing::SharedObject> obj;
+  uint64_t token = 0;
+  {
+    std::lock_guard update(update_mu_);
+    obj = std::move(shared_obj_);
+    token = listener_token_;
+  }
+  if (obj == nullptr) return;
+  obj->ClearListener(token);
+  obj.reset();  // its thread stops; a reread queued there does not run
 }
 
 std::shared_ptr<const iscsigw::v1::State> StateStore::Snapshot() const {
@@ -181,7 +437,9 @@ Status StateStore::ProbeDir() {
 
 Status StateStore::health() const {
   std::lock_guard lock(mu_);
-  return health_.ok() ? probe_ : health_;
+  if (!health_.ok()) return health_;
+  if (!probe_.ok()) return probe_;
+  return sharing_ ? shared_status_ : Status::Ok();
 }
 
 }  // namespace iscsigw::state

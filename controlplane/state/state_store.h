@@ -11,15 +11,32 @@
 // neither Snapshot() nor health(), which see the last committed state. The state is held as an
 // immutable snapshot: Snapshot() shares it under a short lock without copying (readers of
 // thousands of targets must not copy them all), Get() copies it.
+//
+// Shared configuration (EnableShared, --shared-config; shared_config.h says which targets): the
+// shared targets live in a SharedObject (iscsigw_config in RADOS) and the state file keeps the
+// rest. An Update whose edit changes a shared target reads the object; when another gateway
+// changed it since this gateway's copy, the change is taken in and the edit runs again on it.
+// Otherwise the edited state is applied to the data plane and written with compare-and-swap on
+// the object's version (another gateway wrote first: the data plane goes back and the edit runs
+// again, up to 32 times, then UNAVAILABLE); the others are notified and reread the object. On a
+// notify, or after a lost watch, this gateway rereads the object on the object's own thread and
+// applies what changed leniently (kStartup: an image that cannot be opened makes its LUN
+// offline). Until the object is first read (the cluster may be down at start, it is retried
+// every 5 s) the local targets serve, health() says why not, and changes to shared targets are
+// UNAVAILABLE.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "controlplane/state/limits.h"
 #include "dataplane/api/dataplane.h"
+#include "dataplane/backing/shared_object.h"
 #include "dataplane/base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
@@ -42,6 +59,7 @@ class StateStore {
   // and valid (LoadStateDir + MergeBootstrap + Normalize).
   StateStore(std::string dir, iscsigw::v1::State initial, api::Dataplane* dataplane,
              Limits limits = {});
+  ~StateStore();
 
   const std::string& dir() const { return dir_; }
   const Limits& limits() const { return limits_; }
@@ -51,8 +69,19 @@ class StateStore {
   Status Start();
 
   // Runs `edit` on a copy of the state; on Ok the copy is checked against the limits, validated,
-  // applied and persisted.
+  // applied and persisted. With a shared configuration the edit may run more than once.
   Status Update(const std::function<Status(iscsigw::v1::State*)>& edit);
+
+  // Shares the targets whose LUNs are rbd with the other gateways through the object that `open`
+  // opens (blocking; called again every 5 s until it and the first read succeed, on a thread of
+  // the store's). `where` names it in messages. Local targets named in `prefer_local` (those the
+  // bootstrap declared anew at this start) replace the shared ones of that name; other clashes
+  // are settled as shared_config.h says. Call once, after Start.
+  using SharedOpener = std::function<Result<std::shared_ptr<backing::SharedObject>>()>;
+  void EnableShared(std::string where, SharedOpener open, std::set<std::string> prefer_local);
+  // Stops sharing: no reread runs after it returns, and the object is closed. Before the data
+  // plane stops; idempotent.
+  void StopShared();
 
   // The current state, shared: it never changes (Update replaces it).
   std::shared_ptr<const iscsigw::v1::State> Snapshot() const;
@@ -67,8 +96,22 @@ class StateStore {
   Status ProbeDir();
 
  private:
+  // Applies `next` and writes `to_file` (next itself when null) to the state file; the data plane
+  // goes back to `previous` when the write fails.
   Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
-                api::Dataplane::ApplyMode mode = api::Dataplane::ApplyMode::kStrict);
+                api::Dataplane::ApplyMode mode = api::Dataplane::ApplyMode::kStrict,
+                const iscsigw::v1::State* to_file = nullptr);
+  void Publish(iscsigw::v1::State next);
+  // With update_mu_ held.
+  Status UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit);
+  // Takes in the object's data at `version`: merged with the local targets and applied (kStartup).
+  Status Adopt(const std::string& data, uint64_t version);
+  // On the object's thread: rereads the object and adopts it when it changed.
+  void Refresh();
+  void AttachLoop(SharedOpener open, std::set<std::string> prefer_local);
+  Status Attach(std::shared_ptr<backing::SharedObject> obj,
+                const std::set<std::string>& prefer_local);
+  void SetSharedStatus(Status s);
 
   const std::string dir_;
   api::Dataplane* const dataplane_;
@@ -78,6 +121,22 @@ class StateStore {
   std::shared_ptr<const iscsigw::v1::State> state_;  // guarded by mu_; never null
   Status health_;                                    // guarded by mu_: the last write
   Status probe_;                                     // guarded by mu_: the last ProbeDir
+
+  // Shared configuration. sharing_ is set once by EnableShared (under update_mu_ and mu_).
+  bool sharing_ = false;
+  std::string shared_where_;
+  Status shared_status_;  // guarded by mu_: Ok once the object has been read
+  // Guarded by update_mu_:
+  std::shared_ptr<backing::SharedObject> shared_obj_;  // null until attached
+  uint64_t listener_token_ = 0;
+  iscsigw::v1::State local_;        // what the state file holds
+  iscsigw::v1::State shared_copy_;  // the object's targets at shared_version_
+  uint64_t shared_version_ = 0;
+  std::set<std::string> shared_names_;  // the shared targets served (in state_)
+  std::mutex attach_mu_;
+  std::condition_variable attach_cv_;
+  bool attach_stop_ = false;  // guarded by attach_mu_
+  std::thread attach_thread_;
 };
 
 }  // namespace iscsigw::state

@@ -214,6 +214,11 @@ Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait) 
   return backing::RbdStore::RemoveImage(RbdOptions(spec), busy_wait);
 }
 
+Result<std::shared_ptr<backing::SharedObject>> OpenSharedObject(const RbdSpec& where,
+                                                                const std::string& oid) {
+  return backing::RbdStore::OpenSharedObject(RbdOptions(where), oid);
+}
+
 Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who) {
   return iscsi::ValidateChapCredentials(creds, who);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dataplane/backing/fault_store.h"
+#include "dataplane/backing/shared_object.h"
 #include "dataplane/base/status.h"
 #include "dataplane/iscsi/gateway.h"
 
@@ -164,6 +165,11 @@ Status ValidateLun(const std::string& target, const LunSpec& lun);
 // Blocking: they talk to the cluster. CreateRbdImage is true when it made the image.
 Result<bool> CreateRbdImage(const RbdSpec& spec, uint64_t size_bytes);
 Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait);
+// Blocking: the object `oid` in the pool and namespace `where` names (its image is ignored),
+// created when missing and watched (backing::RbdStore::OpenSharedObject): the configuration that
+// gateways share. Destroy it off the reactors.
+Result<std::shared_ptr<backing::SharedObject>> OpenSharedObject(const RbdSpec& where,
+                                                                const std::string& oid);
 // RFC 7143 4.2.7: iqn., eui. and naa. names, lower case, at most 223 bytes.
 Status ValidateIscsiName(const std::string& name);
 // Checks one ACL entry of `target`: the initiator name and each source CIDR.

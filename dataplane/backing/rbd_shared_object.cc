@@ -49,21 +49,21 @@ bool Unframe(std::string_view in, std::string* origin, uint64_t* version, std::s
 
 Result<std::shared_ptr<RbdSharedObject>> RbdSharedObject::Open(std::shared_ptr<void> keep,
                                                                rados_t cluster,
-                                                               rados_ioctx_t image_io,
-                                                               const std::string& image_id,
+                                                               rados_ioctx_t pool_io,
+                                                               const std::string& oid,
                                                                const std::string& who) {
   std::shared_ptr<RbdSharedObject> o(new RbdSharedObject());
   o->keep_ = std::move(keep);
   o->cluster_ = cluster;
-  o->oid_ = "iscsigw_lun." + image_id;
+  o->oid_ = oid;
   o->origin_ = std::to_string(rados_get_instance_id(cluster)) + "." +
                std::to_string(reinterpret_cast<uintptr_t>(o.get()));
   o->who_ = who;
-  if (int r = rados_ioctx_create2(cluster, rados_ioctx_get_id(image_io), &o->io_); r < 0) {
+  if (int r = rados_ioctx_create2(cluster, rados_ioctx_get_id(pool_io), &o->io_); r < 0) {
     return Status(StatusCode::kIoError, who + "rados_ioctx_create2: " + ErrnoText(-r));
   }
   char ns[256];
-  const int n = rados_ioctx_get_namespace(image_io, ns, sizeof(ns));
+  const int n = rados_ioctx_get_namespace(pool_io, ns, sizeof(ns));
   if (n < 0) return Status(StatusCode::kIoError, who + "namespace: " + ErrnoText(-n));
   rados_ioctx_set_namespace(o->io_, std::string(ns, static_cast<size_t>(n)).c_str());
 

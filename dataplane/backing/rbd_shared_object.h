@@ -1,5 +1,6 @@
-// RbdSharedObject: the SharedObject of an rbd image that several gateways export, in RADOS: the
-// object "iscsigw_lun.<image id>" in the image's pool and namespace.
+// RbdSharedObject: a SharedObject in RADOS, an object that several gateways read, write and watch:
+// "iscsigw_lun.<image id>" in the pool and namespace of an rbd image they all export (RbdStore),
+// or "iscsigw_config", the configuration they share (RbdStore::OpenSharedObject).
 //
 //   Read            one read op; the version is the object's user version (rados_get_last_version)
 //                   (a missing object reads as "", version 0)
@@ -38,11 +39,12 @@ namespace iscsigw::backing {
 
 class RbdSharedObject final : public SharedObject {
  public:
-  // Blocking. `keep` holds the librados handle `cluster` alive; `image_io` is the image's I/O
-  // context (its pool and namespace are used); `image_id` from rbd_get_id; `who` prefixes errors.
+  // Blocking. `keep` holds the librados handle `cluster` alive; the object `oid` is in the pool
+  // and namespace of the I/O context `pool_io` (which the object does not keep); `who` prefixes
+  // errors.
   static Result<std::shared_ptr<RbdSharedObject>> Open(std::shared_ptr<void> keep, rados_t cluster,
-                                                       rados_ioctx_t image_io,
-                                                       const std::string& image_id,
+                                                       rados_ioctx_t pool_io,
+                                                       const std::string& oid,
                                                        const std::string& who);
   ~RbdSharedObject() override;
   RbdSharedObject(const RbdSharedObject&) = delete;

@@ -636,6 +636,22 @@ Status RbdStore::RemoveImage(const RbdStoreOptions& o, std::chrono::milliseconds
   });
 }
 
+Result<std::shared_ptr<SharedObject>> RbdStore::OpenSharedObject(const RbdStoreOptions& o,
+                                                                 const std::string& oid) {
+  const std::string who =
+      "shared object " + o.pool + "/" + (o.ns.empty() ? "" : o.ns + "/") + oid + ": ";
+  if (o.pool.empty() || oid.empty()) return InvalidArgument(who + "pool or object is empty");
+  return WithCluster(
+      o, who, [&](const std::shared_ptr<Cluster>& c) -> Result<std::shared_ptr<SharedObject>> {
+        auto pool = OpenPool(c->handle, o, who);
+        if (!pool.ok()) return pool.status();
+        auto obj = RbdSharedObject::Open(c, c->handle, pool.value(), oid, who);
+        rados_ioctx_destroy(pool.value());
+        if (!obj.ok()) return obj.status();
+        return std::shared_ptr<SharedObject>(std::move(obj).value());
+      });
+}
+
 Result<std::unique_ptr<RbdStore>> RbdStore::Open(
     const RbdStoreOptions& o, const std::vector<boost::asio::io_context*>& slots) {
   std::string name = NameOf(o);
@@ -733,7 +749,8 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
     if (int g = rbd_get_id(image, id, sizeof(id)); g < 0) {
       return Status(StatusCode::kIoError, who + "rbd_get_id: " + ErrnoText(-g));
     }
-    auto obj = RbdSharedObject::Open(cluster_, cluster_->handle, io, id, who);
+    auto obj = RbdSharedObject::Open(cluster_, cluster_->handle, io,
+                                     std::string("iscsigw_lun.") + id, who);
     if (!obj.ok()) return obj.status();
     shared_object_ = std::move(obj).value();
   }

@@ -159,6 +159,13 @@ class RbdStore final : public BackingStore {
   // (kFailedPrecondition), as it does for an image with snapshots.
   static Status RemoveImage(const RbdStoreOptions& options, std::chrono::milliseconds busy_wait);
 
+  // Blocking: a SharedObject `oid` in options.pool (and options.ns) of the cluster that options
+  // name (conf, client id, keyring), created when missing and watched; it holds the librados
+  // handle. For the configuration that gateways share (--shared-config). Destroy it off the
+  // reactors: it talks to the cluster.
+  static Result<std::shared_ptr<SharedObject>> OpenSharedObject(const RbdStoreOptions& options,
+                                                                const std::string& oid);
+
   ~RbdStore() override;
   RbdStore(const RbdStore&) = delete;
   RbdStore& operator=(const RbdStore&) = delete;

@@ -23,6 +23,7 @@ import json
 import os
 import struct
 import sys
+import threading
 import time
 import unittest
 
@@ -258,6 +259,156 @@ class TwoGatewaysTest(unittest.TestCase):
         self.assertEqual(rtpg(a), (ANO, 0x03, 1, 1))
         self.assertEqual(a.read(0, 0, 72), (0, before + after, b""))
         self.assertEqual(rtpg(b)[0], AO)
+
+
+class SharedConfigurationTest(unittest.TestCase):
+    """--shared-config: the rbd targets live in one RADOS object that both gateways watch."""
+
+    def setUp(self):
+        # A RADOS namespace of its own per test: a fresh iscsigw_config object.
+        self.where = f"rbd/cfg-{self._testMethodName[-20:]}"
+        self.conf = CLUSTER.conf
+        self.gateways = [self.start_gateway(i) for i in (1, 2)]
+        self.sessions = []
+
+    def tearDown(self):
+        for ini in self.sessions:
+            ini.close()
+        for gw in self.gateways:
+            gw.cleanup()
+
+    def start_gateway(self, gateway_id, state_dir=None, state=None):
+        gw = harness.Daemon(state=state, state_dir=state_dir, extra_args=[
+            "--gateway-id", str(gateway_id), "--shared-config", self.where,
+            "--shared-config-conf", self.conf])
+        gw.start(timeout=60)
+        harness.wait_for(lambda: "shared configuration in" in gw.read_log(), 30,
+                         what="the shared configuration read")
+        return gw
+
+    def names(self, gw):
+        return sorted(t["name"] for t in gw.ctl_json("target", "list").get("targets", []))
+
+    def served_within(self, gw, want, seconds=1.0):
+        """Waits (at most `seconds`) until `gw` lists exactly the targets `want`; returns the
+        time it took."""
+        want = sorted(harness.IQN_PREFIX + n for n in want)
+        started = time.monotonic()
+        while self.names(gw) != want:
+            self.assertLess(time.monotonic() - started, seconds,
+                            f"{gw.grpc} lists {self.names(gw)}, not {want}")
+            time.sleep(0.02)
+        return time.monotonic() - started
+
+    def create_rbd_target(self, gw, name):
+        gw.ctl("target", "create", name, "--allow-any-initiator")
+        gw.ctl("lun", "create", name, 0, "--backing", "rbd", "--pool", "rbd", "--image",
+               f"img-{name}", "--ceph-conf", self.conf, "--create", "--size", "16M")
+
+    def test_a_change_through_one_gateway_is_served_by_the_other(self):
+        a, b = self.gateways
+        self.create_rbd_target(a, "one")
+        took = self.served_within(b, ["one"])
+        print(f"\ntarget and LUN created through gateway 1 listed by gateway 2 after {took:.3f} s")
+        ini = Initiator(b.portal, harness.INITIATOR, timeout=60)
+        self.sessions.append(ini)
+        ini.login(harness.IQN_PREFIX + "one")
+        unit_attentions(ini)
+        self.assertEqual(ini.write(0, 0, pattern(512, 9)), (0, b""))
+        # A LUN added, an ACL entry and CHAP set through gateway 2 reach gateway 1.
+        b.ctl("lun", "create", "one", 1, "--backing", "rbd", "--pool", "rbd", "--image",
+              "img-one-1", "--ceph-conf", self.conf, "--create", "--size", "8M")
+        b.ctl("acl", "add", "one", harness.INITIATOR)
+        b.ctl("acl", "allow-any", "one", "off")
+        harness.wait_for(lambda: len(a.ctl_json("target", "get", "one")["luns"]) == 2 and
+                         a.ctl_json("target", "get", "one").get("acl"), 1.0,
+                         what="gateway 1 serving LUN 1 and the ACL")
+        t = a.ctl_json("target", "get", "one")
+        self.assertFalse(t.get("allow_any_initiator", False))
+        self.assertEqual([e["initiator"] for e in t["acl"]], [harness.INITIATOR])
+        # Data written through gateway 2 reads back through gateway 1.
+        ini_a = Initiator(a.portal, harness.INITIATOR, timeout=60)
+        self.sessions.append(ini_a)
+        ini_a.login(harness.IQN_PREFIX + "one")
+        unit_attentions(ini_a)
+        self.assertEqual(ini_a.read(0, 0, 1), (0, pattern(512, 9), b""))
+        # Local targets stay local: a RAM target on gateway 1 is not on gateway 2, and neither
+        # kind of target takes the other kind of LUN.
+        a.ctl("target", "create", "mine", "--allow-any-initiator")
+        a.ctl("lun", "create", "mine", 0, "--backing", "ram", "--size", "1M")
+        r = a.ctl("lun", "create", "mine", 1, "--backing", "rbd", "--pool", "rbd", "--image",
+                  "img-mixed", "--ceph-conf", self.conf, check=False)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("cannot share a target", r.stderr)
+        r = b.ctl("lun", "create", "one", 2, "--backing", "ram", "--size", "1M", check=False)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("is shared by the gateways", r.stderr)
+        self.assertEqual(self.names(a), [harness.IQN_PREFIX + n for n in ("mine", "one")])
+        self.assertEqual(self.names(b), [harness.IQN_PREFIX + "one"])
+        # The state files keep the local targets only.
+        for gw, local in ((a, ["mine"]), (b, [])):
+            with open(os.path.join(gw.state_dir, "state.json")) as f:
+                names = [t["name"] for t in json.load(f).get("targets", [])]
+            self.assertEqual(names, [harness.IQN_PREFIX + n for n in local])
+        # Deleted through gateway 1: gone from gateway 2, sessions dropped, images removed.
+        for ini in self.sessions:
+            ini.close()
+        self.sessions = []
+        a.ctl("target", "delete", "one")
+        self.served_within(b, [])
+        images = CLUSTER.rbd("ls", "rbd").stdout.split()
+        self.assertNotIn("img-one", images)
+        self.assertNotIn("img-one-1", images)
+
+    def test_concurrent_changes_through_both_gateways_are_all_kept(self):
+        a, b = self.gateways
+        names = {a: [f"a{i}" for i in range(4)], b: [f"b{i}" for i in range(4)]}
+        errors = []
+
+        def create(gw):
+            try:
+                for n in names[gw]:
+                    self.create_rbd_target(gw, n)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=create, args=(gw,)) for gw in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        every = names[a] + names[b]
+        for gw in (a, b):
+            self.served_within(gw, every)
+        # A gateway restarted while another changed the configuration loads the change.
+        b.stop()
+        a.ctl("target", "delete", "a0")
+        self.create_rbd_target(a, "later")
+        self.gateways[1] = self.start_gateway(2, state_dir=b.state_dir)
+        self.gateways[1].owns_dir = True
+        b.owns_dir = False
+        want = [n for n in every if n != "a0"] + ["later"]
+        self.served_within(self.gateways[1], want)
+        self.served_within(a, want)
+
+    def test_bootstrapped_rbd_targets_move_into_the_shared_configuration(self):
+        # The chart's way: every replica declares the same rbd target.
+        CLUSTER.rbd("create", f"rbd/boot-{self.where[-8:]}", "--size", "16M")
+        state = {"targets": [{"name": "boot", "allowAnyInitiator": True, "luns": [
+            {"id": 0, "rbd": {"pool": "rbd", "image": f"boot-{self.where[-8:]}",
+                              "conf": self.conf}}]}]}
+        for gw in self.gateways:
+            gw.cleanup()
+        self.gateways = [self.start_gateway(i, state=state) for i in (1, 2)]
+        for gw in self.gateways:
+            self.served_within(gw, ["boot"], seconds=5.0)
+            with open(os.path.join(gw.state_dir, "state.json")) as f:
+                self.assertEqual(json.load(f).get("targets", []), [])
+        # One copy in the object: a change through either gateway is seen by the other.
+        self.gateways[1].ctl("acl", "add", "boot", harness.INITIATOR)
+        harness.wait_for(lambda: self.gateways[0].ctl_json("target", "get", "boot").get("acl"),
+                         1.0, what="gateway 1 serving the ACL set through gateway 2")
 
 
 if __name__ == "__main__":
