@@ -174,6 +174,17 @@ check "ci/gateways-values.yaml: a Service per gateway pod, selecting that pod" s
 check "default values: one replica, no gateway id, no per-pod Service" sh -c \
   "grep -q '^  replicas: 1$' '$out/helm-default.yaml' && ! grep -q -- '--gateway-id' '$out/helm-default.yaml' \
    && ! grep -q 'iscsigw-iscsi-0' '$out/helm-default.yaml'"
+check "ci/gateways-values.yaml: the rbd targets shared through rbd/iscsigw with the mounted keyring" sh -c \
+  "grep -A1 'name: ISCSIGW_SHARED_CONFIG$' '$out/helm-gateways.yaml' | grep -q 'value: \"rbd/iscsigw\"' \
+   && grep -A1 'name: ISCSIGW_SHARED_CONFIG_KEYRING$' '$out/helm-gateways.yaml' | grep -q 'value: \"/etc/ceph/keyring\"' \
+   && grep -A1 'name: ISCSIGW_SHARED_CONFIG_CLIENT_ID$' '$out/helm-gateways.yaml' | grep -q 'value: \"gw\"'"
+check "default values: no shared configuration" sh -c "! grep -q ISCSIGW_SHARED_CONFIG '$out/helm-default.yaml'"
+printf 'sharedConfig:\n  pool: rbd\n' > "$out/shared-one-replica.yaml"
+refuses "sharedConfig with one replica is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/ceph-values.yaml -f "$out/shared-one-replica.yaml"
+printf 'ceph:\n  enabled: false\n' > "$out/shared-no-ceph.yaml"
+refuses "sharedConfig without ceph.enabled is refused" \
+  "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/shared-no-ceph.yaml"
 printf 'replicas: 2\n' > "$out/gateways-file-lun.yaml"
 refuses "replicas > 1 with a file LUN is refused" \
   "$out/helmrender" -chart $chart -f "$out/gateways-file-lun.yaml"

@@ -149,6 +149,9 @@ device seen through several paths.
 {{- fail "replicas > 1: an advertised address (gateway.advertise, or the one a NodePort's fixed nodePort or a LoadBalancer's loadBalancerIP gives) would be the same for every gateway pod; leave them unset (each pod answers SendTargets with its own address)" }}
 {{- end }}
 {{- if .Values.csi.enabled }}
-{{- fail "replicas > 1 with csi.enabled: the CSI controller configures one gateway, and gateways do not share their configuration" }}
+{{- fail "replicas > 1 with csi.enabled: the CSI driver makes file LUNs, which are each gateway pod's own" }}
+{{- end }}
+{{- if and .Values.sharedConfig.pool (not .Values.ceph.enabled) }}
+{{- fail "sharedConfig.pool needs ceph.enabled: the gateways reach the shared configuration with the mounted conf and keyring" }}
 {{- end }}
 {{- end }}

@@ -17,84 +17,14 @@
 #include "dataplane/base/endian.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
+#include "tests/common/fake_shared_object.h"
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
 namespace {
 
-// The object in the cluster: data, a version that every write moves on, and its watchers.
-struct FakeCluster {
-  std::string data;
-  uint64_t version = 1;
-  std::vector<class FakeObject*> watchers;
-  // Runs once, just before the next compare-and-swap: another gateway's change in between.
-  std::function<void()> race;
-  int writes = 0;
-  int read_err = 0;  // what Read answers (0: the data)
-};
-
-// One gateway's view of the object. Post runs the job at once (the engine's completion then runs
-// before Execute returns, which the Task contract allows).
-class FakeObject final : public backing::SharedObject {
- public:
-  explicit FakeObject(FakeCluster& c) : c_(c) { c_.watchers.push_back(this); }
-  ~FakeObject() override { std::erase(c_.watchers, this); }
-
-  int Read(std::string* data, uint64_t* version) override {
-    if (c_.read_err != 0) return -c_.read_err;
-    *data = c_.data;
-    *version = c_.version;
-    return 0;
-  }
-  int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) override {
-    if (c_.race) {
-      auto race = std::move(c_.race);
-      c_.race = nullptr;
-      race();
-    }
-    if (version != c_.version) return -ECANCELED;
-    c_.data = data;
-    *out = ++c_.version;
-    ++c_.writes;
-    return 0;
-  }
-  int Notify(uint64_t version, const std::string& data, const std::string& events,
-             std::chrono::milliseconds) override {
-    ++notifies;
-    for (FakeObject* w : c_.watchers) {
-      if (w != this && w->listener_) w->listener_(version, data, events);
-    }
-    return 0;
-  }
-  void Post(std::function<void()> fn) override { fn(); }
-  // The reread happens when the test says (Resync), as the object's thread would retry it.
-  void Reload() override { ++reloads; }
-  void Resync() {
-    std::string data;
-    uint64_t version = 0;
-    if (Read(&data, &version) == 0 && listener_) listener_(version, data, "");
-  }
-  int reloads = 0;
-  uint64_t SetListener(Listener l, std::function<void()> lost) override {
-    listener_ = std::move(l);
-    lost_ = std::move(lost);
-    return ++token_;
-  }
-  // The watch lost: changes may be missed until Resync.
-  void LoseWatch() {
-    if (lost_) lost_();
-  }
-  void ClearListener(uint64_t token) override {
-    if (token == token_) listener_ = nullptr;
-  }
-  int notifies = 0;
-
- private:
-  FakeCluster& c_;
-  Listener listener_;
-  std::function<void()> lost_;
-  uint64_t token_ = 0;
-};
+using test::FakeCluster;
+using test::FakeObject;
 
 constexpr uint32_t kBlock = 512;
 

@@ -1,0 +1,312 @@
+// StateStore with a shared configuration: two gateways' stores (without data planes) over one
+// in-memory object, and the split of targets between the object and the state file.
+#include "controlplane/state/shared_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controlplane/state/state_file.h"
+#include "controlplane/state/state_store.h"
+#include "tests/common/fake_shared_object.h"
+
+namespace iscsigw::state {
+namespace {
+
+namespace fs = std::filesystem;
+using test::FakeCluster;
+using test::FakeObject;
+
+v1::Target RbdTarget(const std::string& name, const std::string& image) {
+  v1::Target t;
+  t.set_name(QualifyTargetName(name));
+  t.set_allow_any_initiator(true);
+  auto* l = t.add_luns();
+  l->set_id(0);
+  l->set_block_size(512);
+  l->mutable_rbd()->set_pool("rbd");
+  l->mutable_rbd()->set_image(image);
+  return t;
+}
+
+v1::Target RamTarget(const std::string& name) {
+  v1::Target t;
+  t.set_name(QualifyTargetName(name));
+  auto* l = t.add_luns();
+  l->set_id(0);
+  l->set_block_size(512);
+  l->mutable_ram();
+  l->set_size_bytes(1 << 20);
+  return t;
+}
+
+std::vector<std::string> Names(const v1::State& st) {
+  std::vector<std::string> out;
+  for (const auto& t : st.targets()) out.push_back(t.name().substr(t.name().find(':') + 1));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// One gateway: its state directory, its store, its view of the object.
+struct Gateway {
+  Gateway(FakeCluster& cluster, v1::State initial = {}, std::set<std::string> prefer = {},
+          bool reachable = true) {
+    char tmpl[] = "/tmp/iscsigw-shared-test-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    Normalize(&initial);
+    store = std::make_unique<StateStore>(dir, initial, nullptr);
+    EXPECT_TRUE(store->Start().ok());
+    object = std::make_shared<FakeObject>(cluster);
+    store->EnableShared(
+        "rbd/" + std::string(kSharedConfigObject),
+        [this, reachable]() -> Result<std::shared_ptr<backing::SharedObject>> {
+          if (!reachable) return Status(StatusCode::kUnavailable, "the cluster does not answer");
+          return std::shared_ptr<backing::SharedObject>(object);
+        },
+        std::move(prefer));
+    if (reachable) WaitAttached();
+  }
+  ~Gateway() {
+    store.reset();
+    fs::remove_all(dir);
+  }
+  void WaitAttached() {
+    for (int i = 0; i < 500 && !store->health().ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(store->health().ok()) << store->health().message();
+  }
+  Status AddTarget(const v1::Target& t) {
+    return store->Update([&](v1::State* st) {
+      *st->add_targets() = t;
+      return Status::Ok();
+    });
+  }
+  Status AddLun(const std::string& target, const v1::Lun& lun) {
+    return store->Update([&](v1::State* st) {
+      for (auto& t : *st->mutable_targets()) {
+        if (t.name() == QualifyTargetName(target)) *t.add_luns() = lun;
+      }
+      return Status::Ok();
+    });
+  }
+  std::vector<std::string> Served() const { return Names(*store->Snapshot()); }
+  std::vector<std::string> InFile() const {
+    auto st = LoadStateDir(dir);
+    EXPECT_TRUE(st.ok());
+    return Names(st.value());
+  }
+
+  std::string dir;
+  std::shared_ptr<FakeObject> object;
+  std::unique_ptr<StateStore> store;
+};
+
+std::vector<std::string> InObject(const FakeCluster& c) {
+  auto st = SharedFromData(c.data);
+  EXPECT_TRUE(st.ok()) << st.status().message();
+  return Names(st.value());
+}
+
+TEST(SharedConfig, ChangeThroughOneGatewayIsServedByTheOther) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
+  EXPECT_TRUE(a.InFile().empty());
+  EXPECT_TRUE(b.InFile().empty());
+  // An ACL change through the other gateway comes back.
+  ASSERT_TRUE(b.store
+                  ->Update([](v1::State* st) {
+                    st->mutable_targets(0)->set_allow_any_initiator(false);
+                    st->mutable_targets(0)->add_acl()->set_initiator("iqn.2026-11.io.example:x");
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_EQ(a.store->Snapshot()->targets(0).acl_size(), 1);
+  EXPECT_FALSE(a.store->Snapshot()->targets(0).allow_any_initiator());
+  // Deleted through one, gone from both; a shared target emptied of LUNs stays shared.
+  ASSERT_TRUE(a.store
+                  ->Update([](v1::State* st) {
+                    st->mutable_targets(0)->clear_luns();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
+  EXPECT_EQ(b.store->Snapshot()->targets(0).luns_size(), 0);
+  ASSERT_TRUE(b.store
+                  ->Update([](v1::State* st) {
+                    st->clear_targets();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_TRUE(a.Served().empty());
+  EXPECT_TRUE(InObject(cluster).empty());
+}
+
+TEST(SharedConfig, AChangeMadeBetweenReadAndWriteIsKept) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  // Gateway 2 writes after gateway 1 read the object and before its compare-and-swap.
+  cluster.race = [&] { ASSERT_TRUE(b.AddTarget(RbdTarget("two", "img2")).ok()); };
+  a.object->queue_posts = true;  // gateway 1's reread waits for its change, as on its thread
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  a.object->RunPosted();
+  const std::vector<std::string> both{"one", "two"};
+  EXPECT_EQ(InObject(cluster), both);
+  EXPECT_EQ(a.Served(), both);
+  EXPECT_EQ(b.Served(), both);
+  EXPECT_EQ(cluster.writes, 2);
+}
+
+TEST(SharedConfig, AStaleCopyIsRefreshedBeforeTheEditRuns) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  // Gateway 2 missed the notify (a lost watch); its edit still sees "one" and keeps it.
+  cluster.data = SharedToData([&] {
+    v1::State st;
+    *st.add_targets() = RbdTarget("one", "img1");
+    *st.add_targets() = RbdTarget("missed", "img3");
+    return st;
+  }());
+  ++cluster.version;
+  bool saw_missed = false;
+  ASSERT_TRUE(b.store
+                  ->Update([&](v1::State* st) {
+                    saw_missed = false;
+                    for (const auto& t : st->targets()) saw_missed |= t.name().ends_with("missed");
+                    *st->add_targets() = RbdTarget("two", "img2");
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_TRUE(saw_missed);
+  EXPECT_EQ(InObject(cluster), (std::vector<std::string>{"missed", "one", "two"}));
+}
+
+TEST(SharedConfig, LocalTargetsStayInTheStateFileAndKindsDoNotMix) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RamTarget("mine")).ok());
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  EXPECT_EQ(a.InFile(), std::vector<std::string>{"mine"});
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  v1::Lun ram = RamTarget("x").luns(0);
+  ram.set_id(1);
+  Status s = b.AddLun("one", ram);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("is shared by the gateways"), std::string::npos) << s.message();
+  v1::Lun rbd = RbdTarget("x", "img9").luns(0);
+  rbd.set_id(1);
+  s = a.AddLun("mine", rbd);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("cannot share a target"), std::string::npos) << s.message();
+  // An empty target is local until it has an rbd LUN; then it moves.
+  v1::Target empty;
+  empty.set_name(QualifyTargetName("later"));
+  ASSERT_TRUE(a.AddTarget(empty).ok());
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  rbd.set_id(0);
+  ASSERT_TRUE(a.AddLun("later", rbd).ok());
+  EXPECT_EQ(b.Served(), (std::vector<std::string>{"later", "one"}));
+  EXPECT_EQ(a.InFile(), std::vector<std::string>{"mine"});
+}
+
+TEST(SharedConfig, UnreachableObjectServesLocalTargetsAndRefusesSharedChanges) {
+  FakeCluster cluster;
+  v1::State initial;
+  *initial.add_targets() = RamTarget("mine");
+  Gateway a(cluster, initial, {}, /*reachable=*/false);
+  Status h = a.store->health();
+  for (int i = 0; i < 200 && h.message().find("does not answer") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    h = a.store->health();
+  }
+  EXPECT_EQ(h.code(), StatusCode::kUnavailable);
+  EXPECT_NE(h.message().find("does not answer"), std::string::npos) << h.message();
+  EXPECT_EQ(a.Served(), std::vector<std::string>{"mine"});
+  ASSERT_TRUE(a.AddTarget(RamTarget("mine2")).ok());
+  Status s = a.AddTarget(RbdTarget("one", "img1"));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("not loaded yet"), std::string::npos) << s.message();
+  EXPECT_EQ(a.Served(), (std::vector<std::string>{"mine", "mine2"}));
+}
+
+TEST(SharedConfig, RbdTargetsOfTheStateFileMoveIntoTheObject) {
+  FakeCluster cluster;
+  {
+    v1::State st;
+    *st.add_targets() = RbdTarget("both", "img-object");
+    cluster.data = SharedToData(st);
+  }
+  v1::State initial;
+  *initial.add_targets() = RbdTarget("both", "img-local");  // the object's copy wins
+  *initial.add_targets() = RbdTarget("new", "img-new");     // moves in
+  *initial.add_targets() = RamTarget("mine");
+  Gateway a(cluster, initial);
+  EXPECT_EQ(InObject(cluster), (std::vector<std::string>{"both", "new"}));
+  EXPECT_EQ(a.InFile(), std::vector<std::string>{"mine"});
+  auto shared = SharedFromData(cluster.data).value();
+  EXPECT_EQ(shared.targets(0).luns(0).rbd().image(), "img-object");
+  // A gateway whose bootstrap declared "both" anew at this start replaces the object's copy.
+  Gateway b(cluster, initial, {QualifyTargetName("both")});
+  shared = SharedFromData(cluster.data).value();
+  EXPECT_EQ(shared.targets(0).luns(0).rbd().image(), "img-local");
+  EXPECT_EQ(a.store->Snapshot()->targets(1).luns(0).rbd().image(), "img-local");
+}
+
+TEST(SharedConfig, ALocalTargetWithOtherLunsKeepsItsNameAndTheSharedOneIsKept) {
+  FakeCluster cluster;
+  v1::State initial;
+  *initial.add_targets() = RamTarget("clash");
+  Gateway a(cluster, initial), b(cluster);
+  ASSERT_TRUE(b.AddTarget(RbdTarget("clash", "img1")).ok());
+  // Gateway 1 serves its own RAM target under that name, not the shared one.
+  ASSERT_EQ(a.store->Snapshot()->targets_size(), 1);
+  EXPECT_TRUE(a.store->Snapshot()->targets(0).luns(0).has_ram());
+  // Its changes keep the shared one in the object.
+  ASSERT_TRUE(a.AddTarget(RbdTarget("other", "img2")).ok());
+  EXPECT_EQ(InObject(cluster), (std::vector<std::string>{"clash", "other"}));
+  EXPECT_EQ(b.Served(), (std::vector<std::string>{"clash", "other"}));
+  EXPECT_EQ(a.InFile(), std::vector<std::string>{"clash"});
+}
+
+TEST(SharedConfig, ObjectThatCannotBeParsedIsNotTakenIn) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  cluster.data = "{\"targets\": [{\"name\": \"one\", \"nonsense\": 1}]}";
+  ++cluster.version;
+  b.object->Resync();  // as after a lost watch
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  EXPECT_EQ(b.store->health().code(), StatusCode::kFailedPrecondition);
+  Status s = b.AddTarget(RbdTarget("two", "img2"));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("nonsense"), std::string::npos) << s.message();
+}
+
+TEST(SharedConfig, LocationIsPoolOrPoolAndNamespace) {
+  auto p = ParseSharedConfigLocation("rbd", "/c", "gw", "/k");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->pool, "rbd");
+  EXPECT_EQ(p->ns, "");
+  EXPECT_EQ(p->client_id, "gw");
+  p = ParseSharedConfigLocation("rbd/cfg", "", "", "");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->ns, "cfg");
+  for (const char* bad : {"", "/x", "rbd/", "a/b/c"}) {
+    EXPECT_FALSE(ParseSharedConfigLocation(bad, "", "", "").ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace iscsigw::state
