@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <string>
 
 #include "controlplane/metrics/exposer.h"
@@ -128,7 +127,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   iscsigw::v1::State desired = std::move(loaded).value();
-  std::set<std::string> bootstrapped;  // targets the bootstrap created or changed at this start
+  iscsigw::v1::State redeclared;  // declarations changed since the last start, and the old ones
   if (!flags.bootstrap.empty()) {
     auto boot = state::LoadStateFile(flags.bootstrap);
     if (!boot.ok()) {
@@ -150,15 +149,16 @@ int Run(int argc, char** argv) {
     }
     for (const auto& line : merged.value()) ctl.info("bootstrap {}: {}", flags.bootstrap, line);
     state::Normalize(&desired);
-    // What the bootstrap declared anew wins over the shared configuration's copy of it.
-    for (const auto& t : desired.targets()) {
-      const iscsigw::v1::Target* was = nullptr;
-      for (const auto& b : before.targets()) {
-        if (b.name() == t.name()) was = &b;
+    // A declaration changed since the last start applies to the shared configuration's copy of
+    // its target too (StateStore::EnableShared).
+    for (const auto& [name, decl] : desired.bootstrap().targets()) {
+      const auto& old = before.bootstrap().targets();
+      const auto it = old.find(name);
+      if (it == old.end() || google::protobuf::util::MessageDifferencer::Equals(it->second, decl)) {
+        continue;
       }
-      if (was == nullptr || !google::protobuf::util::MessageDifferencer::Equals(*was, t)) {
-        bootstrapped.insert(t.name());
-      }
+      *redeclared.add_targets() = decl;
+      (*redeclared.mutable_bootstrap()->mutable_targets())[name] = it->second;
     }
   }
   auto config = state::ToConfig(desired);
@@ -209,7 +209,7 @@ int Run(int argc, char** argv) {
     store.EnableShared(
         flags.shared_config + "/" + state::kSharedConfigObject,
         [spec = where.value()] { return api::OpenSharedObject(spec, state::kSharedConfigObject); },
-        std::move(bootstrapped));
+        std::move(redeclared));
   }
   for (const auto& p : dataplane.portals()) ctl.info("iSCSI portal listening on {}", p);
   for (const auto& a : dataplane.advertised()) ctl.info("SendTargets advertises {}", a);

@@ -340,6 +340,12 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
     }
     return out;
   };
+  if (store_->IsShared(name) && !req.force()) {
+    return FailedPrecondition("target " + name +
+                              " is shared by the gateways (--shared-config), and its sessions on "
+                              "the others cannot be counted here: delete it with force (every "
+                              "gateway asks its initiators to log out first)");
+  }
   auto live = sessions_of();
   if (!live.empty() && !req.force()) {
     return FailedPrecondition("target " + name + " has " + std::to_string(live.size()) +

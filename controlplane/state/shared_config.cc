@@ -61,7 +61,6 @@ Result<api::RbdSpec> ParseSharedConfigLocation(const std::string& where, const s
 std::string SharedToData(const v1::State& shared) {
   v1::State only;
   *only.mutable_targets() = shared.targets();
-  if (only.targets().empty()) return "";
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(only, &out);
   return out;
@@ -114,7 +113,8 @@ Merged MergeShared(const v1::State& local, const v1::State& shared) {
 }
 
 Status SplitShared(const v1::State& merged, const std::set<std::string>& shared_names,
-                   const v1::State& shared_now, v1::State* local, v1::State* shared) {
+                   const v1::State& shared_now, const v1::State& before, v1::State* local,
+                   v1::State* shared) {
   *local = merged;
   local->clear_targets();
   shared->Clear();
@@ -141,6 +141,10 @@ Status SplitShared(const v1::State& merged, const std::set<std::string>& shared_
     if (shared_names.count(t.name()) != 0) continue;
     const LunKinds k = KindsOf(t);
     if (k.rbd && k.other) {
+      if (const v1::Target* was = Find(before, t.name()); was != nullptr && SameTarget(*was, t)) {
+        *local->add_targets() = t;  // as it was before --shared-config
+        continue;
+      }
       return InvalidArgument("target " + t.name() +
                              ": rbd LUNs and LUNs of other kinds cannot share a target with "
                              "--shared-config (rbd targets are shared by the gateways, the others "
@@ -162,6 +166,10 @@ Status SplitShared(const v1::State& merged, const std::set<std::string>& shared_
 }
 
 bool SameState(const v1::State& a, const v1::State& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+bool SameTarget(const v1::Target& a, const v1::Target& b) {
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 

@@ -35,7 +35,8 @@ Result<api::RbdSpec> ParseSharedConfigLocation(const std::string& where, const s
                                                const std::string& keyring);
 
 // The object's data: the shared targets as protobuf JSON (secrets included: the object is as
-// secret as the state file); "" is no target. Parsed data is normalised and checked (ToConfig).
+// secret as the state file), "{}" when there is none; "" is an object that was removed (or never
+// written). Parsed data is normalised and checked (ToConfig).
 std::string SharedToData(const iscsigw::v1::State& shared);
 Result<iscsigw::v1::State> SharedFromData(const std::string& data);
 
@@ -47,14 +48,16 @@ struct Merged {
 };
 Merged MergeShared(const iscsigw::v1::State& local, const iscsigw::v1::State& shared);
 
-// Splits an edited merged state (`shared_names` from the Merged it was edited from) into what the
-// state file keeps and what the object holds. `shared_now` is the object's current content: its
-// targets this gateway does not serve (name clashes) are kept as they are. Errors name the target
-// (INVALID_ARGUMENT for mixed LUNs, ALREADY_EXISTS for a clash).
+// Splits an edited merged state (`shared_names` from the Merged it was edited from, `before` the
+// state before the edit) into what the state file keeps and what the object holds. `shared_now`
+// is the object's current content: its targets this gateway does not serve (name clashes) are kept
+// as they are. Errors name the target (INVALID_ARGUMENT for mixed LUNs, ALREADY_EXISTS for a
+// clash); a target that mixed rbd and other LUNs before --shared-config, unchanged, stays local.
 Status SplitShared(const iscsigw::v1::State& merged, const std::set<std::string>& shared_names,
-                   const iscsigw::v1::State& shared_now, iscsigw::v1::State* local,
-                   iscsigw::v1::State* shared);
+                   const iscsigw::v1::State& shared_now, const iscsigw::v1::State& before,
+                   iscsigw::v1::State* local, iscsigw::v1::State* shared);
 
 bool SameState(const iscsigw::v1::State& a, const iscsigw::v1::State& b);
+bool SameTarget(const iscsigw::v1::Target& a, const iscsigw::v1::Target& b);
 
 }  // namespace iscsigw::state

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "controlplane/state/shared_config.h"
 #include "controlplane/state/state_file.h"
@@ -140,8 +141,18 @@ Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::Sta
 Status StateStore::Update(const std::function<Status(iscsigw::v1::State*)>& edit) {
   // Changes are serialized by update_mu_ alone: applying one may wait for storage (an rbd cluster
   // that does not answer), and readers (Snapshot, health) keep the last committed state meanwhile.
+  if (sharing_) {
+    Status s = Status::Ok();
+    {
+      std::lock_guard update(update_mu_);
+      s = UpdateShared(edit);
+    }
+    // Outside update_mu_: a gateway that changes the configuration at the same time is not held
+    // up answering this notify.
+    NotifyOthers();
+    return s;
+  }
   std::lock_guard update(update_mu_);
-  if (sharing_) return UpdateShared(edit);
   const auto current = Snapshot();
   iscsigw::v1::State next = *current;
   if (Status s = edit(&next); !s.ok()) return s;
@@ -156,9 +167,25 @@ void StateStore::Publish(iscsigw::v1::State next) {
   auto committed = std::make_shared<const iscsigw::v1::State>(std::move(next));
   std::lock_guard lock(mu_);
   state_ = std::move(committed);
+  shared_served_ = shared_names_;
 }
 
-Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit) {
+namespace {
+
+// `st` without the targets named in `names`.
+iscsigw::v1::State Without(const iscsigw::v1::State& st, const std::set<std::string>& names) {
+  iscsigw::v1::State out = st;
+  out.clear_targets();
+  for (const auto& t : st.targets()) {
+    if (names.count(t.name()) == 0) *out.add_targets() = t;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit,
+                                bool move_in) {
   constexpr int kTries = 32;
   for (int attempt = 0; attempt < kTries; ++attempt) {
     const auto current = Snapshot();
@@ -168,16 +195,31 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     if (Status s = CheckLimits(next, *current, limits_); !s.ok()) return s;
     iscsigw::v1::State local;
     iscsigw::v1::State shared;
-    if (Status s = SplitShared(next, shared_names_, shared_copy_, &local, &shared); !s.ok()) {
+    if (Status s = SplitShared(next, shared_names_, shared_copy_, *current, &local, &shared);
+        !s.ok()) {
       return s;
     }
-    if (SameState(shared, shared_copy_)) {  // this gateway's own targets only
-      if (Status s = Commit(next, current.get(), api::Dataplane::ApplyMode::kStrict, &local);
+    iscsigw::v1::State local_before;
+    iscsigw::v1::State shared_before;
+    if (Status s = SplitShared(*current, shared_names_, shared_copy_, *current, &local_before,
+                               &shared_before);
+        !s.ok()) {
+      return s;
+    }
+    // move_in: local rbd targets waiting to move into the object make this a shared change.
+    if (SameState(shared, move_in ? shared_copy_ : shared_before)) {
+      // The edit left the shared targets alone (and those waiting to move in). The state file
+      // keeps every target that is not in the object; a shared target that a deleted local one
+      // of its name hid is served again.
+      iscsigw::v1::State file = Without(next, shared_names_);
+      Merged fin = MergeShared(file, shared_copy_);
+      if (Status s = Commit(fin.state, current.get(), api::Dataplane::ApplyMode::kStrict, &file);
           !s.ok()) {
         return s;
       }
-      local_ = std::move(local);
-      Publish(std::move(next));
+      local_ = std::move(file);
+      shared_names_ = std::move(fin.shared);
+      Publish(std::move(fin.state));
       return Status::Ok();
     }
     if (shared_obj_ == nullptr) {
@@ -201,35 +243,45 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     if (dataplane_ != nullptr) {
       if (Status s = dataplane_->Apply(cfg.value()); !s.ok()) return s;
     }
+    auto roll_back = [&] {
+      if (dataplane_ == nullptr) return;
+      if (auto old = ToConfig(*current); old.ok()) {
+        (void)dataplane_->Apply(old.value(), api::Dataplane::ApplyMode::kStartup);
+      }
+    };
     const std::string out = SharedToData(shared);
     uint64_t written = 0;
-    int w = shared_obj_->WriteIfVersion(version, out, &written);
-    if (w < 0 && w != -ECANCELED) {
-      // The write may have happened: the object tells.
-      std::string now;
-      uint64_t now_version = 0;
-      if (shared_obj_->Read(&now, &now_version) == 0 && now_version != version && now == out) {
-        w = 0;
-        written = now_version;
-      }
+    const int w = shared_obj_->WriteIfVersion(version, out, &written);
+    if (w == -ECANCELED) {  // another gateway wrote first
+      roll_back();
+      continue;
+    }
+    if (w == -EFBIG) {
+      roll_back();
+      return Status(StatusCode::kResourceExhausted, "the shared configuration in " + shared_where_ +
+                                                        " would be " + std::to_string(out.size()) +
+                                                        " bytes, past its limit; nothing changed");
     }
     if (w < 0) {
-      if (dataplane_ != nullptr) {
-        if (auto old = ToConfig(*current); old.ok()) {
-          (void)dataplane_->Apply(old.value(), api::Dataplane::ApplyMode::kStartup);
-        }
-      }
-      if (w == -ECANCELED) continue;  // another gateway wrote first
+      // The write may or may not have happened (another gateway may even have written on top):
+      // only the object can tell. Reread it on its thread and serve what it holds.
+      shared_obj_->Post([this] { Refresh(); });
       return Status(StatusCode::kUnavailable,
-                    "the shared configuration in " + shared_where_ +
-                        " was not written, nothing changed: " + std::strerror(-w));
+                    "the shared configuration in " + shared_where_ + " may not have been " +
+                        "written (" + std::strerror(-w) +
+                        "); this gateway rereads it and serves what it holds: check before trying "
+                        "again");
     }
     shared_copy_ = std::move(shared);
     shared_version_ = written;
-    shared_names_ = MergeShared(local, shared_copy_).shared;
+    Merged fin = MergeShared(local, shared_copy_);
+    shared_names_ = std::move(fin.shared);
     if (!SameState(local, local_)) {  // a target moved into the shared configuration
       Status f = WriteFileAtomically(path(), StateToJson(local), 0600);
-      if (!f.ok()) {
+      if (f.ok()) {
+        local_ = std::move(local);
+      } else {
+        // local_ keeps what the file holds: the next change writes it again.
         log::Ctl().error(
             "the state file was not rewritten ({}); the change is in the shared "
             "configuration",
@@ -238,14 +290,8 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
       std::lock_guard lock(mu_);
       health_ = f;
     }
-    local_ = std::move(local);
     Publish(std::move(next));
-    if (int n = shared_obj_->Notify(written, "", "", std::chrono::seconds(5)); n < 0) {
-      log::Ctl().warn(
-          "shared configuration version {}: not every gateway acknowledged it ({}); "
-          "one whose watch was lost rereads it when the watch is back",
-          written, std::strerror(-n));
-    }
+    notify_version_ = written;
     return Status::Ok();
   }
   return Status(StatusCode::kUnavailable,
@@ -253,21 +299,57 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
                     std::to_string(kTries) + " times during this change; try again");
 }
 
+void StateStore::NotifyOthers() {
+  uint64_t version = 0;
+  std::shared_ptr<backing::SharedObject> obj;
+  {
+    std::lock_guard update(update_mu_);
+    version = std::exchange(notify_version_, 0);
+    obj = shared_obj_;
+  }
+  if (version == 0 || obj == nullptr) return;
+  // The others acknowledge once they have queued a reread, which they apply within moments.
+  if (int n = obj->Notify(version, "", "", std::chrono::seconds(5)); n < 0) {
+    log::Ctl().warn(
+        "shared configuration version {}: not every gateway acknowledged it ({}); "
+        "they reread it when their watch is back, or within {} s",
+        version, std::strerror(-n), kSharedRereadSeconds);
+  }
+}
+
 Status StateStore::Adopt(const std::string& data, uint64_t version) {
+  if (data.empty() && !shared_copy_.targets().empty() && shared_obj_ != nullptr) {
+    // The object was removed (or recreated empty): it is written again from this copy rather
+    // than every shared target being dropped.
+    uint64_t written = 0;
+    const int w = shared_obj_->WriteIfVersion(version, SharedToData(shared_copy_), &written);
+    log::Ctl().warn("the shared configuration in {} was removed; {}", shared_where_,
+                    w == 0 ? "written again from this gateway's copy"
+                           : std::string("writing it again failed: ") + std::strerror(-w));
+    if (w == 0) {
+      shared_version_ = written;
+      notify_version_ = written;
+      return Status::Ok();
+    }
+  }
   auto parsed = SharedFromData(data);
   if (!parsed.ok()) {
-    return Status(StatusCode::kFailedPrecondition, "the shared configuration in " + shared_where_ +
-                                                       ": " + parsed.status().message());
+    return SharedError(
+        Status(StatusCode::kFailedPrecondition,
+               "the shared configuration in " + shared_where_ + ": " + parsed.status().message()));
   }
   Merged m = MergeShared(local_, parsed.value());
   auto cfg = ToConfig(m.state);
   if (!cfg.ok()) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "the shared configuration in " + shared_where_ + ": " + cfg.status().message());
+    return SharedError(
+        Status(StatusCode::kFailedPrecondition,
+               "the shared configuration in " + shared_where_ + ": " + cfg.status().message()));
   }
   if (dataplane_ != nullptr) {
+    LogOutOfRemovedTargets(m.state);
     if (Status s = dataplane_->Apply(cfg.value(), api::Dataplane::ApplyMode::kStartup); !s.ok()) {
-      return Status(s.code(), "the shared configuration in " + shared_where_ + ": " + s.message());
+      return SharedError(
+          Status(s.code(), "the shared configuration in " + shared_where_ + ": " + s.message()));
     }
   }
   for (const auto& line : m.skipped) log::Ctl().error("{}", line);
@@ -277,10 +359,45 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
   shared_version_ = version;
   shared_names_ = std::move(m.shared);
   Publish(std::move(m.state));
+  SetSharedStatus(Status::Ok());
   return Status::Ok();
 }
 
+Status StateStore::SharedError(Status s) {
+  log::Ctl().error("{}; this gateway keeps version {}", s.message(), shared_version_);
+  SetSharedStatus(s);
+  return s;
+}
+
+void StateStore::LogOutOfRemovedTargets(const iscsigw::v1::State& next) {
+  std::set<std::string> kept;
+  for (const auto& t : next.targets()) kept.insert(t.name());
+  std::vector<uint16_t> live;
+  auto sessions_of_removed = [&] {
+    live.clear();
+    for (const auto& s : dataplane_->ListSessions()) {
+      if (!s.discovery && kept.count(s.target_name) == 0) live.push_back(s.tsih);
+    }
+    return !live.empty();
+  };
+  if (!sessions_of_removed()) return;
+  // Deleted through another gateway (with force): as there, each initiator is asked to log out
+  // (RFC 7143 11.9.1) and given a moment before the target goes.
+  log::Ctl().info("shared configuration: {} session(s) of deleted targets asked to log out",
+                  live.size());
+  for (uint16_t tsih : live) dataplane_->RequestLogout(tsih, kRemovedTargetLogoutWait);
+  const auto deadline = std::chrono::steady_clock::now() + kRemovedTargetLogoutWait;
+  while (sessions_of_removed() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void StateStore::Refresh() {
+  RereadShared();
+  NotifyOthers();  // when the object had to be written again
+}
+
+void StateStore::RereadShared() {
   std::lock_guard update(update_mu_);
   if (shared_obj_ == nullptr) return;
   std::string data;
@@ -291,14 +408,22 @@ void StateStore::Refresh() {
     shared_obj_->Reload();  // retried each second; its read comes back here
     return;
   }
-  if (version == shared_version_) return;
-  Status s = Adopt(data, version);
-  if (!s.ok()) log::Ctl().error("{}; this gateway keeps version {}", s.message(), shared_version_);
-  SetSharedStatus(s);
+  // A failed adoption is tried again at the next reread, even of the same version.
+  bool healthy = false;
+  {
+    std::lock_guard lock(mu_);
+    healthy = shared_status_.ok();
+  }
+  if (version == shared_version_ && healthy) return;
+  (void)Adopt(data, version);
 }
 
-void StateStore::EnableShared(std::string where, SharedOpener open,
-                              std::set<std::string> prefer_local) {
+bool StateStore::IsShared(const std::string& target) const {
+  std::lock_guard lock(mu_);
+  return shared_served_.count(target) != 0;
+}
+
+void StateStore::EnableShared(std::string where, SharedOpener open, iscsigw::v1::State redeclared) {
   {
     std::lock_guard update(update_mu_);
     std::lock_guard lock(mu_);
@@ -308,32 +433,63 @@ void StateStore::EnableShared(std::string where, SharedOpener open,
                             "the shared configuration in " + shared_where_ + " is not read yet");
     local_ = *state_;
   }
-  attach_thread_ = std::thread([this, open = std::move(open), prefer = std::move(prefer_local)] {
-    AttachLoop(open, prefer);
+  shared_thread_ = std::thread([this, open = std::move(open), redeclared = std::move(redeclared)] {
+    SharedLoop(open, redeclared);
   });
 }
 
-void StateStore::AttachLoop(SharedOpener open, std::set<std::string> prefer_local) {
+void StateStore::SharedLoop(const SharedOpener& open, const iscsigw::v1::State& redeclared) {
+  auto stopped_after = [this](std::chrono::seconds wait) {
+    std::unique_lock lock(stop_mu_);
+    return stop_cv_.wait_for(lock, wait, [this] { return stop_; });
+  };
   for (;;) {
     auto opened = open();
-    Status s = opened.ok() ? Attach(std::move(opened).value(), prefer_local) : opened.status();
+    Status s = opened.ok() ? Attach(std::move(opened).value(), redeclared) : opened.status();
+    if (s.ok()) break;
     SetSharedStatus(s);
-    if (s.ok()) return;
     log::Ctl().warn("shared configuration in {}: {}; trying again in 5 s", shared_where_,
                     s.message());
-    std::unique_lock lock(attach_mu_);
-    if (attach_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return attach_stop_; })) {
-      return;
+    if (stopped_after(std::chrono::seconds(5))) return;
+  }
+  NotifyOthers();
+  // A notify this gateway missed (its watch was fine, the notifier died before sending it) or an
+  // adoption that failed is caught up here at the latest.
+  while (!stopped_after(std::chrono::seconds(kSharedRereadSeconds))) {
+    Refresh();
+    MoveInPending();
+  }
+}
+
+void StateStore::MoveInPending() {
+  Status s = Status::Ok();
+  {
+    std::lock_guard update(update_mu_);
+    bool pending = false;
+    for (const auto& t : local_.targets()) {
+      bool rbd = false;
+      bool other = false;
+      for (const auto& l : t.luns()) (l.has_rbd() ? rbd : other) = true;
+      pending |= rbd && !other && shared_names_.count(t.name()) == 0;
     }
+    if (!pending) return;
+    s = UpdateShared([](iscsigw::v1::State*) { return Status::Ok(); }, /*move_in=*/true);
+  }
+  NotifyOthers();
+  if (!s.ok()) {
+    log::Ctl().warn(
+        "shared configuration in {}: this gateway's rbd targets are not moved in "
+        "yet: {}",
+        shared_where_, s.message());
   }
 }
 
 Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
-                          const std::set<std::string>& prefer_local) {
+                          const iscsigw::v1::State& redeclared) {
   std::lock_guard update(update_mu_);
   {
-    std::lock_guard lock(attach_mu_);
-    if (attach_stop_) return Status(StatusCode::kUnavailable, "stopping");
+    std::lock_guard lock(stop_mu_);
+    if (stop_) return Status(StatusCode::kUnavailable, "stopping");
   }
   // Listening first, so that no change made after the read below is missed. A notify queues a
   // reread on the object's thread, which waits for this to finish.
@@ -356,26 +512,27 @@ Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
   }
   shared_obj_ = std::move(obj);
   listener_token_ = token;
-  // This gateway's rbd targets move into the object; those the bootstrap declared anew replace
-  // the shared ones.
-  Status moved = UpdateShared([&](iscsigw::v1::State* st) {
-    for (const auto& t : local_.targets()) {
-      if (prefer_local.count(t.name()) == 0) continue;
-      bool found = false;
-      for (auto& have : *st->mutable_targets()) {
-        if (have.name() == t.name()) {
-          have = t;
-          found = true;
-        }
-      }
-      if (!found) *st->add_targets() = t;
-    }
-    return Status::Ok();
-  });
+  // This gateway's rbd targets move into the object. A declaration the bootstrap changed since
+  // this gateway's last start is applied to the object's copy as it would be to a local target
+  // (MergeBootstrap against the previous declaration): what the API did stays.
+  Status moved = UpdateShared(
+      [&](iscsigw::v1::State* st) {
+        if (redeclared.targets().empty()) return Status::Ok();
+        iscsigw::v1::State scratch = *st;
+        *scratch.mutable_bootstrap() = redeclared.bootstrap();
+        iscsigw::v1::State decl;
+        *decl.mutable_targets() = redeclared.targets();
+        auto lines = MergeBootstrap(decl, &scratch);
+        if (!lines.ok()) return lines.status();
+        for (const auto& line : lines.value()) log::Ctl().info("shared configuration: {}", line);
+        *st->mutable_targets() = scratch.targets();
+        return Status::Ok();
+      },
+      /*move_in=*/true);
   if (!moved.ok()) {
     log::Ctl().error(
-        "shared configuration in {}: this gateway's rbd targets were not moved into "
-        "it: {}",
+        "shared configuration in {}: this gateway's rbd targets and changed "
+        "declarations were not written to it: {}",
         shared_where_, moved.message());
   }
   return Status::Ok();
@@ -388,11 +545,11 @@ void StateStore::SetSharedStatus(Status s) {
 
 void StateStore::StopShared() {
   {
-    std::lock_guard lock(attach_mu_);
-    attach_stop_ = true;
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
   }
-  attach_cv_.notify_all();
-  if (attach_thread_.joinable()) attach_thread_.join();
+  stop_cv_.notify_all();
+  if (shared_thread_.joinable()) shared_thread_.join();
   std::shared_ptr<backing::SharedObject> obj;
   uint64_t token = 0;
   {

@@ -21,11 +21,14 @@
 // again, up to 32 times, then UNAVAILABLE); the others are notified and reread the object. On a
 // notify, or after a lost watch, this gateway rereads the object on the object's own thread and
 // applies what changed leniently (kStartup: an image that cannot be opened makes its LUN
-// offline). Until the object is first read (the cluster may be down at start, it is retried
-// every 5 s) the local targets serve, health() says why not, and changes to shared targets are
-// UNAVAILABLE.
+// offline); the sessions of a target deleted through another gateway are asked to log out first.
+// The notify is acknowledged once the reread is queued: the others apply a change moments after
+// the Update returns. Until the object is first read (the cluster may be down at start, it is
+// retried every 5 s) the local targets serve, health() says why not, and changes to shared
+// targets are UNAVAILABLE.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -74,14 +77,21 @@ class StateStore {
 
   // Shares the targets whose LUNs are rbd with the other gateways through the object that `open`
   // opens (blocking; called again every 5 s until it and the first read succeed, on a thread of
-  // the store's). `where` names it in messages. Local targets named in `prefer_local` (those the
-  // bootstrap declared anew at this start) replace the shared ones of that name; other clashes
-  // are settled as shared_config.h says. Call once, after Start.
+  // the store's, which then rereads the object every kSharedRereadSeconds in case a notify was
+  // missed). `where` names it in messages. `redeclared`: the bootstrap's declarations of targets
+  // that changed since the last start (targets) and the previous ones (bootstrap record), applied
+  // to the object's copies as MergeBootstrap would to local ones. Call once, after Start.
   using SharedOpener = std::function<Result<std::shared_ptr<backing::SharedObject>>()>;
-  void EnableShared(std::string where, SharedOpener open, std::set<std::string> prefer_local);
+  void EnableShared(std::string where, SharedOpener open, iscsigw::v1::State redeclared);
   // Stops sharing: no reread runs after it returns, and the object is closed. Before the data
   // plane stops; idempotent.
   void StopShared();
+  // True when `target` (qualified) is served from the shared configuration.
+  bool IsShared(const std::string& target) const;
+
+  static constexpr int kSharedRereadSeconds = 30;
+  // How long the sessions of a target deleted through another gateway have to log out.
+  static constexpr std::chrono::seconds kRemovedTargetLogoutWait{5};
 
   // The current state, shared: it never changes (Update replaces it).
   std::shared_ptr<const iscsigw::v1::State> Snapshot() const;
@@ -103,14 +113,23 @@ class StateStore {
                 const iscsigw::v1::State* to_file = nullptr);
   void Publish(iscsigw::v1::State next);
   // With update_mu_ held.
-  Status UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit);
+  // move_in: write the object even when only local rbd targets are waiting to move in.
+  Status UpdateShared(const std::function<Status(iscsigw::v1::State*)>& edit, bool move_in = false);
+  // Moves local rbd targets that could not move in at start into the object.
+  void MoveInPending();
   // Takes in the object's data at `version`: merged with the local targets and applied (kStartup).
   Status Adopt(const std::string& data, uint64_t version);
-  // On the object's thread: rereads the object and adopts it when it changed.
+  // Rereads the object and adopts it when it changed (or the last adoption failed), then sends
+  // a pending notify. Takes update_mu_.
   void Refresh();
-  void AttachLoop(SharedOpener open, std::set<std::string> prefer_local);
-  Status Attach(std::shared_ptr<backing::SharedObject> obj,
-                const std::set<std::string>& prefer_local);
+  void RereadShared();
+  // Sends the notify of the last change written, if any. Takes update_mu_ briefly.
+  void NotifyOthers();
+  void SharedLoop(const SharedOpener& open, const iscsigw::v1::State& redeclared);
+  Status Attach(std::shared_ptr<backing::SharedObject> obj, const iscsigw::v1::State& redeclared);
+  // Sessions of the targets that `next` no longer has are asked to log out, and waited for.
+  void LogOutOfRemovedTargets(const iscsigw::v1::State& next);
+  Status SharedError(Status s);  // logged and made the shared status
   void SetSharedStatus(Status s);
 
   const std::string dir_;
@@ -132,11 +151,13 @@ class StateStore {
   iscsigw::v1::State local_;        // what the state file holds
   iscsigw::v1::State shared_copy_;  // the object's targets at shared_version_
   uint64_t shared_version_ = 0;
-  std::set<std::string> shared_names_;  // the shared targets served (in state_)
-  std::mutex attach_mu_;
-  std::condition_variable attach_cv_;
-  bool attach_stop_ = false;  // guarded by attach_mu_
-  std::thread attach_thread_;
+  std::set<std::string> shared_names_;   // the shared targets served (in state_)
+  uint64_t notify_version_ = 0;          // a written version the others are not notified of yet
+  std::set<std::string> shared_served_;  // guarded by mu_: shared_names_ as published
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+  std::thread shared_thread_;
 };
 
 }  // namespace iscsigw::state

@@ -21,6 +21,7 @@
 """
 import json
 import os
+import re
 import struct
 import sys
 import threading
@@ -282,7 +283,8 @@ class SharedConfigurationTest(unittest.TestCase):
             "--gateway-id", str(gateway_id), "--shared-config", self.where,
             "--shared-config-conf", self.conf])
         gw.start(timeout=60)
-        harness.wait_for(lambda: "shared configuration in" in gw.read_log(), 30,
+        harness.wait_for(lambda: re.search(r"shared configuration in \S+: version \d+",
+                                           gw.read_log()), 30,
                          what="the shared configuration read")
         return gw
 
@@ -350,12 +352,19 @@ class SharedConfigurationTest(unittest.TestCase):
             with open(os.path.join(gw.state_dir, "state.json")) as f:
                 names = [t["name"] for t in json.load(f).get("targets", [])]
             self.assertEqual(names, [harness.IQN_PREFIX + n for n in local])
-        # Deleted through gateway 1: gone from gateway 2, sessions dropped, images removed.
-        for ini in self.sessions:
-            ini.close()
-        self.sessions = []
-        a.ctl("target", "delete", "one")
-        self.served_within(b, [])
+        # Deleted through gateway 1: its sessions on gateway 2 cannot be counted from there, so
+        # only with force; gateway 2 then asks its initiator to log out, and the images go.
+        ini_a.close()
+        self.sessions.remove(ini_a)
+        r = a.ctl("target", "delete", "one", check=False)
+        self.assertEqual(r.returncode, 9, r.stderr)
+        self.assertIn("delete it with force", r.stderr)
+        self.assertEqual(len(b.ctl_json("session", "list").get("sessions", [])), 1)
+        a.ctl("target", "delete", "one", "--force")
+        self.served_within(b, [], seconds=8.0)
+        harness.wait_for(lambda: not b.ctl_json("session", "list").get("sessions"), 8.0,
+                         what="gateway 2's session of the deleted target gone")
+        self.assertIn("asked to log out", b.read_log())
         images = CLUSTER.rbd("ls", "rbd").stdout.split()
         self.assertNotIn("img-one", images)
         self.assertNotIn("img-one-1", images)
@@ -383,7 +392,7 @@ class SharedConfigurationTest(unittest.TestCase):
             self.served_within(gw, every)
         # A gateway restarted while another changed the configuration loads the change.
         b.stop()
-        a.ctl("target", "delete", "a0")
+        a.ctl("target", "delete", "a0", "--force")
         self.create_rbd_target(a, "later")
         self.gateways[1] = self.start_gateway(2, state_dir=b.state_dir)
         self.gateways[1].owns_dir = True

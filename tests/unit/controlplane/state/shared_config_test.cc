@@ -56,7 +56,7 @@ std::vector<std::string> Names(const v1::State& st) {
 
 // One gateway: its state directory, its store, its view of the object.
 struct Gateway {
-  Gateway(FakeCluster& cluster, v1::State initial = {}, std::set<std::string> prefer = {},
+  Gateway(FakeCluster& cluster, v1::State initial = {}, v1::State redeclared = {},
           bool reachable = true) {
     char tmpl[] = "/tmp/iscsigw-shared-test-XXXXXX";
     dir = ::mkdtemp(tmpl);
@@ -70,7 +70,7 @@ struct Gateway {
           if (!reachable) return Status(StatusCode::kUnavailable, "the cluster does not answer");
           return std::shared_ptr<backing::SharedObject>(object);
         },
-        std::move(prefer));
+        std::move(redeclared));
     if (reachable) WaitAttached();
   }
   ~Gateway() {
@@ -257,11 +257,94 @@ TEST(SharedConfig, RbdTargetsOfTheStateFileMoveIntoTheObject) {
   EXPECT_EQ(a.InFile(), std::vector<std::string>{"mine"});
   auto shared = SharedFromData(cluster.data).value();
   EXPECT_EQ(shared.targets(0).luns(0).rbd().image(), "img-object");
-  // A gateway whose bootstrap declared "both" anew at this start replaces the object's copy.
-  Gateway b(cluster, initial, {QualifyTargetName("both")});
-  shared = SharedFromData(cluster.data).value();
-  EXPECT_EQ(shared.targets(0).luns(0).rbd().image(), "img-local");
-  EXPECT_EQ(a.store->Snapshot()->targets(1).luns(0).rbd().image(), "img-local");
+  EXPECT_TRUE(a.store->IsShared(QualifyTargetName("both")));
+  EXPECT_FALSE(a.store->IsShared(QualifyTargetName("mine")));
+}
+
+TEST(SharedConfig, AChangedDeclarationUpdatesTheSharedCopyAndKeepsWhatTheApiDid) {
+  FakeCluster cluster;
+  Gateway a(cluster);
+  v1::Target made = RbdTarget("decl", "img1");
+  made.set_alias("old");
+  ASSERT_TRUE(a.AddTarget(made).ok());
+  // Through the API: an ACL entry and a second LUN.
+  ASSERT_TRUE(a.store
+                  ->Update([](v1::State* st) {
+                    auto* t = st->mutable_targets(0);
+                    t->add_acl()->set_initiator("iqn.2026-11.io.example:api");
+                    auto* l = t->add_luns();
+                    *l = t->luns(0);
+                    l->set_id(1);
+                    l->mutable_rbd()->set_image("img2");
+                    return Status::Ok();
+                  })
+                  .ok());
+  // Another gateway starts with a declaration changed since its last start: a new alias and an
+  // ACL entry of its own; the old declaration had an entry the new one drops.
+  v1::Target old_decl = RbdTarget("decl", "img1");
+  old_decl.set_alias("old");
+  old_decl.add_acl()->set_initiator("iqn.2026-11.io.example:dropped");
+  v1::Target new_decl = RbdTarget("decl", "img1");
+  new_decl.set_alias("new");
+  new_decl.add_acl()->set_initiator("iqn.2026-11.io.example:declared");
+  v1::State redeclared;
+  *redeclared.add_targets() = new_decl;
+  (*redeclared.mutable_bootstrap()->mutable_targets())[new_decl.name()] = old_decl;
+  Gateway b(cluster, {}, redeclared);
+  auto shared = SharedFromData(cluster.data).value();
+  ASSERT_EQ(shared.targets_size(), 1);
+  const v1::Target& t = shared.targets(0);
+  EXPECT_EQ(t.alias(), "new");
+  EXPECT_EQ(t.luns_size(), 2);
+  std::vector<std::string> acl;
+  for (const auto& e : t.acl()) acl.push_back(e.initiator());
+  EXPECT_EQ(acl, (std::vector<std::string>{"iqn.2026-11.io.example:api",
+                                           "iqn.2026-11.io.example:declared"}));
+  EXPECT_EQ(a.store->Snapshot()->targets(0).alias(), "new");
+}
+
+TEST(SharedConfig, BeforeTheObjectIsReadLocalChangesStillWork) {
+  FakeCluster cluster;
+  v1::State initial;
+  *initial.add_targets() = RbdTarget("waiting", "img1");  // to move in once the object is read
+  Gateway a(cluster, initial, {}, /*reachable=*/false);
+  ASSERT_TRUE(a.AddTarget(RamTarget("mine")).ok());
+  EXPECT_EQ(a.InFile(), (std::vector<std::string>{"mine", "waiting"}));
+  EXPECT_EQ(a.AddTarget(RbdTarget("one", "img2")).code(), StatusCode::kUnavailable);
+}
+
+TEST(SharedConfig, AMixedTargetFromBeforeStaysAsItIs) {
+  FakeCluster cluster;
+  v1::State initial;
+  v1::Target mixed = RamTarget("mixed");
+  *mixed.add_luns() = RbdTarget("x", "img1").luns(0);
+  mixed.mutable_luns(1)->set_id(1);
+  *initial.add_targets() = mixed;
+  Gateway a(cluster, initial);
+  ASSERT_TRUE(a.AddTarget(RamTarget("mine")).ok());
+  EXPECT_EQ(a.InFile(), (std::vector<std::string>{"mine", "mixed"}));
+  EXPECT_TRUE(InObject(cluster).empty());
+}
+
+TEST(SharedConfig, ARemovedObjectIsWrittenAgainFromACopy) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  cluster.data.clear();  // removed, and recreated empty by a watch
+  ++cluster.version;
+  b.object->Resync();
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
+  EXPECT_EQ(a.Served(), std::vector<std::string>{"one"});
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  // Deleting every shared target is not a removed object.
+  ASSERT_TRUE(b.store
+                  ->Update([](v1::State* st) {
+                    st->clear_targets();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(cluster.data, "{}");
+  EXPECT_TRUE(a.Served().empty());
 }
 
 TEST(SharedConfig, ALocalTargetWithOtherLunsKeepsItsNameAndTheSharedOneIsKept) {
@@ -278,6 +361,22 @@ TEST(SharedConfig, ALocalTargetWithOtherLunsKeepsItsNameAndTheSharedOneIsKept) {
   EXPECT_EQ(InObject(cluster), (std::vector<std::string>{"clash", "other"}));
   EXPECT_EQ(b.Served(), (std::vector<std::string>{"clash", "other"}));
   EXPECT_EQ(a.InFile(), std::vector<std::string>{"clash"});
+  // Once the local one is deleted, the shared one is served.
+  ASSERT_TRUE(a.store
+                  ->Update([](v1::State* st) {
+                    auto* targets = st->mutable_targets();
+                    for (int i = 0; i < targets->size(); ++i) {
+                      if (targets->Get(i).luns_size() > 0 && targets->Get(i).luns(0).has_ram()) {
+                        targets->DeleteSubrange(i, 1);
+                        break;
+                      }
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(a.Served(), (std::vector<std::string>{"clash", "other"}));
+  EXPECT_TRUE(a.store->IsShared(QualifyTargetName("clash")));
+  EXPECT_TRUE(a.InFile().empty());
 }
 
 TEST(SharedConfig, ObjectThatCannotBeParsedIsNotTakenIn) {
