@@ -406,11 +406,9 @@ void Engine::ResetLun(Lun& lun, const Nexus* issuer, std::shared_ptr<void> hold)
   // survive it (SPC-4 5.13.1).
   std::lock_guard lock(lun.reservations().mu());
   lun.reservations().spc2_release();
-  // Through the other gateways too: their I_T nexuses are nexuses of this logical unit.
-  if (lun.shared_reservations()) {
-    internal::ShareUnitAttention(
-        lun, UnitAttention{Asc::kBusDeviceReset.asc, Asc::kBusDeviceReset.ascq}, std::move(hold));
-  }
+  // Through the other gateways too: their I_T nexuses are nexuses of this logical unit, and their
+  // tasks are in its task set.
+  if (lun.shared_reservations()) internal::ShareLunReset(lun, std::move(hold));
 }
 
 void Engine::CapacityChanged(Lun& lun) {

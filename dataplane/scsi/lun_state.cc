@@ -18,6 +18,7 @@ constexpr char kMagic[] = "iscsigw-lun-state 1\n";
 
 bool NexusMatch::Matches(const std::string& initiator_port, uint16_t rel_port) const {
   if (relative_port_id != 0 && relative_port_id != rel_port) return false;
+  if (any_initiator) return true;
   if (!any_isid) return initiator_port == initiator;
   // "<name>,i,0x<isid>": the name part must be exactly `initiator`.
   return initiator_port.size() > initiator.size() &&

@@ -29,6 +29,8 @@ struct NexusMatch {
   std::string initiator;
   bool any_isid = false;
   uint16_t relative_port_id = 0;  // 0: any target port
+  // Every initiator port (a LOGICAL UNIT RESET made through another gateway); `initiator` unused.
+  bool any_initiator = false;
 
   bool Matches(const std::string& initiator_port, uint16_t rel_port) const;
   bool Matches(const Nexus& nexus) const;

@@ -972,6 +972,10 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
     } else if (std::sscanf(line.c_str(), "uaall %x %x", &asc, &ascq) == 2) {
       lun.RaiseUnitAttention(UnitAttention{static_cast<uint8_t>(asc), static_cast<uint8_t>(ascq)},
                              nullptr);
+    } else if (line == "abortall") {
+      NexusMatch all;
+      all.any_initiator = true;
+      aborted.push_back(std::move(all));
     }
   }
   if (!aborted.empty() && lun.config().task_aborter) {
@@ -988,15 +992,16 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
   }
 }
 
-void ShareUnitAttention(Lun& lun, UnitAttention ua, std::shared_ptr<void> hold) {
+void ShareLunReset(Lun& lun, std::shared_ptr<void> hold) {
   std::shared_ptr<backing::SharedObject> so = lun.shared_state();
   if (so == nullptr) return;
   char line[32];
-  std::snprintf(line, sizeof(line), "uaall %02x %02x\n", ua.asc, ua.ascq);
+  std::snprintf(line, sizeof(line), "uaall %02x %02x\nabortall\n", Asc::kBusDeviceReset.asc,
+                Asc::kBusDeviceReset.ascq);
   // Version 0: no state with it. The object's thread keeps the object alive while it runs.
   so->Post([o = so.get(), id = lun.id(), events = std::string(line), hold = std::move(hold)] {
     if (int r = o->Notify(0, "", events, kNotifyTimeout); r < 0) {
-      log::Scsi().warn("lun {}: a gateway did not acknowledge a unit attention: {}", id, -r);
+      log::Scsi().warn("lun {}: a gateway did not acknowledge a logical unit reset: {}", id, -r);
     }
     (void)hold;  // released with this job, once the others have the unit attention
   });

@@ -32,7 +32,7 @@ constexpr uint32_t kBlock = 512;
 class FakeAborter final : public TaskAborter {
  public:
   void AbortTasks(uint64_t, const std::vector<NexusMatch>& who, const Nexus*) override {
-    for (const auto& m : who) aborted.push_back(m.initiator);
+    for (const auto& m : who) aborted.push_back(m.any_initiator ? "*" : m.initiator);
   }
   std::vector<std::string> aborted;
 };
@@ -296,13 +296,26 @@ TEST_F(SharedReservationsTest, WhatTheSharedLunOffers) {
   ExpectSense(SenseKey::kIllegalRequest, Asc::kInvalidCommandOperationCode);
 }
 
-// A LOGICAL UNIT RESET through one gateway reaches the nexuses of the others (SAM-5 5.8).
+// A LOGICAL UNIT RESET through one gateway reaches the nexuses of the others (SAM-5 5.8): their
+// unit attention, and their tasks aborted.
 TEST_F(SharedReservationsTest, ALogicalUnitResetReachesTheOtherGateways) {
   Engine::ResetLun(gw1_.lun(), &a_);
   Run(rb_, {0x00});
   ExpectSense(SenseKey::kUnitAttention, Asc::kBusDeviceReset);
   Run(ra_, {0x00});
   ExpectGood();  // the issuer's own nexus gets none
+  EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{"*"});
+  EXPECT_TRUE(gw1_.aborter->aborted.empty());  // there the task management function aborts them
+}
+
+TEST(NexusMatchTest, AnyInitiatorMatchesEveryPortOfItsTargetPort) {
+  NexusMatch all;
+  all.any_initiator = true;
+  EXPECT_TRUE(all.Matches("iqn.2026-11.io.example:a,i,0x400000000001", 2));
+  all.relative_port_id = 1;
+  EXPECT_FALSE(all.Matches("iqn.2026-11.io.example:a,i,0x400000000001", 2));
+  NexusMatch one{"iqn.2026-11.io.example:a", true, 0};
+  EXPECT_FALSE(one.Matches("iqn.2026-11.io.example:b,i,0x400000000001", 2));
 }
 
 }  // namespace
