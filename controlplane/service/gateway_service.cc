@@ -366,6 +366,13 @@ Status GatewayServiceImpl::DoDeleteTarget(const v1::DeleteTargetRequest& req,
   }
   std::vector<v1::Lun> gone;
   Status s = store_->Update([&](v1::State* st) {
+    // Again here, on the state being edited: a target of this gateway may have moved into the
+    // shared configuration since.
+    if (store_->IsShared(name) && !req.force()) {
+      return FailedPrecondition("target " + name +
+                                " is shared by the gateways (--shared-config): delete it with "
+                                "force");
+    }
     auto* targets = st->mutable_targets();
     for (int i = 0; i < targets->size(); ++i) {
       if (targets->Get(i).name() == name) {

@@ -264,7 +264,11 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     }
     if (w < 0) {
       // The write may or may not have happened (another gateway may even have written on top):
-      // only the object can tell. Reread it on its thread and serve what it holds.
+      // only the object can tell. Until it is reread (on its thread) the data plane serves what
+      // this gateway had; the reread takes in what the object holds, even at the same version,
+      // and tells the others.
+      roll_back();
+      outcome_unknown_ = true;
       shared_obj_->Post([this] { Refresh(); });
       return Status(StatusCode::kUnavailable,
                     "the shared configuration in " + shared_where_ + " may not have been " +
@@ -300,6 +304,9 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
 }
 
 void StateStore::NotifyOthers() {
+  // Held while this holds a reference to the object: StopShared waits for it, so that the last
+  // reference goes there, never on the object's own thread.
+  std::lock_guard notifying(notify_mu_);
   uint64_t version = 0;
   std::shared_ptr<backing::SharedObject> obj;
   {
@@ -331,6 +338,13 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
       notify_version_ = written;
       return Status::Ok();
     }
+    // Another gateway wrote it again first (its notify follows), or the write failed: either way
+    // this gateway keeps what it serves, and rereads.
+    shared_obj_->Reload();
+    if (w == -ECANCELED) return Status::Ok();
+    return Status(StatusCode::kUnavailable,
+                  "the shared configuration in " + shared_where_ +
+                      " was removed and could not be written again: " + std::strerror(-w));
   }
   auto parsed = SharedFromData(data);
   if (!parsed.ok()) {
@@ -359,8 +373,27 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
   shared_version_ = version;
   shared_names_ = std::move(m.shared);
   Publish(std::move(m.state));
+  PruneLocal();
   SetSharedStatus(Status::Ok());
   return Status::Ok();
+}
+
+void StateStore::PruneLocal() {
+  // A local copy of a target the object has (it gave way to the shared one) would come back if
+  // the shared one were deleted: it goes, from memory and from the state file.
+  std::set<std::string> gone;
+  for (const auto& t : local_.targets()) {
+    if (shared_names_.count(t.name()) == 0) continue;
+    bool other = false;
+    for (const auto& l : t.luns()) other |= !l.has_rbd();
+    if (!other) gone.insert(t.name());
+  }
+  if (gone.empty()) return;
+  local_ = Without(local_, gone);
+  Status f = WriteFileAtomically(path(), StateToJson(local_), 0600);
+  if (!f.ok()) log::Ctl().error("the state file was not rewritten: {}", f.message());
+  std::lock_guard lock(mu_);
+  health_ = f;
 }
 
 Status StateStore::SharedError(Status s) {
@@ -414,8 +447,13 @@ void StateStore::RereadShared() {
     std::lock_guard lock(mu_);
     healthy = shared_status_.ok();
   }
-  if (version == shared_version_ && healthy) return;
-  (void)Adopt(data, version);
+  if (version == shared_version_ && healthy && !outcome_unknown_) return;
+  const bool was_unknown = std::exchange(outcome_unknown_, false);
+  if (Status s = Adopt(data, version); s.ok() && was_unknown) {
+    notify_version_ = shared_version_;  // the write may have happened: the others reread too
+  } else if (!s.ok()) {
+    outcome_unknown_ = was_unknown;
+  }
 }
 
 bool StateStore::IsShared(const std::string& target) const {
@@ -427,25 +465,24 @@ void StateStore::EnableShared(std::string where, SharedOpener open, iscsigw::v1:
   {
     std::lock_guard update(update_mu_);
     std::lock_guard lock(mu_);
+    redeclared_ = std::move(redeclared);
     sharing_ = true;
     shared_where_ = std::move(where);
     shared_status_ = Status(StatusCode::kUnavailable,
                             "the shared configuration in " + shared_where_ + " is not read yet");
     local_ = *state_;
   }
-  shared_thread_ = std::thread([this, open = std::move(open), redeclared = std::move(redeclared)] {
-    SharedLoop(open, redeclared);
-  });
+  shared_thread_ = std::thread([this, open = std::move(open)] { SharedLoop(open); });
 }
 
-void StateStore::SharedLoop(const SharedOpener& open, const iscsigw::v1::State& redeclared) {
+void StateStore::SharedLoop(const SharedOpener& open) {
   auto stopped_after = [this](std::chrono::seconds wait) {
     std::unique_lock lock(stop_mu_);
     return stop_cv_.wait_for(lock, wait, [this] { return stop_; });
   };
   for (;;) {
     auto opened = open();
-    Status s = opened.ok() ? Attach(std::move(opened).value(), redeclared) : opened.status();
+    Status s = opened.ok() ? Attach(std::move(opened).value()) : opened.status();
     if (s.ok()) break;
     SetSharedStatus(s);
     log::Ctl().warn("shared configuration in {}: {}; trying again in 5 s", shared_where_,
@@ -472,8 +509,8 @@ void StateStore::MoveInPending() {
       for (const auto& l : t.luns()) (l.has_rbd() ? rbd : other) = true;
       pending |= rbd && !other && shared_names_.count(t.name()) == 0;
     }
-    if (!pending) return;
-    s = UpdateShared([](iscsigw::v1::State*) { return Status::Ok(); }, /*move_in=*/true);
+    if (!pending && redeclared_.targets().empty()) return;
+    s = MoveIn();
   }
   NotifyOthers();
   if (!s.ok()) {
@@ -484,8 +521,7 @@ void StateStore::MoveInPending() {
   }
 }
 
-Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
-                          const iscsigw::v1::State& redeclared) {
+Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj) {
   std::lock_guard update(update_mu_);
   {
     std::lock_guard lock(stop_mu_);
@@ -512,16 +548,26 @@ Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
   }
   shared_obj_ = std::move(obj);
   listener_token_ = token;
+  if (Status moved = MoveIn(); !moved.ok()) {
+    log::Ctl().error(
+        "shared configuration in {}: this gateway's rbd targets and changed declarations are not "
+        "written to it yet (tried again every {} s): {}",
+        shared_where_, kSharedRereadSeconds, moved.message());
+  }
+  return Status::Ok();
+}
+
+Status StateStore::MoveIn() {
   // This gateway's rbd targets move into the object. A declaration the bootstrap changed since
   // this gateway's last start is applied to the object's copy as it would be to a local target
   // (MergeBootstrap against the previous declaration): what the API did stays.
-  Status moved = UpdateShared(
-      [&](iscsigw::v1::State* st) {
-        if (redeclared.targets().empty()) return Status::Ok();
+  Status s = UpdateShared(
+      [this](iscsigw::v1::State* st) {
+        if (redeclared_.targets().empty()) return Status::Ok();
         iscsigw::v1::State scratch = *st;
-        *scratch.mutable_bootstrap() = redeclared.bootstrap();
+        *scratch.mutable_bootstrap() = redeclared_.bootstrap();
         iscsigw::v1::State decl;
-        *decl.mutable_targets() = redeclared.targets();
+        *decl.mutable_targets() = redeclared_.targets();
         auto lines = MergeBootstrap(decl, &scratch);
         if (!lines.ok()) return lines.status();
         for (const auto& line : lines.value()) log::Ctl().info("shared configuration: {}", line);
@@ -529,13 +575,8 @@ Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj,
         return Status::Ok();
       },
       /*move_in=*/true);
-  if (!moved.ok()) {
-    log::Ctl().error(
-        "shared configuration in {}: this gateway's rbd targets and changed "
-        "declarations were not written to it: {}",
-        shared_where_, moved.message());
-  }
-  return Status::Ok();
+  if (s.ok()) redeclared_.Clear();
+  return s;
 }
 
 void StateStore::SetSharedStatus(Status s) {
@@ -558,6 +599,7 @@ void StateStore::StopShared() {
     token = listener_token_;
   }
   if (obj == nullptr) return;
+  { std::lock_guard notifying(notify_mu_); }  // a notify under way has let go of the object
   obj->ClearListener(token);
   obj.reset();  // its thread stops; a reread queued there does not run
 }

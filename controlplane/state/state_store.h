@@ -125,8 +125,12 @@ class StateStore {
   void RereadShared();
   // Sends the notify of the last change written, if any. Takes update_mu_ briefly.
   void NotifyOthers();
-  void SharedLoop(const SharedOpener& open, const iscsigw::v1::State& redeclared);
-  Status Attach(std::shared_ptr<backing::SharedObject> obj, const iscsigw::v1::State& redeclared);
+  void SharedLoop(const SharedOpener& open);
+  Status Attach(std::shared_ptr<backing::SharedObject> obj);
+  // Local rbd targets into the object, and redeclared_ onto its copies; with update_mu_ held.
+  Status MoveIn();
+  // Drops from local_ (and the state file) the rbd targets that gave way to shared ones.
+  void PruneLocal();
   // Sessions of the targets that `next` no longer has are asked to log out, and waited for.
   void LogOutOfRemovedTargets(const iscsigw::v1::State& next);
   Status SharedError(Status s);  // logged and made the shared status
@@ -153,6 +157,9 @@ class StateStore {
   uint64_t shared_version_ = 0;
   std::set<std::string> shared_names_;   // the shared targets served (in state_)
   uint64_t notify_version_ = 0;          // a written version the others are not notified of yet
+  bool outcome_unknown_ = false;         // a write that may have happened: reread and adopt
+  iscsigw::v1::State redeclared_;        // changed declarations not yet in the object
+  std::mutex notify_mu_;                 // held by NotifyOthers while it holds the object
   std::set<std::string> shared_served_;  // guarded by mu_: shared_names_ as published
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

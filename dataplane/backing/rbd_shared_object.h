@@ -8,7 +8,8 @@
 //                   (-ERANGE/-EOVERFLOW/-EEXIST: -ECANCELED)
 //   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
-//                   listener has run (so Notify returns after the others applied the change);
+//                   listener has run (so Notify returns after the others' listeners ran: they
+//                   applied the change, or, for the shared configuration, queued its reread);
 //                   the object's own notifies are acknowledged without running it. A watch error
 //                   (the OSD connection lost: notifies may have been missed) re-establishes the
 //                   watch on the object's thread, retrying each second, then rereads the object

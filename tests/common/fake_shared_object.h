@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataplane/backing/shared_object.h"
@@ -26,6 +27,10 @@ struct FakeCluster {
   std::function<void()> race;
   int writes = 0;
   int read_err = 0;  // what Read answers (0: the data)
+  // What the next WriteIfVersion answers (0: as it should), once; with write_lands the write
+  // happens all the same (a reply lost).
+  int write_err = 0;
+  bool write_lands = false;
 };
 
 // One gateway's view of the object. Post runs the job at once (the engine's completion then runs
@@ -48,6 +53,14 @@ class FakeObject final : public backing::SharedObject {
       race();
     }
     if (version != c_.version) return -ECANCELED;
+    if (const int err = std::exchange(c_.write_err, 0); err != 0) {
+      if (c_.write_lands) {
+        c_.data = data;
+        ++c_.version;
+        ++c_.writes;
+      }
+      return -err;
+    }
     c_.data = data;
     *out = ++c_.version;
     ++c_.writes;

@@ -393,6 +393,62 @@ TEST(SharedConfig, ObjectThatCannotBeParsedIsNotTakenIn) {
   EXPECT_NE(s.message().find("nonsense"), std::string::npos) << s.message();
 }
 
+TEST(SharedConfig, AWriteOfUnknownOutcomeIsSettledByTheObject) {
+  for (const bool lands : {false, true}) {
+    FakeCluster cluster;
+    Gateway a(cluster), b(cluster);
+    cluster.write_err = ETIMEDOUT;
+    cluster.write_lands = lands;
+    a.object->queue_posts = true;  // the reread runs on the object's thread, after the change
+    Status s = a.AddTarget(RbdTarget("one", "img1"));
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+    EXPECT_NE(s.message().find("may not have been written"), std::string::npos) << s.message();
+    EXPECT_TRUE(a.Served().empty());  // until the object tells
+    a.object->RunPosted();
+    const auto want = lands ? std::vector<std::string>{"one"} : std::vector<std::string>{};
+    EXPECT_EQ(a.Served(), want) << lands;
+    EXPECT_EQ(b.Served(), want) << lands;  // told when the write landed
+  }
+}
+
+TEST(SharedConfig, TwoGatewaysWritingARemovedObjectAgainKeepEveryTarget) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  cluster.data.clear();
+  ++cluster.version;
+  // Gateway 1 writes it again between gateway 2's read and its write.
+  b.object->queue_posts = true;  // gateway 1's notify waits for gateway 2's reread to end
+  cluster.race = [&] { a.object->Resync(); };
+  b.object->Resync();
+  b.object->RunPosted();  // its reread: the write loses the race, and it keeps what it serves
+  EXPECT_TRUE(cluster.race == nullptr);
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
+  b.object->RunPosted();  // gateway 1's notify
+  EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
+  EXPECT_EQ(a.Served(), std::vector<std::string>{"one"});
+}
+
+TEST(SharedConfig, ALocalCopyThatGaveWayDoesNotComeBack) {
+  FakeCluster cluster;
+  Gateway b(cluster);
+  ASSERT_TRUE(b.AddTarget(RbdTarget("one", "img-shared")).ok());
+  v1::State initial;
+  *initial.add_targets() = RbdTarget("one", "img-local");
+  Gateway a(cluster, initial);
+  EXPECT_TRUE(a.InFile().empty());
+  ASSERT_TRUE(b.store
+                  ->Update([](v1::State* st) {
+                    st->clear_targets();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_TRUE(a.Served().empty());
+  ASSERT_TRUE(a.AddTarget(RbdTarget("two", "img2")).ok());
+  EXPECT_EQ(InObject(cluster), std::vector<std::string>{"two"});
+}
+
 TEST(SharedConfig, LocationIsPoolOrPoolAndNamespace) {
   auto p = ParseSharedConfigLocation("rbd", "/c", "gw", "/k");
   ASSERT_TRUE(p.ok());
