@@ -80,20 +80,22 @@ def unit_attentions(ini):
     raise AssertionError(f"TEST UNIT READY never GOOD: {seen}")
 
 
-class TwoGatewaysTest(unittest.TestCase):
-    def setUp(self):
-        self.image = f"shared-{self._testMethodName[-24:]}"
-        CLUSTER.rbd("create", f"rbd/{self.image}", "--size", "64M")
-        self.gateways = [self.start_gateway(i) for i in (1, 2)]
-        self.sessions = []
+class GatewayPairTest(unittest.TestCase):
+    """Two gateways (self.gateways) and the iSCSI sessions a test opened (self.sessions)."""
 
     def tearDown(self):
         for ini in self.sessions:
             ini.close()
         for gw in self.gateways:
-            if gw.proc is not None and gw.proc.poll() is None:
-                gw.stop()
             gw.cleanup()
+
+
+class TwoGatewaysTest(GatewayPairTest):
+    def setUp(self):
+        self.image = f"shared-{self._testMethodName[-24:]}"
+        CLUSTER.rbd("create", f"rbd/{self.image}", "--size", "64M")
+        self.gateways = [self.start_gateway(i) for i in (1, 2)]
+        self.sessions = []
 
     def start_gateway(self, gateway_id, state_dir=None):
         # An admin socket per process, to ask each gateway's librbd for its options.
@@ -262,7 +264,7 @@ class TwoGatewaysTest(unittest.TestCase):
         self.assertEqual(rtpg(b)[0], AO)
 
 
-class SharedConfigurationTest(unittest.TestCase):
+class SharedConfigurationTest(GatewayPairTest):
     """--shared-config: the rbd targets live in one RADOS object that both gateways watch."""
 
     def setUp(self):
@@ -271,12 +273,6 @@ class SharedConfigurationTest(unittest.TestCase):
         self.conf = CLUSTER.conf
         self.gateways = [self.start_gateway(i) for i in (1, 2)]
         self.sessions = []
-
-    def tearDown(self):
-        for ini in self.sessions:
-            ini.close()
-        for gw in self.gateways:
-            gw.cleanup()
 
     def start_gateway(self, gateway_id, state_dir=None, state=None):
         gw = harness.Daemon(state=state, state_dir=state_dir, extra_args=[

@@ -97,6 +97,12 @@ struct Gateway {
       return Status::Ok();
     });
   }
+  Status DeleteAll() {
+    return store->Update([](v1::State* st) {
+      st->clear_targets();
+      return Status::Ok();
+    });
+  }
   std::vector<std::string> Served() const { return Names(*store->Snapshot()); }
   std::vector<std::string> InFile() const {
     auto st = LoadStateDir(dir);
@@ -142,12 +148,7 @@ TEST(SharedConfig, ChangeThroughOneGatewayIsServedByTheOther) {
                   .ok());
   EXPECT_EQ(InObject(cluster), std::vector<std::string>{"one"});
   EXPECT_EQ(b.store->Snapshot()->targets(0).luns_size(), 0);
-  ASSERT_TRUE(b.store
-                  ->Update([](v1::State* st) {
-                    st->clear_targets();
-                    return Status::Ok();
-                  })
-                  .ok());
+  ASSERT_TRUE(b.DeleteAll().ok());
   EXPECT_TRUE(a.Served().empty());
   EXPECT_TRUE(InObject(cluster).empty());
 }
@@ -337,12 +338,7 @@ TEST(SharedConfig, ARemovedObjectIsWrittenAgainFromACopy) {
   EXPECT_EQ(a.Served(), std::vector<std::string>{"one"});
   EXPECT_EQ(b.Served(), std::vector<std::string>{"one"});
   // Deleting every shared target is not a removed object.
-  ASSERT_TRUE(b.store
-                  ->Update([](v1::State* st) {
-                    st->clear_targets();
-                    return Status::Ok();
-                  })
-                  .ok());
+  ASSERT_TRUE(b.DeleteAll().ok());
   EXPECT_EQ(cluster.data, "{}");
   EXPECT_TRUE(a.Served().empty());
 }
@@ -438,12 +434,7 @@ TEST(SharedConfig, ALocalCopyThatGaveWayDoesNotComeBack) {
   *initial.add_targets() = RbdTarget("one", "img-local");
   Gateway a(cluster, initial);
   EXPECT_TRUE(a.InFile().empty());
-  ASSERT_TRUE(b.store
-                  ->Update([](v1::State* st) {
-                    st->clear_targets();
-                    return Status::Ok();
-                  })
-                  .ok());
+  ASSERT_TRUE(b.DeleteAll().ok());
   EXPECT_TRUE(a.Served().empty());
   ASSERT_TRUE(a.AddTarget(RbdTarget("two", "img2")).ok());
   EXPECT_EQ(InObject(cluster), std::vector<std::string>{"two"});
