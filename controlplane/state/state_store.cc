@@ -308,7 +308,7 @@ void StateStore::NotifyOthers() {
   // reference goes there, never on the object's own thread.
   std::lock_guard notifying(notify_mu_);
   uint64_t version = 0;
-  std::shared_ptr<backing::SharedObject> obj;
+  std::shared_ptr<api::SharedObject> obj;
   {
     std::lock_guard update(update_mu_);
     version = std::exchange(notify_version_, 0);
@@ -521,7 +521,7 @@ void StateStore::MoveInPending() {
   }
 }
 
-Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj) {
+Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
   std::lock_guard update(update_mu_);
   {
     std::lock_guard lock(stop_mu_);
@@ -529,7 +529,7 @@ Status StateStore::Attach(std::shared_ptr<backing::SharedObject> obj) {
   }
   // Listening first, so that no change made after the read below is missed. A notify queues a
   // reread on the object's thread, which waits for this to finish.
-  backing::SharedObject* raw = obj.get();
+  api::SharedObject* raw = obj.get();
   const uint64_t token =
       obj->SetListener([this, raw](uint64_t, std::string_view,
                                    std::string_view) { raw->Post([this] { Refresh(); }); },
@@ -591,7 +591,7 @@ void StateStore::StopShared() {
   }
   stop_cv_.notify_all();
   if (shared_thread_.joinable()) shared_thread_.join();
-  std::shared_ptr<backing::SharedObject> obj;
+  std::shared_ptr<api::SharedObject> obj;
   uint64_t token = 0;
   {
     std::lock_guard update(update_mu_);

@@ -39,7 +39,6 @@
 
 #include "controlplane/state/limits.h"
 #include "dataplane/api/dataplane.h"
-#include "dataplane/backing/shared_object.h"
 #include "dataplane/base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
@@ -81,7 +80,7 @@ class StateStore {
   // missed). `where` names it in messages. `redeclared`: the bootstrap's declarations of targets
   // that changed since the last start (targets) and the previous ones (bootstrap record), applied
   // to the object's copies as MergeBootstrap would to local ones. Call once, after Start.
-  using SharedOpener = std::function<Result<std::shared_ptr<backing::SharedObject>>()>;
+  using SharedOpener = std::function<Result<std::shared_ptr<api::SharedObject>>()>;
   void EnableShared(std::string where, SharedOpener open, iscsigw::v1::State redeclared);
   // Stops sharing: no reread runs after it returns, and the object is closed. Before the data
   // plane stops; idempotent.
@@ -126,7 +125,7 @@ class StateStore {
   // Sends the notify of the last change written, if any. Takes update_mu_ briefly.
   void NotifyOthers();
   void SharedLoop(const SharedOpener& open);
-  Status Attach(std::shared_ptr<backing::SharedObject> obj);
+  Status Attach(std::shared_ptr<api::SharedObject> obj);
   // Local rbd targets into the object, and redeclared_ onto its copies; with update_mu_ held.
   Status MoveIn();
   // Drops from local_ (and the state file) the rbd targets that gave way to shared ones.
@@ -150,7 +149,7 @@ class StateStore {
   std::string shared_where_;
   Status shared_status_;  // guarded by mu_: Ok once the object has been read
   // Guarded by update_mu_:
-  std::shared_ptr<backing::SharedObject> shared_obj_;  // null until attached
+  std::shared_ptr<api::SharedObject> shared_obj_;  // null until attached
   uint64_t listener_token_ = 0;
   iscsigw::v1::State local_;        // what the state file holds
   iscsigw::v1::State shared_copy_;  // the object's targets at shared_version_

@@ -214,8 +214,8 @@ Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait) 
   return backing::RbdStore::RemoveImage(RbdOptions(spec), busy_wait);
 }
 
-Result<std::shared_ptr<backing::SharedObject>> OpenSharedObject(const RbdSpec& where,
-                                                                const std::string& oid) {
+Result<std::shared_ptr<SharedObject>> OpenSharedObject(const RbdSpec& where,
+                                                       const std::string& oid) {
   return backing::RbdStore::OpenSharedObject(RbdOptions(where), oid);
 }
 

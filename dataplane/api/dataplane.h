@@ -55,6 +55,9 @@ struct LunSpec {
   backing::FaultSpec fault;
 };
 
+// An object in the cluster that several gateways read, write and watch (OpenSharedObject).
+using SharedObject = backing::SharedObject;
+
 // CHAP credentials of a target or of discovery: user, secret, mutual user and mutual secret.
 using ChapCredentials = iscsi::ChapCredentials;
 
@@ -168,8 +171,8 @@ Status RemoveRbdImage(const RbdSpec& spec, std::chrono::milliseconds busy_wait);
 // Blocking: the object `oid` in the pool and namespace `where` names (its image is ignored),
 // created when missing and watched (backing::RbdStore::OpenSharedObject): the configuration that
 // gateways share. Destroy it off the reactors.
-Result<std::shared_ptr<backing::SharedObject>> OpenSharedObject(const RbdSpec& where,
-                                                                const std::string& oid);
+Result<std::shared_ptr<SharedObject>> OpenSharedObject(const RbdSpec& where,
+                                                       const std::string& oid);
 // RFC 7143 4.2.7: iqn., eui. and naa. names, lower case, at most 223 bytes.
 Status ValidateIscsiName(const std::string& name);
 // Checks one ACL entry of `target`: the initiator name and each source CIDR.

@@ -66,9 +66,9 @@ struct Gateway {
     object = std::make_shared<FakeObject>(cluster);
     store->EnableShared(
         "rbd/" + std::string(kSharedConfigObject),
-        [this, reachable]() -> Result<std::shared_ptr<backing::SharedObject>> {
+        [this, reachable]() -> Result<std::shared_ptr<api::SharedObject>> {
           if (!reachable) return Status(StatusCode::kUnavailable, "the cluster does not answer");
-          return std::shared_ptr<backing::SharedObject>(object);
+          return std::shared_ptr<api::SharedObject>(object);
         },
         std::move(redeclared));
     if (reachable) WaitAttached();
