@@ -374,7 +374,8 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
   shared_names_ = std::move(m.shared);
   Publish(std::move(m.state));
   PruneLocal();
-  SetSharedStatus(Status::Ok());
+  // While attaching, health turns good once Attach has also moved this gateway's targets in.
+  if (!attaching_) SetSharedStatus(Status::Ok());
   return Status::Ok();
 }
 
@@ -527,6 +528,7 @@ Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
     std::lock_guard lock(stop_mu_);
     if (stop_) return Status(StatusCode::kUnavailable, "stopping");
   }
+  attaching_ = true;
   // Listening first, so that no change made after the read below is missed. A notify queues a
   // reread on the object's thread, which waits for this to finish.
   api::SharedObject* raw = obj.get();
@@ -544,6 +546,7 @@ Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
   }
   if (!s.ok()) {
     obj->ClearListener(token);
+    attaching_ = false;
     return s;
   }
   shared_obj_ = std::move(obj);
@@ -554,6 +557,8 @@ Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
         "written to it yet (tried again every {} s): {}",
         shared_where_, kSharedRereadSeconds, moved.message());
   }
+  attaching_ = false;
+  SetSharedStatus(Status::Ok());
   return Status::Ok();
 }
 

@@ -156,6 +156,7 @@ class StateStore {
   uint64_t shared_version_ = 0;
   std::set<std::string> shared_names_;   // the shared targets served (in state_)
   uint64_t notify_version_ = 0;          // a written version the others are not notified of yet
+  bool attaching_ = false;               // in Attach: health stays "not read yet" until it ends
   bool outcome_unknown_ = false;         // a write that may have happened: reread and adopt
   iscsigw::v1::State redeclared_;        // changed declarations not yet in the object
   std::mutex notify_mu_;                 // held by NotifyOthers while it holds the object

@@ -406,10 +406,15 @@ class SharedConfigurationTest(GatewayPairTest):
         for gw in self.gateways:
             gw.cleanup()
         self.gateways = [self.start_gateway(i, state=state) for i in (1, 2)]
+        def local_targets(gw):
+            with open(os.path.join(gw.state_dir, "state.json")) as f:
+                return json.load(f).get("targets", [])
+
         for gw in self.gateways:
             self.served_within(gw, ["boot"], seconds=5.0)
-            with open(os.path.join(gw.state_dir, "state.json")) as f:
-                self.assertEqual(json.load(f).get("targets", []), [])
+            # Moved into the object (right after the first read) and out of the state file.
+            harness.wait_for(lambda: local_targets(gw) == [], 5.0,
+                             what="the state file without the bootstrapped rbd target")
         # One copy in the object: a change through either gateway is seen by the other.
         self.gateways[1].ctl("acl", "add", "boot", harness.INITIATOR)
         harness.wait_for(lambda: self.gateways[0].ctl_json("target", "get", "boot").get("acl"),

@@ -301,6 +301,10 @@ TEST(SharedConfig, AChangedDeclarationUpdatesTheSharedCopyAndKeepsWhatTheApiDid)
   for (const auto& e : t.acl()) acl.push_back(e.initiator());
   EXPECT_EQ(acl, (std::vector<std::string>{"iqn.2026-11.io.example:api",
                                            "iqn.2026-11.io.example:declared"}));
+  // Gateway 1 is told by gateway 2's thread once that has written the object.
+  for (int i = 0; i < 500 && a.store->Snapshot()->targets(0).alias() != "new"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(a.store->Snapshot()->targets(0).alias(), "new");
 }
 
