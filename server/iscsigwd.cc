@@ -3,7 +3,6 @@
 // data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
-#include <google/protobuf/util/message_differencer.h>
 #include <limits.h>
 #include <malloc.h>
 #include <sys/resource.h>
@@ -154,7 +153,7 @@ int Run(int argc, char** argv) {
     for (const auto& [name, decl] : desired.bootstrap().targets()) {
       const auto& old = before.bootstrap().targets();
       const auto it = old.find(name);
-      if (it == old.end() || google::protobuf::util::MessageDifferencer::Equals(it->second, decl)) {
+      if (it == old.end() || state::SameTarget(it->second, decl)) {
         continue;
       }
       *redeclared.add_targets() = decl;

@@ -11,13 +11,7 @@ namespace iscsigw::state {
 
 namespace v1 = iscsigw::v1;
 
-namespace {
-
-struct LunKinds {
-  bool rbd = false;
-  bool other = false;
-  uint32_t other_id = 0;  // the first LUN that is not rbd
-};
+namespace {}  // namespace
 
 LunKinds KindsOf(const v1::Target& t) {
   LunKinds k;
@@ -31,6 +25,8 @@ LunKinds KindsOf(const v1::Target& t) {
   }
   return k;
 }
+
+namespace {
 
 const v1::Target* Find(const v1::State& st, const std::string& name) {
   for (const auto& t : st.targets()) {

@@ -16,6 +16,7 @@
 // Pure functions; StateStore (state_store.h) reads, writes and watches the object.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@
 namespace iscsigw::state {
 
 inline constexpr const char* kSharedConfigObject = "iscsigw_config";
+
+// What kinds of LUNs a target has: rbd, others (the first of which is other_id), or none.
+struct LunKinds {
+  bool rbd = false;
+  bool other = false;
+  uint32_t other_id = 0;
+};
+LunKinds KindsOf(const iscsigw::v1::Target& t);
 
 // Where the shared configuration lives: "POOL" or "POOL/NAMESPACE" (--shared-config), with the
 // cluster's conf file, cephx client id and keyring paths (empty: librados' defaults).

@@ -385,9 +385,7 @@ void StateStore::PruneLocal() {
   std::set<std::string> gone;
   for (const auto& t : local_.targets()) {
     if (shared_names_.count(t.name()) == 0) continue;
-    bool other = false;
-    for (const auto& l : t.luns()) other |= !l.has_rbd();
-    if (!other) gone.insert(t.name());
+    if (!KindsOf(t).other) gone.insert(t.name());
   }
   if (gone.empty()) return;
   local_ = Without(local_, gone);
@@ -505,10 +503,8 @@ void StateStore::MoveInPending() {
     std::lock_guard update(update_mu_);
     bool pending = false;
     for (const auto& t : local_.targets()) {
-      bool rbd = false;
-      bool other = false;
-      for (const auto& l : t.luns()) (l.has_rbd() ? rbd : other) = true;
-      pending |= rbd && !other && shared_names_.count(t.name()) == 0;
+      const LunKinds k = KindsOf(t);
+      pending |= k.rbd && !k.other && shared_names_.count(t.name()) == 0;
     }
     if (!pending && redeclared_.targets().empty()) return;
     s = MoveIn();
