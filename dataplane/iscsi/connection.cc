@@ -350,7 +350,6 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     login_tsih_ = h.tsih();
     cid_ = h.cid();
     stat_sn_ = h.exp_stat_sn();
-    login_stage_ = h.csg();
     negotiator_ = std::make_unique<Negotiator>(gw_.options().limits, std::string());
   } else if (std::memcmp(isid_.data(), h.isid(), 6) != 0 || h.tsih() != login_tsih_) {
     // RFC 7143 11.12.5: ISID and TSIH stay the same throughout a login.
@@ -362,15 +361,16 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   if (f.data_length > 0 && !login_text_.Append({f.data, f.data_length}).ok()) {
     return SendLoginReject(h, LoginStatus::kInitiatorError);
   }
-  const uint8_t csg = h.csg();
-  const uint8_t nsg = h.nsg();
-  bool transit = h.transit();
-  if (csg == 2 || csg == 3 || csg < login_stage_) {
-    return SendLoginReject(h, LoginStatus::kInitiatorError);
+  const LoginStageFields stage{h.csg(), h.nsg(), h.transit(), h.cont()};
+  const uint8_t csg = stage.csg;
+  const uint8_t nsg = stage.nsg;
+  // RFC 7143 6.3, 11.12.2-3: the request must be in the stage the target is in (login_stages.h).
+  std::string why;
+  if (const LoginStatus st = login_stages_.Check(stage, &why); st != LoginStatus::kSuccess) {
+    return RefuseLoginStage(h, st, why);
   }
-  if (h.cont()) {
-    // RFC 7143 11.12.2: C=1 forbids T=1. Acknowledge with an empty response in the same stage.
-    if (transit) return SendLoginReject(h, LoginStatus::kInitiatorError);
+  if (stage.cont) {
+    // RFC 7143 11.12.2: acknowledge a continued request with an empty response in the same stage.
     ControlPdu* c = NewControl();
     c->hdr.SetOpcode(Opcode::kLoginResponse);
     c->hdr.SetFlags(static_cast<uint8_t>(csg << 2));
@@ -379,18 +379,23 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     c->hdr.SetSn(stat_sn_++, h.cmd_sn(), h.cmd_sn());
     c->no_digest = true;
     QueueControl(c);
+    login_stages_.Answered(stage, false);
     return true;
   }
-  if (transit && (nsg <= csg || nsg == 2)) return SendLoginReject(h, LoginStatus::kInitiatorError);
   auto keys = login_text_.Take();
   if (!keys.ok()) {
     log::Iscsi().info("{}login from {}: {}", LogCtx(), peer_, keys.status().message());
     return SendLoginReject(h, LoginStatus::kInitiatorError);
   }
-  login_stage_ = csg;
   if (!auth_prepared_) {
     auth_prepared_ = true;
     PrepareAuth(keys.value());
+    login_stages_.RequireAuthentication(chap_ != nullptr);
+  }
+  // RFC 7143 12: nothing past the security stage before the required authentication succeeded.
+  if (const LoginStatus st = login_stages_.CheckAuthentication(stage, &why);
+      st != LoginStatus::kSuccess) {
+    return RefuseLoginStage(h, st, why);
   }
 
   std::vector<pdu::KeyValue> out;
@@ -459,9 +464,12 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
                                     ? LoginStatus::kAuthenticationFailure
                                     : LoginStatus::kInitiatorError);
     }
-    if (chap_->done()) throttle.RecordSuccess(who, peer_ip_);
-    if (!chap_->done()) transit = false;
+    if (chap_->done()) {
+      throttle.RecordSuccess(who, peer_ip_);
+      login_stages_.Authenticated();
+    }
   }
+  const bool transit = login_stages_.MayTransit(stage);
 
   const uint16_t tpgt = login_target_ ? login_target_->info.tpgt : 1;
   negotiator_->AppendTargetDeclarations(static_cast<Stage>(csg), tpgt, &out);
@@ -469,6 +477,11 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
   const bool to_ffp = transit && nsg == 3;
   std::vector<std::shared_ptr<Session>> replaced;
   if (to_ffp) {
+    // The invariant the stage rules exist for: no session without the authentication it requires.
+    if (!login_stages_.authentication_satisfied()) {
+      return RefuseLoginStage(h, LoginStatus::kAuthenticationFailure,
+                              "full feature phase before the required authentication succeeded");
+    }
     st = negotiator_->Finish();
     if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
     Admission expected = Admission::kLoggingIn;
@@ -548,10 +561,20 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     // LUN's store open, its file's blocks not freed, its rbd image watched and not removable.
     login_target_.reset();
     chap_.reset();
-  } else if (transit) {
-    login_stage_ = nsg;
   }
+  login_stages_.Answered(stage, transit);
   return true;
+}
+
+bool Connection::RefuseLoginStage(const BhsView& req, LoginStatus status, std::string_view why) {
+  // Logged at warning level like a failed CHAP, and counted by status in SendLoginReject. It does
+  // not feed the CHAP lockout: a request that carries no response guesses nothing, and an
+  // initiator without credentials configured would only lock itself out.
+  const std::string& who = negotiator_ ? negotiator_->params().initiator_name : std::string();
+  ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::warn,
+                      "{}login from {}{}{}: refused, {}", LogCtx(), peer_,
+                      who.empty() ? "" : " as ", who, why);
+  return SendLoginReject(req, status);
 }
 
 void Connection::PrepareAuth(const std::vector<pdu::KeyValue>& first_request) {

@@ -25,11 +25,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dataplane/base/log.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/gateway.h"
+#include "dataplane/iscsi/login_stages.h"
 #include "dataplane/iscsi/negotiation.h"
 #include "dataplane/iscsi/task.h"
 #include "dataplane/pdu/bhs.h"
@@ -125,6 +127,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Login helpers.
   bool SendLoginReject(const pdu::BhsView& req, LoginStatus status);
+  // A request the stage rules refuse (login_stages.h): logged, then SendLoginReject.
+  bool RefuseLoginStage(const pdu::BhsView& req, LoginStatus status, std::string_view why);
   // Before the first request is negotiated: the authentication the target (or discovery) demands.
   void PrepareAuth(const std::vector<pdu::KeyValue>& first_request);
   bool FinishLogin(const pdu::BhsView& req);
@@ -225,7 +229,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<Negotiator> negotiator_;
   pdu::TextAccumulator login_text_;
   bool login_started_ = false;
-  uint8_t login_stage_ = 0;
+  LoginStages login_stages_;
   std::array<uint8_t, 6> isid_{};
   uint16_t login_tsih_ = 0;
   uint16_t cid_ = 0;

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("ISCSIGW_BUILD", os.path.join(REPO, "build"))
@@ -143,6 +144,17 @@ class Daemon(LoggedProcess):
 
     def ctl_json(self, *args):
         return json.loads(self.ctl(*args, output="json").stdout)
+
+    def metric(self, name, **labels):
+        """The value of one sample of /metrics (0 when absent), matched on name and labels."""
+        with urllib.request.urlopen(f"http://{self.ports['metrics']}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        for line in text.splitlines():
+            head, _, value = line.rpartition(" ")
+            if head.split("{")[0] == name and all(w in head for w in want):
+                return float(value)
+        return 0.0
 
     def cleanup(self):
         if self.proc is not None:

@@ -5,9 +5,11 @@ import unittest
 from urllib.parse import quote
 
 from harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
-from iscsi_client import Initiator, login_status
+from iscsi_client import Initiator, LoginError, login_status
 
 OTHER = "iqn.2026-11.io.iscsigw.test:other"
+# The one initiator the CHAP target "chapacl" lists: the name the stage-jump attacker claims.
+JUMPER = "iqn.2026-11.io.iscsigw.test:jumper"
 SECRET = "initiator-secret-1"
 TARGET_SECRET = "target-secret-22"
 
@@ -17,13 +19,16 @@ class AclChapTest(unittest.TestCase):
     def setUpClass(cls):
         cls.d = Daemon().start()
         d = cls.d
-        for name in ("acl", "cidr", "chap", "mutual", "drop"):
+        for name in ("acl", "cidr", "chap", "mutual", "drop", "chapacl"):
             d.ctl("target", "create", name)
             d.ctl("lun", "create", name, "0", "--size", "8M")
         d.ctl("acl", "add", "acl", INITIATOR)
         d.ctl("acl", "add", "cidr", INITIATOR, "--source", "10.0.0.0/8")
         d.ctl("acl", "add", "cidr", OTHER, "--source", "127.0.0.0/8")
         d.ctl("acl", "add", "drop", INITIATOR)
+        d.ctl("acl", "add", "chapacl", JUMPER)
+        d.ctl("auth", "set", "chapacl", "--user", "carol", "--secret-file", "-",
+              input=SECRET + "\n")
         for t in ("chap", "mutual"):
             d.ctl("acl", "allow-any", t, "on")
         d.ctl("auth", "set", "chap", "--user", "alice", "--secret-file", "-", input=SECRET + "\n")
@@ -138,6 +143,55 @@ class AclChapTest(unittest.TestCase):
         self.assertEqual(p.returncode, 3)
         self.assertIn("chap.secret is 11 bytes; RFC 7143 requires at least 12", p.stderr)
         self.assertEqual(self.login_status("chap", chap=("alice", SECRET)), 0)  # unchanged
+
+    # ---- the stage-jump login (RFC 7143 6.3, 12): CHAP agreed, then straight to the operational
+    # stage with T=1 NSG=3 and no CHAP at all. The target is in the security stage (it answered
+    # T=0), so a request in the operational stage is refused 0x0200 and the connection closes.
+    def stage_jump(self, target):
+        c = Initiator(self.d.portal, JUMPER)
+        names = [("InitiatorName", JUMPER)]
+        names += [("SessionType", "Normal"), ("TargetName", target)] if target else \
+            [("SessionType", "Discovery")]
+        transit, keys = c._login_pdu(0, 3, False, names + [("AuthMethod", "CHAP")])
+        self.assertEqual(keys.get("AuthMethod"), "CHAP")
+        self.assertFalse(transit)
+        with self.assertRaises(LoginError) as e:
+            c._login_pdu(1, 3, True, [("HeaderDigest", "None"), ("DataDigest", "None"),
+                                      ("MaxRecvDataSegmentLength", "8192")])
+        self.assertEqual(e.exception.status, 0x0200)
+        self.assertTrue(c.closed())
+        c.close()
+        # Skipping the security stage from the first request is refused as an authentication
+        # failure, and asking to leave it before CHAP is answered T=0.
+        c = Initiator(self.d.portal, JUMPER)
+        with self.assertRaises(LoginError) as e:
+            c._login_pdu(1, 3, True, names + [("MaxRecvDataSegmentLength", "8192")])
+        self.assertEqual(e.exception.status, 0x0201)
+        c.close()
+        c = Initiator(self.d.portal, JUMPER)
+        transit, _ = c._login_pdu(0, 3, True, names + [("AuthMethod", "CHAP")])
+        self.assertFalse(transit)
+        c.close()
+
+    def test_stage_jump_past_chap_is_refused(self):
+        before = self.d.metric("iscsigw_iscsi_logins_total", result="initiator_error")
+        self.stage_jump(IQN_PREFIX + "chapacl")
+        self.assertEqual(self.d.metric("iscsigw_iscsi_logins_total", result="initiator_error"),
+                         before + 1)
+        # No command on the LUN reached it: the honest login still works and sees the first UA.
+        c = Initiator(self.d.portal, JUMPER)
+        c.login(target=IQN_PREFIX + "chapacl", chap=("carol", SECRET))
+        self.assertEqual(c.test_unit_ready(0)[0], 0x02)  # POWER ON unit attention, first
+        c.logout()
+
+    def test_stage_jump_past_discovery_chap_is_refused(self):
+        d = self.d
+        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file",
+              self.target_secret_file)
+        try:
+            self.stage_jump(None)
+        finally:
+            d.ctl("auth", "clear", "--discovery")
 
     def test_discovery_chap(self):
         d = self.d
