@@ -55,11 +55,13 @@ COPY --from=build /out/bin/iscsigwd /out/bin/iscsigwctl /out/bin/iscsigw-csi /us
 COPY deploy/examples/demo.json /usr/share/iscsigw/demo.json
 
 # Every flag of iscsigwd has an ISCSIGW_* variable; these are the container defaults. gRPC listens
-# on all interfaces so that Kubernetes' gRPC probes (which dial the pod IP) reach it: keep the port
-# unpublished, or behind the NetworkPolicy/TLS of deploy/ and helm/.
+# on all interfaces so that Kubernetes' gRPC probes (which dial the pod IP) reach it, and without
+# client certificates only because ISCSIGW_GRPC_INSECURE says so (docs/security.md): keep the port
+# unpublished, or give ISCSIGW_TLS_CLIENT_CA as deploy/overlays/grpc-tls and helm/ (tls) do.
 ENV ISCSIGW_STATE_DIR=/var/lib/iscsigw \
     ISCSIGW_PORTAL=0.0.0.0:3260 \
     ISCSIGW_GRPC_LISTEN=0.0.0.0:50051 \
+    ISCSIGW_GRPC_INSECURE=true \
     ISCSIGW_METRICS_LISTEN=0.0.0.0:9540 \
     ISCSIGW_LOG_FORMAT=json
 VOLUME ["/var/lib/iscsigw"]

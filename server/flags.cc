@@ -1,5 +1,7 @@
 #include "server/flags.h"
 
+#include <arpa/inet.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -73,6 +75,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--tls-client-ca", f->tls_client_ca,
                  "CA bundle for client certificates (mutual TLS)")
       ->envname("ISCSIGW_TLS_CLIENT_CA");
+  app.add_flag("--grpc-insecure", f->grpc_insecure,
+               "Serve the admin API off loopback without client certificates (anyone who reaches "
+               "the port can create, change and delete targets and read CHAP settings)")
+      ->envname("ISCSIGW_GRPC_INSECURE");
   app.add_option("--nop-interval", f->nop_interval_s, "Seconds of idle time before a NOP-In ping")
       ->envname("ISCSIGW_NOP_INTERVAL")
       ->check(CLI::Range(1u, 3600u));
@@ -109,8 +115,30 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "export the same images, each with its own id\n");
     return 2;
   }
+  // docs/security.md: the admin API answers whoever reaches it, so off this host it needs client
+  // certificates, or an operator who says it may go without.
+  if (!IsLocalOnlyListen(f->grpc_listen) && f->tls_client_ca.empty() && !f->grpc_insecure) {
+    std::fprintf(stderr,
+                 "--grpc-listen %s is reachable from other hosts: give --tls-cert, --tls-key and "
+                 "--tls-client-ca (mutual TLS), listen on loopback or a unix: socket, or pass "
+                 "--grpc-insecure to serve the admin API without authentication\n",
+                 f->grpc_listen.c_str());
+    return 2;
+  }
   if (f->portals.empty()) f->portals.push_back("0.0.0.0:3260");
   return -1;
+}
+
+bool IsLocalOnlyListen(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0 || listen.rfind("unix-abstract:", 0) == 0) return true;
+  const auto colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 }  // namespace iscsigw::server

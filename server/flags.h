@@ -32,6 +32,9 @@ struct Flags {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // The gRPC listener may be reachable off this host without client certificates: said out loud
+  // (docs/security.md), warned about at every start.
+  bool grpc_insecure = false;
   unsigned nop_interval_s = 30;
   unsigned nop_timeout_s = 15;
   unsigned login_timeout_s = 15;
@@ -44,5 +47,9 @@ struct Flags {
 
 // Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).
 int ParseFlags(int argc, char** argv, Flags* flags);
+
+// Whether a --grpc-listen address is reachable from this host only: a unix socket, or a loopback
+// host (127.0.0.0/8, ::1, localhost).
+bool IsLocalOnlyListen(const std::string& listen);
 
 }  // namespace iscsigw::server

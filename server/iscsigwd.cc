@@ -232,6 +232,12 @@ int Run(int argc, char** argv) {
     dataplane.Stop();
     return 1;
   }
+  if (!server::IsLocalOnlyListen(flags.grpc_listen) && flags.tls_client_ca.empty()) {
+    ctl.warn(
+        "gRPC control plane on {} without client certificates (--grpc-insecure): anyone who "
+        "reaches it can change every target; see docs/security.md",
+        flags.grpc_listen);
+  }
   ctl.info(
       "gRPC control plane listening on {}{}", grpc_server.value()->address(),
       flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));

@@ -102,8 +102,12 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   if (!cs->server_ || port == 0) {
     return Status(StatusCode::kUnavailable, "gRPC listen " + listen + ": cannot bind");
   }
-  const auto colon = listen.rfind(':');
-  cs->address_ = listen.substr(0, colon) + ":" + std::to_string(port);
+  if (listen.rfind("unix", 0) == 0) {
+    cs->address_ = listen;  // a socket path: no port to fill in
+  } else {
+    const auto colon = listen.rfind(':');
+    cs->address_ = listen.substr(0, colon) + ":" + std::to_string(port);
+  }
   cs->server_->GetHealthCheckService()->SetServingStatus(
       iscsigw::v1::GatewayService::service_full_name(), true);
   ControlServer* raw = cs.get();

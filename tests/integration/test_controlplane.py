@@ -366,6 +366,56 @@ class TlsTest(Fixture):
         self.assertEqual([t["name"] for t in json.loads(listed.stdout)["targets"]],
                          [IQN_PREFIX + "mtls"])
 
+    def open_api(self, *extra):
+        """A daemon whose gRPC listens on every address (docs/security.md)."""
+        d = Daemon()
+        i = d.args.index("--grpc-listen")
+        d.args[i + 1] = "0.0.0.0:0"
+        d.args += list(extra)
+        self.addCleanup(d.cleanup)
+        return d
+
+    def test_admin_api_off_loopback_needs_client_certificates_or_an_explicit_insecure(self):
+        # Refused: it exits 2 before binding anything, naming the flags that would allow it.
+        d = self.open_api("--tls-cert", self.f("server.pem"), "--tls-key", self.f("server.key"))
+        p = subprocess.run(d.args, capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        for flag in ("--tls-client-ca", "--grpc-insecure", "0.0.0.0:0"):
+            self.assertIn(flag, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d.state_dir, "ports.json")))
+
+        # Said out loud: it starts, and warns.
+        d = self.open_api("--grpc-insecure").start()
+        port = d.grpc.rpartition(":")[2]
+        ok = run([binary("iscsigwctl"), "--server", f"127.0.0.1:{port}", "gateway", "info"])
+        self.assertEqual(ok.returncode, 0)
+        self.assertIn("without client certificates (--grpc-insecure)", d.read_log())
+
+        # Mutual TLS: it starts without the warning, and only a client certificate gets in.
+        m = self.open_api("--tls-cert", self.f("server.pem"), "--tls-key", self.f("server.key"),
+                          "--tls-client-ca", self.f("ca.pem")).start()
+        port = m.grpc.rpartition(":")[2]
+        server = f"127.0.0.1:{port}"
+        p = run([binary("iscsigwctl"), "--server", server, "--timeout", "5", "--tls-ca",
+                 self.f("ca.pem"), "gateway", "info"], check=False)
+        self.assertEqual(p.returncode, 14, p.stderr)
+        ok = run([binary("iscsigwctl"), "--server", server, "--timeout", "5", "--tls-ca",
+                  self.f("ca.pem"), "--tls-cert", self.f("client.pem"), "--tls-key",
+                  self.f("client.key"), "gateway", "info"], check=False)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertNotIn("--grpc-insecure", m.read_log())
+
+        # Loopback and unix sockets need neither.
+        u = Daemon()
+        i = u.args.index("--grpc-listen")
+        sock = os.path.join(u.state_dir, "api.sock")
+        u.args[i + 1] = "unix:" + sock
+        self.addCleanup(u.cleanup)
+        u.start()
+        ok = run([binary("iscsigwctl"), "--server", "unix:" + sock, "gateway", "info"],
+                 check=False)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+
     def test_in_pod_cli_verifies_the_service_name_from_the_environment(self):
         # The gateway pod's iscsigwctl: 127.0.0.1, the CA and the Service's name from the pod's
         # environment (the chart and deploy/overlays/grpc-tls set them), and a certificate
