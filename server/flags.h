@@ -14,7 +14,9 @@ struct Flags {
   std::vector<std::string> portals;
   std::vector<std::string> advertise;  // SendTargets' TargetAddress values; empty: the portal's own
   std::string grpc_listen = "127.0.0.1:50051";
-  std::string metrics_listen = "0.0.0.0:9540";
+  // Loopback by default: the container image and the manifests, which scrape from other pods, set
+  // 0.0.0.0 themselves (docs/security.md).
+  std::string metrics_listen = "127.0.0.1:9540";
   bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)
   unsigned reactors = 0;
   unsigned gateway_id = 0;  // 0: alone; else one of several gateways on the same rbd images
