@@ -438,12 +438,14 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
       log::Iscsi().info("{}login from {}: CHAP required, AuthMethod not agreed", LogCtx(), peer_);
       return SendLoginReject(h, LoginStatus::kAuthenticationFailure);
     }
-    // Guessing is throttled per initiator name and source (auth_throttle.h): a locked-out pair
-    // is refused before its response is looked at.
+    // Guessing is throttled per initiator name and source, and per source and target
+    // (auth_throttle.h; discovery is the empty target name): a locked-out login is refused
+    // before its response is looked at.
     AuthThrottle& throttle = gw_.auth_throttle();
     const std::string& who = negotiator_->params().initiator_name;
+    const std::string_view target = login_target_ ? login_target_->info.name : std::string_view();
     const auto now = std::chrono::steady_clock::now();
-    if (const auto locked = throttle.LockedFor(who, peer_ip_, now); locked.count() > 0) {
+    if (const auto locked = throttle.LockedFor(who, peer_ip_, target, now); locked.count() > 0) {
       ISCSIGW_LOG_LIMITED(
           iscsi_log_limiter_, log::Iscsi(), spdlog::level::warn,
           "{}login from {}: CHAP refused, {} is locked out for {} ms after failed attempts",
@@ -454,10 +456,11 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     const auto outcome = chap_->Step(keys.value(), &out);
     if (outcome == ChapAuthenticator::Outcome::kAuthFailed ||
         outcome == ChapAuthenticator::Outcome::kProtocolError) {
-      const auto failure = throttle.RecordFailure(who, peer_ip_, now);
+      const auto failure = throttle.RecordFailure(who, peer_ip_, target, now);
       log::Iscsi().warn(
-          "{}login from {}: CHAP failed for {} ({} in a row; locked out for {} ms): {}", LogCtx(),
-          peer_, who, failure.in_a_row,
+          "{}login from {}: CHAP failed for {} ({} in a row, {} from this source; locked out for "
+          "{} ms): {}",
+          LogCtx(), peer_, who, failure.in_a_row, failure.from_source,
           std::chrono::duration_cast<std::chrono::milliseconds>(failure.lockout).count(),
           chap_->error());
       return SendLoginReject(h, outcome == ChapAuthenticator::Outcome::kAuthFailed

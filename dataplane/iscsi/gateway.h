@@ -87,7 +87,8 @@ struct GatewayOptions {
   // tag, when initiators reach the gateway through NAT, a Service or a load balancer. Empty: the
   // address the discovery connection was accepted on.
   std::vector<std::string> advertise;
-  // Lockout of CHAP guessing per initiator name and source address (auth_throttle.h).
+  // Lockout of CHAP guessing per initiator name and source, and per source and target
+  // (auth_throttle.h).
   AuthThrottle::Options auth_throttle;
 };
 

@@ -119,6 +119,21 @@ class AclChapTest(unittest.TestCase):
         self.assertEqual(self.login_status("chap", chap=("alice", SECRET), algorithms="1,2"),
                          0x0201)
 
+    def test_guessing_under_new_initiator_names_is_locked_out_per_source(self):
+        # Ten failures from one source against one target, each under a name of its own (so no
+        # name reaches its own three): the source is locked out of that target, whatever name
+        # it claims next, even with the right secret; another source, or another target, is not.
+        for n in range(10):
+            self.assertEqual(self.login_status("chap", f"{OTHER}-{n}", source="127.0.0.5",
+                                               chap=("alice", f"wrong-secret-{n:04d}")), 0x0201)
+        self.assertEqual(self.login_status("chap", OTHER + "-new", source="127.0.0.5",
+                                           chap=("alice", SECRET)), 0x0201)
+        self.assertEqual(self.login_status("chap", OTHER + "-new", source="127.0.0.6",
+                                           chap=("alice", SECRET)), 0)
+        self.assertEqual(self.login_status("mutual", OTHER + "-new", source="127.0.0.5",
+                                           chap=("bob", SECRET)), 0)
+        self.assertIn("10 from this source", self.d.read_log())
+
     def test_reflected_challenge_is_refused(self):
         self.assertEqual(self.login_status("mutual", chap=("bob", SECRET), reflect=True), 0x0201)
 
