@@ -550,6 +550,18 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   if (Status s = iscsi::ValidateChapCredentials(config.discovery_chap, "discovery: "); !s.ok()) {
     return s;
   }
+  {
+    std::vector<std::pair<std::string, const ChapCredentials*>> sets;
+    sets.reserve(config.targets.size() + 1);
+    for (const auto& t : config.targets) sets.emplace_back("target " + t.name, &t.chap);
+    sets.emplace_back("discovery", &config.discovery_chap);
+    if (Status s = iscsi::ValidateMutualSecretsApart(sets); !s.ok()) {
+      // A change is refused. A configuration the daemon starts with was accepted before this
+      // check existed: it still starts, loudly, so that the secret can be changed through the API.
+      if (mode == ApplyMode::kStrict) return s;
+      log::Iscsi().error("configuration: {}", s.message());
+    }
+  }
 
   // rbd images are opened before the configuration lock is taken: an open waits for its cluster
   // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 namespace iscsigw::iscsi {
 
@@ -199,6 +200,25 @@ std::string EncodeChapHex(std::span<const uint8_t> bytes) {
     s += kDigits[b & 15];
   }
   return s;
+}
+
+Status ValidateMutualSecretsApart(
+    const std::vector<std::pair<std::string, const ChapCredentials*>>& sets) {
+  std::map<std::string_view, const std::string*> initiator_secrets;  // secret -> whose
+  for (const auto& [who, creds] : sets) {
+    if (creds->enabled()) initiator_secrets.emplace(creds->secret, &who);
+  }
+  for (const auto& [who, creds] : sets) {
+    if (!creds->mutual()) continue;
+    auto it = initiator_secrets.find(creds->mutual_secret);
+    if (it != initiator_secrets.end()) {
+      return InvalidArgument(who + ": chap.mutual_secret is the initiator secret of " +
+                             *it->second +
+                             "; RFC 7143 9.2.1 forbids a secret that authenticates initiators "
+                             "to authenticate the target");
+    }
+  }
+  return Status::Ok();
 }
 
 ChapAuthenticator::ChapAuthenticator(ChapCredentials creds) : creds_(std::move(creds)) {}

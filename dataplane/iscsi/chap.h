@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dataplane/base/status.h"
@@ -51,6 +52,13 @@ inline constexpr size_t kMaxChapChallengeBytes = 1024;
 // secret used for initiator authentication MUST NOT be used to authenticate the target), a mutual
 // half without the one-way half, and names with control characters.
 Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who);
+
+// RFC 7143 9.2.1 across a whole gateway: a secret the target authenticates itself with (a mutual
+// secret) must not be one that any initiator authenticates with, on any target or for discovery:
+// otherwise an initiator that knows its own secret could pose as the gateway to another. Each
+// entry names its set ("target X", "discovery"). The error names both sets, never the secret.
+Status ValidateMutualSecretsApart(
+    const std::vector<std::pair<std::string, const ChapCredentials*>>& sets);
 
 enum class ChapAlgorithm : uint8_t { kMd5 = 5, kSha1 = 6, kSha256 = 7, kSha3_256 = 8 };
 

@@ -12,6 +12,7 @@ OTHER = "iqn.2026-11.io.iscsigw.test:other"
 JUMPER = "iqn.2026-11.io.iscsigw.test:jumper"
 SECRET = "initiator-secret-1"
 TARGET_SECRET = "target-secret-22"
+DISCOVERY_SECRET = "discovery-secret-333"
 
 
 class AclChapTest(unittest.TestCase):
@@ -152,6 +153,32 @@ class AclChapTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("CHAP_R", p.stdout + p.stderr)
 
+    def test_a_mutual_secret_is_no_initiator_secret_anywhere_on_the_gateway(self):
+        # RFC 7143 9.2.1: the secret "mutual" authenticates the gateway with may not be one that
+        # initiators authenticate with, on another target or for discovery; nothing changes.
+        d = self.d
+        p = d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file",
+                  self.target_secret_file, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("target " + IQN_PREFIX + "mutual: chap.mutual_secret is the initiator "
+                      "secret of discovery", p.stderr)
+        self.assertNotIn(TARGET_SECRET, p.stderr)
+        self.assertEqual(self.login_status(None), 0)  # discovery still without CHAP
+        # alice's secret on "chap" as the gateway's secret on "drop": refused.
+        alice_secret_file = os.path.join(d.state_dir, "alice-secret")
+        with open(alice_secret_file, "w") as f:
+            f.write(SECRET)
+        p = d.ctl("auth", "set", "drop", "--user", "dave", "--secret-file", "-", "--mutual-user",
+                  "gw", "--mutual-secret-file", alice_secret_file, input="dave-secret-4444",
+                  check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("mutual_secret is the initiator secret of target", p.stderr)
+        p = d.ctl("auth", "set", "drop", "--user", "dave", "--secret-file", "-", "--mutual-user",
+                  "gw", "--mutual-secret-file", self.target_secret_file, input="dave-secret-4444")
+        self.assertEqual(p.returncode, 0)
+        d.ctl("auth", "clear", "drop")
+        self.assertEqual(self.login_status("drop"), 0)
+
     def test_short_secret_is_refused_at_configuration(self):
         p = self.d.ctl("auth", "set", "chap", "--user", "alice", "--secret-file", "-",
                        input="elevenbytes", check=False)
@@ -201,8 +228,8 @@ class AclChapTest(unittest.TestCase):
 
     def test_stage_jump_past_discovery_chap_is_refused(self):
         d = self.d
-        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file",
-              self.target_secret_file)
+        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file", "-",
+              input=DISCOVERY_SECRET)
         try:
             self.stage_jump(None)
         finally:
@@ -210,17 +237,17 @@ class AclChapTest(unittest.TestCase):
 
     def test_discovery_chap(self):
         d = self.d
-        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file",
-              self.target_secret_file)
+        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file", "-",
+              input=DISCOVERY_SECRET)
         try:
             self.assertEqual(self.login_status(None), 0x0201)
             c = Initiator(d.portal, INITIATOR)
-            c.login(chap=("disco", TARGET_SECRET))
+            c.login(chap=("disco", DISCOVERY_SECRET))
             self.assertIn(IQN_PREFIX + "acl", c.send_targets())
             c.close()
             p = run(["iscsi-ls", f"iscsi://{d.portal}"], check=False)
             self.assertNotEqual(p.returncode, 0)
-            out = run(["iscsi-ls", f"iscsi://disco%{TARGET_SECRET}@{d.portal}"]).stdout
+            out = run(["iscsi-ls", f"iscsi://disco%{DISCOVERY_SECRET}@{d.portal}"]).stdout
             self.assertIn(IQN_PREFIX + "chap", out)
         finally:
             d.ctl("auth", "clear", "--discovery")

@@ -250,5 +250,29 @@ TEST(TargetConfigAcl, AdmitsListedInitiatorsFromAllowedSourcesOnly) {
   EXPECT_TRUE(tc.Allows("iqn.2026-11.io.test:c", "192.168.0.7:1"));
 }
 
+TEST(ChapCredentialsTest, AMutualSecretIsNoInitiatorSecretAnywhereOnTheGateway) {
+  const ChapCredentials a{"alice", "alice-secret-0001", "gw", "gateway-secret-01"};
+  const ChapCredentials b{"bob", "bob-secret-000002", "", ""};
+  const ChapCredentials none;
+  // Apart: every mutual secret differs from every initiator secret; repeats of either are fine.
+  EXPECT_TRUE(ValidateMutualSecretsApart(
+                  {{"target a", &a}, {"target b", &b}, {"target a2", &a}, {"discovery", &none}})
+                  .ok());
+  // Another target's initiator secret as a's mutual secret: refused, naming both, not the secret.
+  const ChapCredentials reuse{"carol", "gateway-secret-01", "", ""};
+  Status s = ValidateMutualSecretsApart({{"target a", &a}, {"target c", &reuse}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("target a: chap.mutual_secret is the initiator secret of target c"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("gateway-secret-01"), std::string::npos);
+  // Discovery's initiator secret counts too, whichever order the sets come in.
+  const ChapCredentials discovery{"disco", "gateway-secret-01", "", ""};
+  s = ValidateMutualSecretsApart({{"discovery", &discovery}, {"target a", &a}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("initiator secret of discovery"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace iscsigw::iscsi
