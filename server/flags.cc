@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "dataplane/api/dataplane.h"
+
 namespace iscsigw::server {
 
 int ParseFlags(int argc, char** argv, Flags* f) {
@@ -79,6 +81,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                "Serve the admin API off loopback without client certificates (anyone who reaches "
                "the port can create, change and delete targets and read CHAP settings)")
       ->envname("ISCSIGW_GRPC_INSECURE");
+  app.add_option("--chap-digests", f->chap_digests,
+                 "CHAP digests initiators may choose, comma-separated: SHA-256, SHA3-256, SHA-1, "
+                 "MD5 (leave out the weak ones to refuse them)")
+      ->envname("ISCSIGW_CHAP_DIGESTS");
   app.add_option("--nop-interval", f->nop_interval_s, "Seconds of idle time before a NOP-In ping")
       ->envname("ISCSIGW_NOP_INTERVAL")
       ->check(CLI::Range(1u, 3600u));
@@ -113,6 +119,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
     std::fprintf(stderr,
                  "--shared-config needs --gateway-id: the gateways that share a configuration "
                  "export the same images, each with its own id\n");
+    return 2;
+  }
+  if (auto d = api::ParseChapDigests(f->chap_digests); !d.ok()) {
+    std::fprintf(stderr, "--chap-digests: %s\n", d.status().message().c_str());
     return 2;
   }
   // docs/security.md: the admin API answers whoever reaches it, so off this host it needs client

@@ -37,6 +37,8 @@ struct Flags {
   // The gRPC listener may be reachable off this host without client certificates: said out loud
   // (docs/security.md), warned about at every start.
   bool grpc_insecure = false;
+  // The CHAP digests initiators may choose, strongest first (docs/security.md).
+  std::string chap_digests = "SHA-256,SHA3-256,SHA-1,MD5";
   unsigned nop_interval_s = 30;
   unsigned nop_timeout_s = 15;
   unsigned login_timeout_s = 15;

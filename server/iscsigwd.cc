@@ -178,6 +178,8 @@ int Run(int argc, char** argv) {
   opts.gateway.login_timeout_ms = flags.login_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
   opts.gateway.advertise = flags.advertise;
+  opts.gateway.chap_digests = api::ParseChapDigests(flags.chap_digests).value();  // checked
+
   auto dp = api::Dataplane::Start(opts);
   if (!dp.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", dp.status().message().c_str());

@@ -223,6 +223,10 @@ Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view wh
   return iscsi::ValidateChapCredentials(creds, who);
 }
 
+Result<ChapDigests> ParseChapDigests(std::string_view list) {
+  return iscsi::ParseChapDigests(list);
+}
+
 Status ValidateIscsiName(const std::string& name) {
   // RFC 7143 4.2.7.1 / 6.1: at most 223 bytes, no upper case (stringprep folds case), and one of
   // the iqn., eui. or naa. formats.

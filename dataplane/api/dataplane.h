@@ -181,4 +181,9 @@ Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry);
 // the initiator's (RFC 7143 9.2.1), names without control characters. `who` prefixes the message.
 Status ValidateChapCredentials(const ChapCredentials& creds, std::string_view who);
 
+// The CHAP digests initiators may choose (Options::gateway.chap_digests), parsed from a list of
+// MD5, SHA-1, SHA-256, SHA3-256 (--chap-digests).
+using ChapDigests = iscsi::ChapDigests;
+Result<ChapDigests> ParseChapDigests(std::string_view list);
+
 }  // namespace iscsigw::api

@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 
@@ -221,7 +222,37 @@ Status ValidateMutualSecretsApart(
   return Status::Ok();
 }
 
-ChapAuthenticator::ChapAuthenticator(ChapCredentials creds) : creds_(std::move(creds)) {}
+Result<ChapDigests> ParseChapDigests(std::string_view list) {
+  static constexpr std::pair<std::string_view, ChapAlgorithm> kNames[] = {
+      {"md5", ChapAlgorithm::kMd5},
+      {"sha-1", ChapAlgorithm::kSha1},
+      {"sha-256", ChapAlgorithm::kSha256},
+      {"sha3-256", ChapAlgorithm::kSha3_256}};
+  ChapDigests d{0};
+  while (true) {
+    const size_t comma = list.find(',');
+    std::string item(list.substr(0, comma));
+    std::transform(item.begin(), item.end(), item.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    bool known = false;
+    for (const auto& [name, a] : kNames) {
+      if (item == name) {
+        d.mask |= static_cast<uint16_t>(1u << static_cast<unsigned>(a));
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("CHAP digest \"" + item +
+                             "\" is not one of MD5, SHA-1, SHA-256, SHA3-256");
+    }
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return d;
+}
+
+ChapAuthenticator::ChapAuthenticator(ChapCredentials creds, ChapDigests digests)
+    : creds_(std::move(creds)), digests_(digests) {}
 
 void ChapAuthenticator::SetChallengeForTest(uint8_t id, std::vector<uint8_t> challenge) {
   test_challenge_.emplace(id, std::move(challenge));
@@ -257,6 +288,7 @@ ChapAuthenticator::Outcome ChapAuthenticator::Step(const std::vector<pdu::KeyVal
       while (!chosen && !list.empty()) {
         const size_t comma = list.find(',');
         chosen = ParseAlgorithm(list.substr(0, comma));
+        if (chosen && !digests_.Allows(*chosen)) chosen.reset();  // refused by --chap-digests
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
       }
       if (!chosen) {

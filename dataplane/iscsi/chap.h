@@ -62,6 +62,17 @@ Status ValidateMutualSecretsApart(
 
 enum class ChapAlgorithm : uint8_t { kMd5 = 5, kSha1 = 6, kSha256 = 7, kSha3_256 = 8 };
 
+// The digests a gateway accepts in CHAP_A (--chap-digests): a bit per ChapAlgorithm, all by
+// default. The target still answers the first of the initiator's list that it accepts.
+struct ChapDigests {
+  uint16_t mask = 0x1e0;  // bit N for algorithm N (5..8)
+  bool Allows(ChapAlgorithm a) const { return (mask >> static_cast<unsigned>(a)) & 1; }
+  bool operator==(const ChapDigests&) const = default;
+};
+// Parses a comma-separated list of MD5, SHA-1, SHA-256, SHA3-256 (any case, any order, at least
+// one); the error names the item it does not know.
+Result<ChapDigests> ParseChapDigests(std::string_view list);
+
 size_t ChapDigestLength(ChapAlgorithm a);
 // RFC 1994 4.1: Response = H(Identifier || secret || Challenge).
 std::vector<uint8_t> ChapResponse(ChapAlgorithm a, uint8_t id, std::string_view secret,
@@ -79,7 +90,7 @@ class ChapAuthenticator {
     kProtocolError,  // login reject 0x0200: CHAP keys out of order or malformed
   };
 
-  explicit ChapAuthenticator(ChapCredentials creds);
+  explicit ChapAuthenticator(ChapCredentials creds, ChapDigests digests = {});
 
   // Consumes the CHAP_* keys of one security-stage login request and appends the answers to *out.
   Outcome Step(const std::vector<pdu::KeyValue>& in, std::vector<pdu::KeyValue>* out);
@@ -98,6 +109,7 @@ class ChapAuthenticator {
   Outcome Fail(Outcome o, std::string why);
 
   const ChapCredentials creds_;
+  const ChapDigests digests_;
   State state_ = State::kWaitAlgorithm;
   ChapAlgorithm algorithm_ = ChapAlgorithm::kMd5;
   uint8_t id_ = 0;

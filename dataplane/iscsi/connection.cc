@@ -596,7 +596,7 @@ void Connection::PrepareAuth(const std::vector<pdu::KeyValue>& first_request) {
     if (login_target_) creds = &login_target_->chap;
   }
   if (creds != nullptr && creds->enabled()) {
-    chap_ = std::make_unique<ChapAuthenticator>(*creds);
+    chap_ = std::make_unique<ChapAuthenticator>(*creds, gw_.options().chap_digests);
     negotiator_->SetAuthMethods({"CHAP"});
   }
 }

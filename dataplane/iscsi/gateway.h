@@ -90,6 +90,8 @@ struct GatewayOptions {
   // Lockout of CHAP guessing per initiator name and source, and per source and target
   // (auth_throttle.h).
   AuthThrottle::Options auth_throttle;
+  // The CHAP digests initiators may choose (chap.h; --chap-digests).
+  ChapDigests chap_digests;
 };
 
 class Gateway {

@@ -1,6 +1,7 @@
 """ACLs and CHAP, enforced at login and in discovery: libiscsi's tools and the test initiator
 against the real iscsigwd, configured through iscsigwctl."""
 import os
+import subprocess
 import unittest
 from urllib.parse import quote
 
@@ -252,6 +253,36 @@ class AclChapTest(unittest.TestCase):
         finally:
             d.ctl("auth", "clear", "--discovery")
         self.assertEqual(self.login_status(None), 0)
+
+
+class ChapDigestsTest(unittest.TestCase):
+    """--chap-digests: an operator refuses the weak digests; initiators that offer only those
+    are refused 0x0201, the others get the first strong one of their list."""
+
+    def test_only_the_digests_given_are_chosen(self):
+        bad = Daemon(extra_args=["--chap-digests", "SHA-256,SHA-512"])
+        self.addCleanup(bad.cleanup)
+        p = subprocess.run(bad.args, capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('--chap-digests: CHAP digest "sha-512" is not one of', p.stderr)
+
+        d = Daemon(extra_args=["--chap-digests", "SHA-256,SHA3-256"]).start()
+        self.addCleanup(d.cleanup)
+        d.ctl("target", "create", "strong")
+        d.ctl("lun", "create", "strong", "0", "--size", "1M")
+        d.ctl("acl", "allow-any", "strong", "on")
+        d.ctl("auth", "set", "strong", "--user", "alice", "--secret-file", "-", input=SECRET)
+        status = lambda algorithms: login_status(d.portal, INITIATOR, IQN_PREFIX + "strong",
+                                                 chap=("alice", SECRET), algorithms=algorithms)
+        self.assertEqual(status("5"), 0x0201)
+        self.assertEqual(status("5,6"), 0x0201)
+        self.assertEqual(status("5,8"), 0)
+        self.assertEqual(status("7"), 0)
+        # libiscsi offers MD5 only unless told otherwise: refused too.
+        p = run(["iscsi-inq", f"iscsi://alice%{SECRET}@{d.portal}/{IQN_PREFIX}strong/0"],
+                check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no supported algorithm in CHAP_A=5", d.read_log())
 
 
 if __name__ == "__main__":

@@ -114,6 +114,35 @@ TEST_F(ChapExchange, RandomChallengeIsAtLeast16BytesAndFreshPerLogin) {
   EXPECT_NE(*ca, std::vector<uint8_t>(cb->begin(), cb->begin() + 16));
 }
 
+TEST_F(ChapExchange, DigestsLeftOutByTheOperatorAreNeverChosen) {
+  auto strong = ParseChapDigests("SHA-256,sha3-256");
+  ASSERT_TRUE(strong.ok()) << strong.status().message();
+  ChapAuthenticator a(creds_, strong.value());
+  KV out;
+  ASSERT_EQ(a.Step({{"CHAP_A", "5,6,7"}}, &out), Outcome::kContinue);
+  EXPECT_EQ(Value(out, "CHAP_A"), "7");  // the initiator's first that the gateway accepts
+  ChapAuthenticator b(creds_, strong.value());
+  out.clear();
+  EXPECT_EQ(b.Step({{"CHAP_A", "5,6"}}, &out), Outcome::kAuthFailed);
+  EXPECT_EQ(Value(out, "CHAP_A"), "Reject");
+}
+
+TEST(ChapDigestsTest, ParsesTheFourNamesAndRefusesOthers) {
+  auto all = ParseChapDigests("SHA-256,SHA3-256,SHA-1,MD5");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all.value(), ChapDigests{});
+  auto md5 = ParseChapDigests("md5");
+  ASSERT_TRUE(md5.ok());
+  EXPECT_TRUE(md5.value().Allows(ChapAlgorithm::kMd5));
+  EXPECT_FALSE(md5.value().Allows(ChapAlgorithm::kSha256));
+  for (const char* bad : {"", "SHA-512", "SHA-256,", "SHA256"}) {
+    auto r = ParseChapDigests(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  EXPECT_NE(ParseChapDigests("SHA-256,SHA-512").status().message().find("\"sha-512\""),
+            std::string::npos);
+}
+
 TEST_F(ChapExchange, RejectsAlgorithmListWithoutSupportedValue) {
   EXPECT_EQ(chap_.Step({{"CHAP_A", "1,2,99"}}, &out_), Outcome::kAuthFailed);
   EXPECT_EQ(Value(out_, "CHAP_A"), "Reject");
