@@ -145,16 +145,26 @@ class Daemon(LoggedProcess):
     def ctl_json(self, *args):
         return json.loads(self.ctl(*args, output="json").stdout)
 
-    def metric(self, name, **labels):
-        """The value of one sample of /metrics (0 when absent), matched on name and labels."""
-        with urllib.request.urlopen(f"http://{self.ports['metrics']}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        want = [f'{k}="{v}"' for k, v in labels.items()]
-        for line in text.splitlines():
+    def metric(self, name, labels=None):
+        """Sum of the samples of metric NAME on /metrics whose labels include LABELS."""
+        with urllib.request.urlopen(f"http://{self.ports['metrics']}/metrics", timeout=10) as r:
+            body = r.read().decode()
+        total = 0.0
+        found = False
+        for line in body.splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
             head, _, value = line.rpartition(" ")
-            if head.split("{")[0] == name and all(w in head for w in want):
-                return float(value)
-        return 0.0
+            metric, _, rest = head.partition("{")
+            if metric != name:
+                continue
+            if labels and not all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                continue
+            total += float(value)
+            found = True
+        if not found:
+            raise AssertionError(f"metric {name} {labels or ''} not exported")
+        return total
 
     def cleanup(self):
         if self.proc is not None:

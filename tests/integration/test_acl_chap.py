@@ -217,9 +217,9 @@ class AclChapTest(unittest.TestCase):
         c.close()
 
     def test_stage_jump_past_chap_is_refused(self):
-        before = self.d.metric("iscsigw_iscsi_logins_total", result="initiator_error")
+        before = self.d.metric("iscsigw_iscsi_logins_total", {"result": "initiator_error"})
         self.stage_jump(IQN_PREFIX + "chapacl")
-        self.assertEqual(self.d.metric("iscsigw_iscsi_logins_total", result="initiator_error"),
+        self.assertEqual(self.d.metric("iscsigw_iscsi_logins_total", {"result": "initiator_error"}),
                          before + 1)
         # No command on the LUN reached it: the honest login still works and sees the first UA.
         c = Initiator(self.d.portal, JUMPER)

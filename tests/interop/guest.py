@@ -210,27 +210,6 @@ class GatewayOnKnownPorts(harness.Daemon):
     def guest_portals(self):
         return [f"{HOST_FROM_GUEST}:{p}" for p in self.iscsi_ports]
 
-    def metric(self, name, labels=None):
-        """Sum of the samples of metric NAME whose labels include LABELS."""
-        import urllib.request
-        body = urllib.request.urlopen(f"http://{self.ports['metrics']}/metrics", timeout=10).read()
-        total = 0.0
-        found = False
-        for line in body.decode().splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            head, _, value = line.rpartition(" ")
-            metric, _, rest = head.partition("{")
-            if metric != name:
-                continue
-            if labels and not all(f'{k}="{v}"' in rest for k, v in labels.items()):
-                continue
-            total += float(value)
-            found = True
-        if not found:
-            raise AssertionError(f"metric {name} {labels or ''} not exported")
-        return total
-
 
 def file_lun(path, size, lun_id=0, block_size=512, **extra):
     """A file-backed LUN for the bootstrap state (protobuf JSON of iscsigw.v1.Lun)."""
