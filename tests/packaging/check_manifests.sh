@@ -80,8 +80,15 @@ export GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="$pkg_work/goca
 mkdir -p "$GOCACHE"
 go build -o "$out/helmrender" "$here/helmrender/main.go"
 chart=helm/iscsigw
-check "helmrender default values" sh -c \
-  "'$out/helmrender' -chart $chart -strict -namespace iscsigw -notes '$out/notes-default.txt' > '$out/helm-default.yaml'"
+# The admin API without client certificates only when asked for (docs/security.md): the default
+# values are rendered with grpc.insecure, and refused without it.
+printf 'grpc:\n  insecure: true\n' > "$out/insecure.yaml"
+refuses "chart: default values (gRPC without client certificates) are refused" \
+  "$out/helmrender" -chart $chart -strict -namespace iscsigw
+check "chart: the refusal names tls.requireClientCert and grpc.insecure" sh -c \
+  "'$out/helmrender' -chart $chart -strict 2>&1 | grep -q 'tls.requireClientCert.*grpc.insecure: true'"
+check "helmrender default values (grpc.insecure)" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -namespace iscsigw -notes '$out/notes-default.txt' > '$out/helm-default.yaml'"
 check "helmrender ci/full-values.yaml" sh -c \
   "'$out/helmrender' -chart $chart -strict -api-versions snapshot.storage.k8s.io/v1 -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
 rendered+=("$out/helm-default.yaml" "$out/helm-full.yaml")
@@ -106,10 +113,19 @@ check "a LoadBalancer with a fixed address advertises it" sh -c \
 check "default values set no ISCSIGW_ADVERTISE" sh -c "! grep -q ISCSIGW_ADVERTISE '$out/helm-default.yaml'"
 printf 'gateway:\n  advertise: [\"$(NODE_IP):3260\", \"[fd00::1]:3260\"]\n' > "$out/advertise.yaml"
 check "gateway.advertise values pass through, \$(NODE_IP) left for Kubernetes" sh -c \
-  "'$out/helmrender' -chart $chart -strict -f '$out/advertise.yaml' | grep -A1 'name: ISCSIGW_ADVERTISE' | grep -qF '\"\$(NODE_IP):3260,[fd00::1]:3260\"'"
+  "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -f '$out/advertise.yaml' | grep -A1 'name: ISCSIGW_ADVERTISE' | grep -qF '\"\$(NODE_IP):3260,[fd00::1]:3260\"'"
 check "full values render the ServiceMonitor and TLS probes" sh -c \
   "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
 check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
+check "chart: grpc.insecure says ISCSIGW_GRPC_INSECURE" \
+  sh -c "grep -A1 -x ' *- name: ISCSIGW_GRPC_INSECURE' '$out/helm-default.yaml' | grep -qx ' *value: \"true\"'"
+check "chart: mutual TLS renders no ISCSIGW_GRPC_INSECURE" \
+  sh -c "! grep -q ISCSIGW_GRPC_INSECURE '$out/helm-full.yaml'"
+check "chart: the metrics port only from the release's namespace and the monitoring namespace" \
+  sh -c "grep -B12 'port: 9540' '$out/helm-default.yaml' | grep -q 'kubernetes.io/metadata.name: monitoring'"
+printf 'service:\n  iscsi:\n    type: NodePort\n' > "$out/nodeport.yaml"
+check "chart: a NodePort iSCSI Service keeps the initiator's address (externalTrafficPolicy Local)" \
+  sh -c "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -f '$out/nodeport.yaml' | grep -q 'externalTrafficPolicy: Local'"
 
 # The gRPC clients: iscsigwctl in the gateway pod dials 127.0.0.1 with the pod's ISCSIGW_*
 # variables (with TLS: the CA and the name the certificate carries), the CSI controller the gRPC
@@ -129,7 +145,7 @@ check "kustomize grpc-tls: iscsigwctl verifies the gRPC Service's name" \
 check "chart: tls.serverName is the name iscsigwctl verifies" \
   env_is "$out/helm-csi-tls.yaml" ISCSIGW_TLS_SERVER_NAME gateway.storage.example.com
 printf 'tls:\n  enabled: true\n  secretName: gw-tls\n' > "$out/tls.yaml"
-"$out/helmrender" -chart $chart -strict -f "$out/tls.yaml" -name r1 -namespace ns1 > "$out/helm-tls.yaml"
+"$out/helmrender" -chart $chart -strict -f "$out/insecure.yaml" -f "$out/tls.yaml" -name r1 -namespace ns1 > "$out/helm-tls.yaml"
 check "chart: without tls.serverName iscsigwctl verifies the gRPC Service's name" \
   env_is "$out/helm-tls.yaml" ISCSIGW_TLS_SERVER_NAME r1-iscsigw-grpc.ns1.svc
 sed '/name: ISCSIGW_TLS_SERVER_NAME/,+1d' "$out/helm-full.yaml" > "$out/no-server-name.yaml"
@@ -187,7 +203,7 @@ refuses "sharedConfig without ceph.enabled is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/shared-no-ceph.yaml"
 printf 'replicas: 2\n' > "$out/gateways-file-lun.yaml"
 refuses "replicas > 1 with a file LUN is refused" \
-  "$out/helmrender" -chart $chart -f "$out/gateways-file-lun.yaml"
+  "$out/helmrender" -chart $chart -f "$out/insecure.yaml" -f "$out/gateways-file-lun.yaml"
 printf 'replicas: 2\ngateway:\n  advertise: [\"192.0.2.1:3260\"]\n' > "$out/gateways-advertise.yaml"
 refuses "replicas > 1 with gateway.advertise is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-advertise.yaml"
@@ -242,12 +258,13 @@ printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 0\n   
 for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-csi-provisioning \
     bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key bad-ceph bad-ceph-key \
     bad-ceph-mountpath bad-rbd-lun; do
-  refuses "values.schema.json refuses $bad" "$out/helmrender" -chart $chart -f "$out/$bad.yaml"
+  refuses "values.schema.json refuses $bad" \
+    "$out/helmrender" -chart $chart -f "$out/insecure.yaml" -f "$out/$bad.yaml"
 done
 if command -v helm >/dev/null 2>&1; then
-  check "helm lint --strict" helm lint --strict $chart
+  check "helm lint --strict" helm lint --strict $chart -f "$out/insecure.yaml"
   check "helm lint --strict (full values)" helm lint --strict $chart -f $chart/ci/full-values.yaml
-  check "helm template" sh -c "helm template iscsigw $chart -n iscsigw > '$out/helm-template.yaml'"
+  check "helm template" sh -c "helm template iscsigw $chart -n iscsigw -f '$out/insecure.yaml' > '$out/helm-template.yaml'"
   rendered+=("$out/helm-template.yaml")
 else
   log "skip helm lint/template: no helm binary on PATH"
