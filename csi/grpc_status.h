@@ -1,4 +1,4 @@
-// The CSI driver's one mapping from Status to grpc::Status (STYLE.md errors); any thread. The
+// The CSI driver's one mapping from Status to grpc::Status; any thread. The
 // codes CSI gives a meaning to that Status has no name for (ABORTED, DEADLINE_EXCEEDED) are
 // made as grpc::Status where they arise.
 #pragma once

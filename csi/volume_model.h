@@ -32,7 +32,8 @@
 
 namespace iscsigw::csi {
 
-// The gateway's default IQN prefix (DESIGN.md contracts): a short target name lives under it.
+// The gateway's default IQN prefix (a contract with the gateway): a short target name lives under
+// it.
 inline constexpr std::string_view kGatewayIqnPrefix = "iqn.2026-11.io.iscsigw:";
 inline constexpr std::string_view kVolumeAliasPrefix = "csi:";
 inline constexpr std::string_view kSnapshotIdPrefix = "csi-";

@@ -1,5 +1,5 @@
 // What the gRPC servers and clients of the project share (the control plane's GatewayService and
-// the CSI driver): the one mapping from Status codes to gRPC codes (STYLE.md, errors), and PEM
+// the CSI driver): the one mapping from Status codes to gRPC codes, and PEM
 // files read for TLS. Sits above dataplane/base only; any thread.
 #pragma once
 

@@ -1,4 +1,4 @@
-// iscsigw-csi's command line (DESIGN.md contracts): every flag also settable through an
+// iscsigw-csi's command line (its contract: README.md): every flag also settable through an
 // ISCSIGW_CSI_* environment variable, for the pods that run it. Parsing only; main wires.
 #pragma once
 

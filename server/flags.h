@@ -1,5 +1,5 @@
-// iscsigwd's command line (DESIGN.md contracts): every flag also settable through an ISCSIGW_*
-// environment variable, for containers. Parsing only; main wires.
+// iscsigwd's command line (its contract: README.md, Running iscsigwd): every flag also settable
+// through an ISCSIGW_* environment variable, for containers. Parsing only; main wires.
 #pragma once
 
 #include <string>

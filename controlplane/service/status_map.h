@@ -1,4 +1,4 @@
-// The one mapping from the gateway's Status to grpc::Status (STYLE.md errors); the message is
+// The one mapping from the gateway's Status to grpc::Status; the message is
 // escaped (state::EscapeText) so that it is valid UTF-8 without control characters. Any thread.
 #pragma once
 

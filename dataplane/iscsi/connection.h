@@ -6,7 +6,7 @@
 // control PDUs); Flush() gathers as many as fit into one writev, generating Data-In headers on the
 // fly into a per-connection header area, so nothing is allocated per command.
 //
-// Failure tiers (DESIGN.md): SCSI errors are status + sense; protocol violations get a Reject PDU
+// Failure tiers: SCSI errors are status + sense; protocol violations get a Reject PDU
 // or a login reject; a stream that cannot be trusted (header digest error, malformed framing)
 // closes the connection. Threading: every member but admission_ is used only on the reactor thread
 // the connection was placed on.

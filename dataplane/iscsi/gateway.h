@@ -53,7 +53,7 @@ struct TargetConfig {
   ChapCredentials chap;  // user empty: no CHAP required
 
   // True when `initiator` connecting from `peer` ("ip:port") may log in to (and discover) this
-  // target (DESIGN.md security defaults: nobody until an ACL entry names it, or
+  // target (docs/security.md: nobody until an ACL entry names it, or
   // allow_any_initiator).
   bool Allows(std::string_view initiator, std::string_view peer) const;
 };

@@ -314,14 +314,6 @@ LoginStatus Negotiator::Process(const std::vector<KeyValue>& in, Stage stage,
       }
     }
   }
-  // RFC 7143 12: an initiator that skips the security stage gets no authentication; that is
-  // only acceptable when the target accepts AuthMethod=None.
-  if (stage == Stage::kOperational && auth_method_.empty() &&
-      std::find(auth_methods_.begin(), auth_methods_.end(), "None") == auth_methods_.end()) {
-    return Fail(LoginStatus::kAuthenticationFailure,
-                "operational stage entered without the required authentication");
-  }
-
   Pending pending;
   for (const KeyValue& kv : in) {
     const LoginStatus st = ProcessOne(kv, stage, &pending, out);

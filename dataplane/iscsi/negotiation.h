@@ -4,9 +4,10 @@
 //
 // Process() takes the keys of one complete login request (continuation PDUs already joined, see
 // pdu::TextAccumulator), appends the target's answers, and records the outcome in params(). It does
-// not authenticate: CHAP_* keys are validated for stage and order here (only in the security stage,
-// only after AuthMethod=CHAP was agreed) but produce no answer; the CHAP code consumes them from
-// the same key list. SendTargets is likewise left to the caller.
+// not authenticate, nor decide which stage may come next (login_stages.h does both gates): CHAP_*
+// keys are validated for stage and order here (only in the security stage, only after
+// AuthMethod=CHAP was agreed) but produce no answer; the CHAP code consumes them from the same key
+// list. SendTargets is likewise left to the caller.
 //
 // Not thread-safe; owned by the connection and used on its reactor thread only.
 #pragma once

@@ -1,11 +1,11 @@
-"""The one-way layering of DESIGN.md, checked on every #include of the tree:
+"""The one-way layering of the tree, checked on every #include of the tree:
 
   server -> controlplane -> dataplane/api -> iscsi -> scsi -> pdu/backing -> base/runtime
 
 rpc/ (gRPC helpers shared by the control plane and the CSI driver) sits above base only.
 The control plane reaches the data plane only through dataplane/api (and base, its Status and
 logging); the metrics collectors also read the per-reactor counter shards of dataplane/runtime,
-by design (STYLE.md). The CSI driver is a gRPC client of the gateway and imports nothing of it.
+by design. The CSI driver is a gRPC client of the gateway and imports nothing of it.
 Exit 1 with one line per include that crosses a layer."""
 import os
 import re

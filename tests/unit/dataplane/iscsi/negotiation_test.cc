@@ -486,7 +486,7 @@ TEST(NegotiatorAuth, ChapKeysFollowAgreedChapAndProduceNoAnswer) {
   ASSERT_EQ(neg.Process({{"CHAP_N", "user"}, {"CHAP_R", "0x0102"}}, Stage::kSecurity, &out),
             LoginStatus::kSuccess);
   EXPECT_TRUE(out.empty());
-  // Operational stage after CHAP is not refused here (the CHAP code decided success).
+  // The operational stage is not refused here: whether CHAP succeeded is LoginStages' to say.
   EXPECT_EQ(neg.Process({{"HeaderDigest", "None"}}, Stage::kOperational, &out),
             LoginStatus::kSuccess);
   // CHAP keys outside the security stage are protocol errors.
@@ -503,20 +503,6 @@ TEST(NegotiatorAuth, ChapKeysWithoutAuthMethodChapAreProtocolErrors) {
                          {"CHAP_A", "5"}},
                         Stage::kSecurity, &out),
             LoginStatus::kInitiatorError);
-}
-
-TEST(NegotiatorAuth, SkippingSecurityStageNeedsAuthMethodNone) {
-  Negotiator neg(TargetLimits{}, "");
-  neg.SetAuthMethods({"CHAP"});
-  KVs out;
-  EXPECT_EQ(neg.Process({{"InitiatorName", kInitiator}, {"TargetName", kTarget}},
-                        Stage::kOperational, &out),
-            LoginStatus::kAuthenticationFailure);
-
-  Negotiator open(TargetLimits{}, "");
-  EXPECT_EQ(open.Process({{"InitiatorName", kInitiator}, {"TargetName", kTarget}},
-                         Stage::kOperational, &out),
-            LoginStatus::kSuccess);
 }
 
 TEST_F(NegotiatorTest, LeadingOnlyKeysOnOtherConnectionsAreProtocolErrors) {

@@ -1,5 +1,5 @@
-// The READ/WRITE path on ram and null stores must not allocate (DESIGN.md: steady state allocates
-// nothing per command). Counts every operator new in this binary while commands run.
+// The READ/WRITE path on ram and null stores must not allocate (the data plane's rule: steady state
+// allocates nothing per command). Counts every operator new in this binary while commands run.
 #include <gtest/gtest.h>
 
 #include <array>
