@@ -17,6 +17,8 @@ grpc::StatusCode ToGrpcCode(StatusCode code) {
       return grpc::StatusCode::ALREADY_EXISTS;
     case StatusCode::kFailedPrecondition:
       return grpc::StatusCode::FAILED_PRECONDITION;
+    case StatusCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
     case StatusCode::kOutOfRange:
       return grpc::StatusCode::OUT_OF_RANGE;
     case StatusCode::kResourceExhausted:

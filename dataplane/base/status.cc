@@ -14,6 +14,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "ALREADY_EXISTS";
     case StatusCode::kFailedPrecondition:
       return "FAILED_PRECONDITION";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
     case StatusCode::kOutOfRange:
       return "OUT_OF_RANGE";
     case StatusCode::kResourceExhausted:

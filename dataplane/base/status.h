@@ -17,6 +17,7 @@ enum class StatusCode {
   kNotFound,
   kAlreadyExists,
   kFailedPrecondition,
+  kPermissionDenied,
   kOutOfRange,
   kResourceExhausted,
   kUnavailable,
@@ -52,6 +53,9 @@ inline Status AlreadyExists(std::string msg) {
 }
 inline Status FailedPrecondition(std::string msg) {
   return Status(StatusCode::kFailedPrecondition, std::move(msg));
+}
+inline Status PermissionDenied(std::string msg) {
+  return Status(StatusCode::kPermissionDenied, std::move(msg));
 }
 inline Status IoError(std::string msg) { return Status(StatusCode::kIoError, std::move(msg)); }
 inline Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }

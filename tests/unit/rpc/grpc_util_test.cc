@@ -16,6 +16,7 @@ TEST(ToGrpcCode, EveryStatusCodeHasItsGrpcCode) {
       {StatusCode::kNotFound, grpc::StatusCode::NOT_FOUND},
       {StatusCode::kAlreadyExists, grpc::StatusCode::ALREADY_EXISTS},
       {StatusCode::kFailedPrecondition, grpc::StatusCode::FAILED_PRECONDITION},
+      {StatusCode::kPermissionDenied, grpc::StatusCode::PERMISSION_DENIED},
       {StatusCode::kOutOfRange, grpc::StatusCode::OUT_OF_RANGE},
       {StatusCode::kResourceExhausted, grpc::StatusCode::RESOURCE_EXHAUSTED},
       {StatusCode::kUnavailable, grpc::StatusCode::UNAVAILABLE},
