@@ -42,6 +42,25 @@ int ParseFlags(int argc, char** argv, Flags* f) {
                  "Directory for LUN files created by a relative path (CSI volumes) and for "
                  "snapshots; created when missing (empty: none)")
       ->envname("ISCSIGW_LUN_DIR");
+  app.add_option("--backing-allow", f->backing_allow,
+                 "A directory (any file beneath it, reached without a symbolic link) or a block "
+                 "device that file LUNs may use besides --lun-dir (repeatable)")
+      ->envname("ISCSIGW_BACKING_ALLOW")
+      ->delimiter(',');
+  app.add_option("--rbd-allow", f->rbd_allow,
+                 "POOL or POOL/NAMESPACE that rbd LUNs may use (repeatable; default: none)")
+      ->envname("ISCSIGW_RBD_ALLOW")
+      ->delimiter(',');
+  app.add_option("--rbd-conf", f->rbd_conf,
+                 "ceph.conf that rbd LUNs may name (repeatable); the first is used when a LUN "
+                 "names none (none given: $CEPH_CONF, /etc/ceph)")
+      ->envname("ISCSIGW_RBD_CONF")
+      ->delimiter(',');
+  app.add_option("--rbd-keyring", f->rbd_keyring,
+                 "keyring file that rbd LUNs may name (repeatable); the first is used when a LUN "
+                 "names none (none given: what the conf says)")
+      ->envname("ISCSIGW_RBD_KEYRING")
+      ->delimiter(',');
   app.add_option("--health-interval-ms", f->health_interval_ms,
                  "How often the state directory is probed; gRPC health is NOT_SERVING while it "
                  "cannot be written")
@@ -124,6 +143,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   if (auto d = api::ParseChapDigests(f->chap_digests); !d.ok()) {
     std::fprintf(stderr, "--chap-digests: %s\n", d.status().message().c_str());
     return 2;
+  }
+  for (const std::string& entry : f->rbd_allow) {
+    if (Status s = api::BackingPolicy::ValidateRbdAllow(entry); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 2;
+    }
   }
   // docs/security.md: the admin API answers whoever reaches it, so off this host it needs client
   // certificates, or an operator who says it may go without.

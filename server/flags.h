@@ -28,6 +28,13 @@ struct Flags {
   std::string shared_config_client_id;  // cephx user; empty: admin
   std::string shared_config_keyring;    // keyring path; empty: what the conf says
   std::string lun_dir;
+  // Where LUN backings may live besides --lun-dir (docs/security.md): directories and block
+  // devices for file LUNs; pools (POOL or POOL/NAMESPACE) for rbd LUNs, with the ceph.conf and
+  // keyring files they may use (the first of each is the default). Empty: none.
+  std::vector<std::string> backing_allow;
+  std::vector<std::string> rbd_allow;
+  std::vector<std::string> rbd_conf;
+  std::vector<std::string> rbd_keyring;
   unsigned health_interval_ms = 5000;  // LUN files by relative path and snapshots; empty: none
   std::string log_level = "info";
   std::string log_format = "text";

@@ -3,6 +3,7 @@
 // data plane (portals bound), configuration applied and saved, gRPC server, ports.json; then wait
 // for SIGINT/SIGTERM and shut down in reverse.
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <limits.h>
 #include <malloc.h>
 #include <sys/resource.h>
@@ -116,6 +117,22 @@ int Run(int argc, char** argv) {
     }
     flags.lun_dir = resolved;
   }
+  // docs/security.md, "Backing paths": file LUNs live only beneath these, rbd LUNs only in these
+  // pools with these confs and keyrings.
+  api::BackingPolicy backing;
+  {
+    std::vector<std::string> roots = flags.backing_allow;
+    if (!flags.lun_dir.empty()) roots.insert(roots.begin(), flags.lun_dir);
+    auto allowed = api::AllowedPaths::Make(roots);
+    if (!allowed.ok()) {
+      std::fprintf(stderr, "iscsigwd: --backing-allow: %s\n", allowed.status().message().c_str());
+      return 2;
+    }
+    backing.paths = allowed.value();
+    backing.rbd_pools = flags.rbd_allow;
+    backing.rbd_confs = flags.rbd_conf;
+    backing.rbd_keyrings = flags.rbd_keyring;
+  }
 
   // The configuration is read and checked before anything listens. A state file that cannot be
   // read stops the start, and is left exactly as it is for the operator to inspect.
@@ -178,6 +195,7 @@ int Run(int argc, char** argv) {
   opts.gateway.login_timeout_ms = flags.login_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
   opts.gateway.advertise = flags.advertise;
+  opts.backing = backing;
   opts.gateway.chap_digests = api::ParseChapDigests(flags.chap_digests).value();  // checked
 
   auto dp = api::Dataplane::Start(opts);
@@ -224,6 +242,7 @@ int Run(int argc, char** argv) {
   service::ServiceOptions sopts;
   sopts.version = ISCSIGW_VERSION;
   sopts.lun_dir = flags.lun_dir;
+  sopts.backing = backing;
   sopts.health_interval = std::chrono::milliseconds(flags.health_interval_ms);
   auto grpc_server = service::ControlServer::Start(
       flags.grpc_listen, {flags.tls_cert, flags.tls_key, flags.tls_client_ca},
@@ -245,6 +264,25 @@ int Run(int argc, char** argv) {
       flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
   ctl.info("{} reactor(s); gateway id {}; state in {}", dataplane.reactors(), flags.gateway_id,
            store.path());
+  const auto roots = backing.paths->roots();
+  ctl.info("file LUNs may use {}; rbd LUNs the pools {}",
+           roots.empty() ? "nothing (--lun-dir, --backing-allow)"
+                         : fmt::format("{}", fmt::join(roots, ", ")),
+           backing.rbd_pools.empty() ? "none (--rbd-allow)"
+                                     : fmt::format("{}", fmt::join(backing.rbd_pools, ", ")));
+  if (char state_real[PATH_MAX]; ::realpath(flags.state_dir.c_str(), state_real) != nullptr) {
+    const std::string state_dir = state_real;
+    for (const std::string& root : roots) {
+      if (root != flags.lun_dir &&
+          (state_dir == root || state_dir.rfind(root == "/" ? root : root + "/", 0) == 0)) {
+        ctl.warn(
+            "--backing-allow {} holds the state directory {}: a file LUN on state.json would "
+            "hand its CHAP secrets to an initiator; allow only directories of LUN files "
+            "(docs/security.md)",
+            root, state_dir);
+      }
+    }
+  }
   // Metrics last: a scrape sees a running data plane. Sessions per target are read at scrape.
   runtime::Stats::Global().SetEnabled(flags.metrics_counting);
   metrics::MetricsOptions mopts;

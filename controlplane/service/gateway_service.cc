@@ -484,7 +484,8 @@ Status GatewayServiceImpl::DoCreateLun(const v1::CreateLunRequest& req, v1::Lun*
   if (!s.ok()) {
     // A file that was not there before this call (a copy, or one the data plane created while
     // the change was tried) goes again.
-    if (lun.has_file() && lun.file().created()) (void)state::RemoveLunFile(lun.file().path());
+    if (lun.has_file() && lun.file().created())
+      (void)state::RemoveLunFile(*options_.backing.paths, lun.file().path());
     if (lun.has_rbd() && lun.rbd().created()) {
       // The data plane may have opened it while the change was tried; that store is closing.
       if (Status r = api::RemoveRbdImage(state::ToRbdSpec(lun.rbd()), kRbdCloseWait); !r.ok()) {

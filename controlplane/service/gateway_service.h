@@ -50,6 +50,9 @@ struct ServiceOptions {
   // --lun-dir: LUN files named by a relative path, and snapshots, live here (created by the
   // caller); empty: neither is available.
   std::string lun_dir;
+  // What LUN backings may use (the data plane's own policy, api::BackingPolicy): files are
+  // created, copied and removed only through its allowed paths; default: nothing.
+  api::BackingPolicy backing;
 };
 
 class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackService {

@@ -1,6 +1,7 @@
 // GatewayServiceImpl, the part that manages backing: LUN files in the LUN directory, copies for
 // clones, rbd images made for their LUNs, backing files and images removed with their LUNs,
 // snapshots and the directory's capacity.
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -50,9 +51,10 @@ std::string InUseReason(const std::string& source, size_t sessions) {
          "(XFS with reflink, btrfs)";
 }
 
-bool Exists(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 || errno != ENOENT;
+// What looking at `path` through the allowed paths finds: OK when something is there,
+// NOT_FOUND when nothing is, another code when it cannot tell.
+StatusCode Exists(const api::AllowedPaths& allowed, const std::string& path) {
+  return allowed.Open(path, O_PATH).status().code();
 }
 
 }  // namespace
@@ -70,6 +72,9 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
     auto resolved = state::ResolveLunPath(options_.lun_dir, file->path());
     if (!resolved.ok()) return InvalidArgument(who + ": file." + resolved.status().message());
     file->set_path(resolved.value());
+    if (Status s = options_.backing.paths->Check(file->path()); !s.ok()) {
+      return PermissionDenied(who + ": file.path " + s.message());
+    }
     if (!options_.lun_dir.empty() &&
         file->path().rfind(state::SnapshotDir(options_.lun_dir) + "/", 0) == 0) {
       return InvalidArgument(who + ": file.path " + file->path() +
@@ -77,7 +82,8 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
     }
   }
   if (!has_source) {
-    file->set_created(file->create() && !Exists(file->path()));
+    file->set_created(file->create() &&
+                      Exists(*options_.backing.paths, file->path()) == StatusCode::kNotFound);
     return Status::Ok();
   }
 
@@ -114,8 +120,9 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
                            " differs from the " + std::to_string(source_block_size) + " of " +
                            source_name);
   }
-  auto copied = state::CopyLunFile(source_path, file->path(), lun->size_bytes(),
-                                   source_sessions > 0, InUseReason(source_name, source_sessions));
+  auto copied =
+      state::CopyLunFile(*options_.backing.paths, source_path, file->path(), lun->size_bytes(),
+                         source_sessions > 0, InUseReason(source_name, source_sessions));
   if (!copied.ok()) {
     const Status& e = copied.status();
     return Status(e.code(), who + ": copy of " + source_name + ": " + e.message());
@@ -142,20 +149,21 @@ Status GatewayServiceImpl::PrepareRbdLun(const std::string& target, const std::s
   if (!lun->has_rbd()) return Status::Ok();
   v1::RbdBacking* rbd = lun->mutable_rbd();
   rbd->clear_created();  // OUTPUT_ONLY: only the gateway decides which images it may remove
-  if (!rbd->create() || lun->read_only()) return Status::Ok();
   // The spec as the data plane will check it, before anything reaches the cluster.
   api::LunSpec spec;
   spec.id = lun->id();
   spec.backing = api::BackingKind::kRbd;
   spec.rbd = state::ToRbdSpec(*rbd);
-  spec.create = true;
+  spec.create = rbd->create();
   spec.size_bytes = lun->size_bytes();
   spec.block_size = lun->block_size();
+  if (Status s = options_.backing.Check(spec, who + ": "); !s.ok()) return s;
+  if (!rbd->create() || lun->read_only()) return Status::Ok();
   if (Status v = api::ValidateLun(state::QualifyTargetName(target), spec); !v.ok()) return v;
   if (lun->size_bytes() == 0) {
     return InvalidArgument(who + ": rbd.create needs size_bytes, the size of the image to make");
   }
-  auto made = api::CreateRbdImage(spec.rbd, lun->size_bytes());
+  auto made = api::CreateRbdImage(options_.backing.WithDefaults(spec.rbd), lun->size_bytes());
   if (!made.ok()) return Status(made.status().code(), who + ": " + made.status().message());
   rbd->set_created(made.value());
   return Status::Ok();
@@ -202,7 +210,8 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
       Status s = unreachable.count(cluster) != 0
                      ? Status(StatusCode::kUnavailable,
                               name + " not removed: its cluster did not answer for another image")
-                     : api::RemoveRbdImage(state::ToRbdSpec(r), kRbdCloseWait);
+                     : api::RemoveRbdImage(options_.backing.WithDefaults(state::ToRbdSpec(r)),
+                                           kRbdCloseWait);
       if (s.code() == StatusCode::kUnavailable) unreachable.insert(cluster);
       account(s, name);
       continue;
@@ -213,7 +222,7 @@ Status GatewayServiceImpl::RemoveCreatedBacking(const std::vector<v1::Lun>& gone
       log::Ctl().info("{}: {} kept: another LUN uses it", call_, path);
       continue;
     }
-    account(state::RemoveLunFile(path), "backing file " + path);
+    account(state::RemoveLunFile(*options_.backing.paths, path), "backing file " + path);
   }
   return first;
 }
@@ -258,10 +267,10 @@ Status GatewayServiceImpl::DoCreateSnapshot(const v1::CreateSnapshotRequest& req
       }
     }
   }
-  if (Status s = state::RemoveLunFile(path); !s.ok()) return s;
+  if (Status s = state::RemoveLunFile(*options_.backing.paths, path); !s.ok()) return s;
   const size_t sessions = SessionsOf(target);
-  auto copied =
-      state::CopyLunFile(lun.file().path(), path, 0, sessions > 0, InUseReason(source, sessions));
+  auto copied = state::CopyLunFile(*options_.backing.paths, lun.file().path(), path, 0,
+                                   sessions > 0, InUseReason(source, sessions));
   if (!copied.ok()) {
     return Status(copied.status().code(),
                   "snapshot " + req.name() + " of " + source + ": " + copied.status().message());
@@ -282,7 +291,7 @@ Status GatewayServiceImpl::DoCreateSnapshot(const v1::CreateSnapshotRequest& req
     return Status::Ok();
   });
   if (!s.ok()) {
-    (void)state::RemoveLunFile(path);
+    (void)state::RemoveLunFile(*options_.backing.paths, path);
     return s;
   }
   log::Ctl().info("{}: snapshot {} of {} created ({} bytes, {})", call_, sn.name(), source,
@@ -356,7 +365,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::DeleteSnapshot(
                       state::SnapshotDir(options_.lun_dir));
       return Status::Ok();
     }
-    s = state::RemoveLunFile(path);
+    s = state::RemoveLunFile(*options_.backing.paths, path);
     if (!s.ok()) {
       log::Ctl().error("{}: snapshot file {} not removed: {}", call_, path, s.message());
       return Status(s.code(), "the snapshot is deleted; " + s.message());

@@ -137,10 +137,12 @@ bool SharesBlocks(const std::string& dir) {
   return shared;
 }
 
-Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes,
-                               bool clone_only, const std::string& why_clone_only) {
-  UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
-  if (in.get() < 0) return FileError("open", src, errno);
+Result<CopyResult> CopyLunFile(const api::AllowedPaths& allowed, const std::string& src,
+                               const std::string& dst, uint64_t size_bytes, bool clone_only,
+                               const std::string& why_clone_only) {
+  auto opened_in = allowed.Open(src, O_RDONLY);
+  if (!opened_in.ok()) return opened_in.status();
+  UniqueFd in = std::move(opened_in.value());
   struct stat st {};
   if (::fstat(in.get(), &st) != 0) return FileError("fstat", src, errno);
   if (!S_ISREG(st.st_mode)) return FailedPrecondition(src + " is not a regular file");
@@ -150,11 +152,14 @@ Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, u
                                                " is smaller than the source's " +
                                                std::to_string(src_size));
   }
-  UniqueFd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (out.get() < 0) {
-    if (errno == EEXIST) return AlreadyExists(dst + " already exists");
-    return FileError("create", dst, errno);
+  auto opened_out = allowed.Open(dst, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (!opened_out.ok()) {
+    if (opened_out.status().code() == StatusCode::kAlreadyExists) {
+      return AlreadyExists(dst + " already exists");
+    }
+    return opened_out.status();
   }
+  UniqueFd out = std::move(opened_out.value());
   CopyResult result;
   Status s = Status::Ok();
   if (::ioctl(out.get(), FICLONE, in.get()) == 0) {
@@ -172,23 +177,24 @@ Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, u
   if (s.ok() && ::fdatasync(out.get()) != 0) s = FileError("fdatasync", dst, errno);
   if (s.ok()) s = SyncDir(DirOf(dst));
   if (!s.ok()) {
-    ::unlink(dst.c_str());
+    (void)allowed.Unlink(dst);
     return s;
   }
   result.size_bytes = final_size;
   return result;
 }
 
-Status RemoveLunFile(const std::string& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return FileError("lstat", path, errno);
+Status RemoveLunFile(const api::AllowedPaths& allowed, const std::string& path) {
+  auto there = allowed.Open(path, O_PATH);
+  if (!there.ok()) {
+    return there.status().code() == StatusCode::kNotFound ? Status::Ok() : there.status();
   }
+  struct stat st {};
+  if (::fstat(there.value().get(), &st) != 0) return FileError("fstat", path, errno);
   if (!S_ISREG(st.st_mode)) {
     return FailedPrecondition(path + " is not a regular file; it is left in place");
   }
-  if (::unlink(path.c_str()) != 0) return FileError("unlink", path, errno);
+  if (Status s = allowed.Unlink(path); !s.ok()) return s;
   return SyncDir(DirOf(path));
 }
 

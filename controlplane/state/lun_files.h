@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dataplane/api/dataplane.h"
 #include "dataplane/base/status.h"
 
 namespace iscsigw::state {
@@ -37,17 +38,21 @@ struct CopyResult {
   uint64_t size_bytes = 0;     // of the new file
 };
 
+// Both below open, create and remove files only through `allowed` (--lun-dir, --backing-allow):
+// a path outside it, or reached through a symbolic link, is PERMISSION_DENIED.
+//
 // Makes `dst` (which must not exist; created 0600) a copy of `src`'s contents, then extends it
 // to `size_bytes` when that is larger (0: the source's size). A copy that fails is removed. The
 // new file is fdatasync'ed and its directory fsync'ed before this returns. A FICLONE is one point
 // in time; writes that reach `src` while a sparse copy runs may or may not be in it, so with
 // `clone_only` a file system that cannot share blocks is FAILED_PRECONDITION (`why_clone_only`
 // ends the message) instead of a sparse copy.
-Result<CopyResult> CopyLunFile(const std::string& src, const std::string& dst, uint64_t size_bytes,
-                               bool clone_only = false, const std::string& why_clone_only = "");
+Result<CopyResult> CopyLunFile(const api::AllowedPaths& allowed, const std::string& src,
+                               const std::string& dst, uint64_t size_bytes, bool clone_only = false,
+                               const std::string& why_clone_only = "");
 
 // Removes a LUN's backing file: only a regular file, never a block device or anything else.
 // A missing file is Ok (already gone). The directory is fsync'ed.
-Status RemoveLunFile(const std::string& path);
+Status RemoveLunFile(const api::AllowedPaths& allowed, const std::string& path);
 
 }  // namespace iscsigw::state

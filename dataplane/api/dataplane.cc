@@ -154,11 +154,11 @@ bool IsGrow(const LunSpec& old, const LunSpec& now) {
 
 // Creates a missing file-backed LUN's file (thick: every block allocated), or refuses when the
 // spec does not ask for creation. Existing files and devices are left alone.
-Status PrepareFile(const std::string& who, const LunSpec& l) {
-  struct stat st {};
-  if (::stat(l.path.c_str(), &st) == 0) return Status::Ok();
-  if (errno != ENOENT) {
-    return IoError(who + "file.path " + l.path + ": " + std::strerror(errno));
+Status PrepareFile(const std::string& who, const LunSpec& l, const AllowedPaths& allowed) {
+  auto there = allowed.Open(l.path, O_PATH);
+  if (there.ok()) return Status::Ok();
+  if (there.status().code() != StatusCode::kNotFound) {
+    return Status(there.status().code(), who + "file.path " + there.status().message());
   }
   if (!l.create) {
     return NotFound(who + "file.path " + l.path + " does not exist (set file.create to create it)");
@@ -166,12 +166,14 @@ Status PrepareFile(const std::string& who, const LunSpec& l) {
   if (l.size_bytes == 0) return InvalidArgument(who + "size_bytes must be set to create a file");
   if (l.read_only) return InvalidArgument(who + "cannot create a file for a read-only LUN");
   if (!l.thick) return Status::Ok();  // FileStore creates it sparse
-  const int fd = ::open(l.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return IoError(who + "file.path " + l.path + ": create: " + std::strerror(errno));
-  const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(l.size_bytes));
-  ::close(fd);
+  auto created = allowed.Open(l.path, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (!created.ok()) {
+    return Status(created.status().code(), who + "file.path " + created.status().message());
+  }
+  const int err = ::posix_fallocate(created.value().get(), 0, static_cast<off_t>(l.size_bytes));
+  created.value().Close();
   if (err != 0) {
-    ::unlink(l.path.c_str());
+    (void)allowed.Unlink(l.path);
     // A full file system is the caller's to handle (CSI: RESOURCE_EXHAUSTED), not an I/O error.
     const bool full = err == ENOSPC || err == EDQUOT;
     return Status(full ? StatusCode::kResourceExhausted : StatusCode::kIoError,
@@ -203,6 +205,55 @@ backing::RbdStoreOptions RbdOptions(const RbdSpec& spec) {
   return o;
 }
 }  // namespace
+
+namespace {
+bool Listed(const std::vector<std::string>& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+}  // namespace
+
+Status BackingPolicy::ValidateRbdAllow(std::string_view entry) {
+  const size_t slash = entry.find('/');
+  const std::string_view pool = entry.substr(0, slash);
+  if (pool.empty() || (slash != std::string_view::npos &&
+                       (slash + 1 == entry.size() || entry.find('/', slash + 1) != entry.npos))) {
+    return InvalidArgument("--rbd-allow " + std::string(entry) +
+                           ": expected POOL or POOL/NAMESPACE");
+  }
+  return Status::Ok();
+}
+
+Status BackingPolicy::Check(const LunSpec& lun, std::string_view who) const {
+  const std::string w(who);
+  if (lun.backing == BackingKind::kFile) {
+    if (Status s = paths->Check(lun.path); !s.ok()) {
+      return PermissionDenied(w + "file.path " + s.message());
+    }
+    return Status::Ok();
+  }
+  if (lun.backing != BackingKind::kRbd) return Status::Ok();
+  const RbdSpec& r = lun.rbd;
+  if (!Listed(rbd_pools, r.pool) && !Listed(rbd_pools, r.pool + "/" + r.ns)) {
+    return PermissionDenied(w + "rbd pool " + r.pool + (r.ns.empty() ? "" : "/" + r.ns) +
+                            " is not one --rbd-allow names");
+  }
+  if (!r.conf.empty() && !Listed(rbd_confs, r.conf)) {
+    return PermissionDenied(w + "rbd.conf " + r.conf +
+                            ": a ceph.conf comes from the daemon's --rbd-conf, never from the API");
+  }
+  if (!r.keyring.empty() && !Listed(rbd_keyrings, r.keyring)) {
+    return PermissionDenied(w +
+                            "rbd.keyring: a keyring comes from the daemon's --rbd-keyring, "
+                            "never from the API");
+  }
+  return Status::Ok();
+}
+
+RbdSpec BackingPolicy::WithDefaults(RbdSpec spec) const {
+  if (spec.conf.empty() && !rbd_confs.empty()) spec.conf = rbd_confs.front();
+  if (spec.keyring.empty() && !rbd_keyrings.empty()) spec.keyring = rbd_keyrings.front();
+  return spec;
+}
 
 Result<bool> CreateRbdImage(const RbdSpec& spec, uint64_t size_bytes) {
   backing::RbdStoreOptions o = RbdOptions(spec);
@@ -356,7 +407,8 @@ struct Dataplane::Impl {
       : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
         gateway(pool, o.gateway),
         gateway_id(std::max<uint16_t>(o.gateway_id, 1)),
-        shared_images(o.gateway_id != 0) {
+        shared_images(o.gateway_id != 0),
+        backing(o.backing) {
     if (!o.state_dir.empty()) {
       lun_state = std::make_unique<LunStateFiles>(o.state_dir + "/lun-state",
                                                   [this](unsigned slot, std::function<void()> fn) {
@@ -457,6 +509,7 @@ struct Dataplane::Impl {
   iscsi::Gateway gateway;
   const uint16_t gateway_id;  // target port group and relative port id (Options::gateway_id)
   const bool shared_images;   // other gateways export the rbd images too
+  const BackingPolicy backing;
   log::RateLimiter accept_log_limiter;  // used by the accept loops only, all on reactor 0
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
@@ -519,8 +572,9 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
 }
 
 namespace {
-backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, uint16_t gateway_id) {
-  backing::RbdStoreOptions o = RbdOptions(l.rbd);
+backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, const BackingPolicy& policy,
+                                      uint16_t gateway_id) {
+  backing::RbdStoreOptions o = RbdOptions(policy.WithDefaults(l.rbd));
   o.create = l.create;
   o.size_bytes = l.size_bytes;
   o.read_only = l.read_only;
@@ -540,6 +594,11 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
     std::set<uint32_t> ids;
     for (const auto& l : t.luns) {
       if (Status s = ValidateLun(t.name, l); !s.ok()) return s;
+      if (Status s =
+              impl_->backing.Check(l, "lun " + std::to_string(l.id) + " of " + t.name + ": ");
+          !s.ok()) {
+        return s;
+      }
       if (!ids.insert(l.id).second) {
         return AlreadyExists("lun " + std::to_string(l.id) + " of " + t.name + " is listed twice");
       }
@@ -591,7 +650,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
     }
     for (auto& [key, l] : wanted) {
       auto store = backing::RbdStore::Open(
-          RbdOptionsOf(l, impl_->shared_images ? impl_->gateway_id : 0), impl_->pool.contexts());
+          RbdOptionsOf(l, impl_->backing, impl_->shared_images ? impl_->gateway_id : 0),
+          impl_->pool.contexts());
       const bool failed = !store.ok();
       pre.emplace(key, std::move(store));
       if (failed && mode == ApplyMode::kStrict) break;
@@ -667,7 +727,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
                                "(configure with -DISCSIGW_FAULT_INJECTION=ON)");
       }
       if (l.backing == BackingKind::kFile) {
-        if (Status s = PrepareFile("lun " + std::to_string(l.id) + " of " + t.name + ": ", l);
+        if (Status s = PrepareFile("lun " + std::to_string(l.id) + " of " + t.name + ": ", l,
+                                   *impl_->backing.paths);
             !s.ok()) {
           return s;
         }
@@ -689,6 +750,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           fo.size_bytes = l.size_bytes;
           fo.read_only = l.read_only;
           fo.direct = l.direct;
+          fo.allowed = impl_->backing.paths;
           auto fs = backing::FileStore::Open(fo, impl_->pool.contexts());
           if (!fs.ok()) {
             return Status(fs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
@@ -706,7 +768,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
         }
         case BackingKind::kRbd: {
           const backing::RbdStoreOptions ro =
-              RbdOptionsOf(l, impl_->shared_images ? impl_->gateway_id : 0);
+              RbdOptionsOf(l, impl_->backing, impl_->shared_images ? impl_->gateway_id : 0);
           auto opened = pre.find(key);
           auto rs = opened != pre.end() ? std::move(opened->second)
                                         : backing::RbdStore::Open(ro, impl_->pool.contexts());

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/backing/allowed_paths.h"
 #include "dataplane/backing/fault_store.h"
 #include "dataplane/backing/shared_object.h"
 #include "dataplane/base/status.h"
@@ -80,6 +81,28 @@ struct Config {
   ChapCredentials discovery_chap;  // user empty: discovery without CHAP
 };
 
+// Where file LUNs may live (--lun-dir, --backing-allow), confined as backing::AllowedPaths says.
+using AllowedPaths = backing::AllowedPaths;
+
+// What backings this gateway's LUNs may use (docs/security.md, "Backing paths"): file LUNs only
+// beneath the allowed paths; rbd LUNs only in the allowed pools, with a ceph.conf and keyring
+// the daemon was started with (--rbd-conf, --rbd-keyring), never one an API call names. The
+// data plane enforces it on every configuration it applies (the state file, the API, the shared
+// configuration); the control plane checks it too before it creates a file or an image.
+struct BackingPolicy {
+  std::shared_ptr<const AllowedPaths> paths = AllowedPaths::None();
+  std::vector<std::string> rbd_pools;     // "POOL" (any namespace) or "POOL/NAMESPACE"
+  std::vector<std::string> rbd_confs;     // the first is used when a LUN names none
+  std::vector<std::string> rbd_keyrings;  // the first is used when a LUN names none
+
+  // PERMISSION_DENIED, naming `who`, the path or pool and the flag that would allow it.
+  Status Check(const LunSpec& lun, std::string_view who) const;
+  // `spec` with the conf and keyring the daemon's flags give where it names none.
+  RbdSpec WithDefaults(RbdSpec spec) const;
+  // A "POOL" or "POOL/NAMESPACE" of --rbd-allow.
+  static Status ValidateRbdAllow(std::string_view entry);
+};
+
 struct Options {
   std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
   unsigned reactors = 0;                             // 0: one per core
@@ -92,6 +115,7 @@ struct Options {
   // Where LUNs keep durable SCSI state (APTPL reservations, saved mode pages) in lun-state/;
   // empty: none (REPORT CAPABILITIES then reports PTPL_C=0).
   std::string state_dir;
+  BackingPolicy backing;  // default: no file and no rbd LUN
 };
 
 class Dataplane {

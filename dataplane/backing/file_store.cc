@@ -146,23 +146,47 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   }
 
   const int mode = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  const AllowedPaths* allowed = options.allowed.get();
+  // open(2), through the allowed paths when there are some; errno-style failures keep the
+  // store's own message ("file store PATH: open: ...").
+  auto open_path = [&](int flags, mode_t perm, const char* what) -> Result<UniqueFd> {
+    if (allowed != nullptr) {
+      auto r = allowed->Open(path, flags, perm);
+      if (!r.ok()) return Status(r.status().code(), "file store " + r.status().message());
+      return r;
+    }
+    UniqueFd fd(::open(path.c_str(), flags, perm));
+    if (!fd.valid()) {
+      const int err = errno;
+      Status s = OpenError(path, what, err);
+      return err == EEXIST ? AlreadyExists(s.message()) : s;
+    }
+    return fd;
+  };
   bool created = false;
-  int raw = -1;
+  UniqueFd fd;
   if (!options.read_only && options.size_bytes > 0) {
-    raw = ::open(path.c_str(), mode | O_CREAT | O_EXCL, 0600);
-    if (raw >= 0) {
+    auto r = open_path(mode | O_CREAT | O_EXCL, 0600, "create");
+    if (r.ok()) {
+      fd = std::move(r.value());
       created = true;
-    } else if (errno != EEXIST) {
-      return OpenError(path, "create", errno);
+    } else if (r.status().code() != StatusCode::kAlreadyExists) {
+      return r.status();
     }
   }
-  if (raw < 0) {
-    raw = ::open(path.c_str(), mode);
-    if (raw < 0) return OpenError(path, "open", errno);
+  if (!fd.valid()) {
+    auto r = open_path(mode, 0, "open");
+    if (!r.ok()) return r.status();
+    fd = std::move(r.value());
   }
-  UniqueFd fd(raw);
   auto fail = [&](Status status) {
-    if (created) ::unlink(path.c_str());
+    if (created) {
+      if (allowed != nullptr) {
+        (void)allowed->Unlink(path);
+      } else {
+        ::unlink(path.c_str());
+      }
+    }
     return status;
   };
 
@@ -195,7 +219,14 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
     const int mode_direct = (options.read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC;
     const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
     direct_raw = ::open(self.c_str(), mode_direct);
-    if (direct_raw < 0 && errno == ENOENT) direct_raw = ::open(path.c_str(), mode_direct);
+    if (direct_raw < 0 && errno == ENOENT) {  // no /proc: the path again, as allowed
+      auto r = open_path(mode_direct, 0, "open O_DIRECT");
+      if (!r.ok() && r.status().code() != StatusCode::kInvalidArgument) {
+        return fail(r.status());
+      }
+      direct_raw = r.ok() ? r.value().release() : -1;
+      errno = EINVAL;  // O_DIRECT refused by the file system
+    }
     if (direct_raw < 0) {
       return fail(errno == EINVAL
                       ? InvalidArgument("file store " + path +

@@ -46,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/backing/allowed_paths.h"
 #include "dataplane/backing/atomic_journal.h"
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/write_gate.h"
@@ -67,6 +68,9 @@ struct FileStoreOptions {
   // which Linux keeps coherent with direct I/O on the same file. Open fails, naming the reason,
   // where the file system has no direct I/O.
   bool direct = false;
+  // Where the path may lead (docs/security.md): opened, created and removed only through it. Null
+  // (the store's own tests): the path is opened as it is; the data plane always sets it.
+  std::shared_ptr<const AllowedPaths> allowed;
 };
 
 class FileStore final : public BackingStore {

@@ -277,7 +277,7 @@ class SharedConfigurationTest(GatewayPairTest):
     def start_gateway(self, gateway_id, state_dir=None, state=None):
         gw = harness.Daemon(state=state, state_dir=state_dir, extra_args=[
             "--gateway-id", str(gateway_id), "--shared-config", self.where,
-            "--shared-config-conf", self.conf])
+            "--shared-config-conf", self.conf, "--rbd-conf", self.conf])
         gw.start(timeout=60)
         harness.wait_for(lambda: re.search(r"shared configuration in \S+: version \d+",
                                            gw.read_log()), 30,

@@ -43,6 +43,16 @@ CONF = None
 def setUpModule():
     global CONF
     CONF = CLUSTER.start(prefix="iscsigw-rbd-lun-").conf
+    # Every conf and keyring the tests below name through the API, as the operator's flags
+    # (docs/security.md: an API call names only those the daemon was started with).
+    confs = [CONF] + [os.path.join(CLUSTER.dir, n + ".conf") for n in (
+        "plain", "theirs", "throttled", "inline", "dashes", "slow-dead", "dead")]
+    # (nopool: allowed, and missing from the cluster, for the error that says so.)
+    args = ["--reactors", "1", "--rbd-keyring", os.path.join(CLUSTER.dir, "client.gw.keyring"),
+            "--rbd-allow", "nopool"]
+    for conf in confs:
+        args += ["--rbd-conf", conf]
+    RbdLunTest.EXTRA_ARGS = tuple(args)
 
 
 def tearDownModule():
@@ -60,8 +70,8 @@ def pattern(n, seed):
 class RbdLunTest(harness.DaemonTestCase):
     STATE = harness.simple_state("rbd", luns=[
         {"id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512}])
-    # One reactor: a reactor blocked on the cluster would stall every session.
-    EXTRA_ARGS = ("--reactors", "1")
+    # One reactor: a reactor blocked on the cluster would stall every session. (EXTRA_ARGS: set
+    # by setUpModule, once the cluster's directory is known.)
 
     def create_lun(self, lun_id, image, size="64M", *extra, check=True):
         return self.daemon.ctl("lun", "create", TARGET, lun_id, "--backing", "rbd", "--pool", "rbd",

@@ -83,12 +83,30 @@ class LoggedProcess:
         return rc
 
 
+def rbd_files(state):
+    """The ceph.conf and keyring paths that STATE's rbd LUNs name, each once, in order."""
+    confs, keyrings = [], []
+    for target in (state or {}).get("targets", []):
+        for lun in target.get("luns", []):
+            rbd = lun.get("rbd") or {}
+            if rbd.get("conf") and rbd["conf"] not in confs:
+                confs.append(rbd["conf"])
+            if rbd.get("keyring") and rbd["keyring"] not in keyrings:
+                keyrings.append(rbd["keyring"])
+    return confs, keyrings
+
+
 class Daemon(LoggedProcess):
     """One iscsigwd process with its own state directory."""
 
     name = "iscsigwd"
 
-    def __init__(self, bootstrap=None, state=None, extra_args=(), state_dir=None, env=None):
+    def __init__(self, bootstrap=None, state=None, extra_args=(), state_dir=None, env=None,
+                 backing_allow=(tempfile.gettempdir(),), rbd_allow=("rbd",)):
+        """BACKING_ALLOW and RBD_ALLOW become --backing-allow and --rbd-allow (docs/security.md):
+        by default the test's temporary directories and the test clusters' pool; a test of the
+        confinement itself passes its own. Every ceph.conf and keyring the STATE's rbd LUNs name
+        becomes a --rbd-conf or --rbd-keyring, as an operator would start a gateway for them."""
         self.owns_dir = state_dir is None
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="iscsigw-test-")
         self.log_path = os.path.join(self.state_dir, "iscsigwd.log")
@@ -103,6 +121,15 @@ class Daemon(LoggedProcess):
                 json.dump(state, f)
         if bootstrap:
             self.args += ["--bootstrap", bootstrap]
+        for path in backing_allow:
+            self.args += ["--backing-allow", path]
+        for pool in rbd_allow:
+            self.args += ["--rbd-allow", pool]
+        confs, keyrings = rbd_files(state)
+        for conf in confs:
+            self.args += ["--rbd-conf", conf]
+        for keyring in keyrings:
+            self.args += ["--rbd-keyring", keyring]
         self.args += list(extra_args)
         self.env = dict(os.environ, **(env or {}))
         self.ports = None

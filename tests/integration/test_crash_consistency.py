@@ -37,7 +37,7 @@ import threading
 import time
 import unittest
 
-from harness import IQN_PREFIX, Daemon, wait_for
+from harness import IQN_PREFIX, Daemon, rbd_files, wait_for
 from iscsi_client import Initiator, sense_key_asc
 
 MiB = 1 << 20
@@ -500,7 +500,10 @@ class CrashScenario:
         self.assertGreater(in_flight, 0, "no command was in flight at the kill: not mid-run")
 
         # Restart from state.json alone (no bootstrap): the target and its file LUN come back.
-        d2 = Daemon(state_dir=state_dir).start()
+        # With the flag the state's rbd LUN needs (its conf), as the first start had.
+        confs, _ = rbd_files(state)
+        d2 = Daemon(state_dir=state_dir,
+                    extra_args=[arg for c in confs for arg in ("--rbd-conf", c)]).start()
         self.addCleanup(d2.cleanup)
         reader = Initiator(d2.portal, "iqn.2026-11.io.iscsigw.test:crash-reader")
         reader.login(TARGET)

@@ -26,7 +26,7 @@ OLD = bytes((i * 7 + 3) & 0xFF for i in range(4096))
 NEW = bytes((i * 11 + 5) & 0xFF for i in range(4096))
 
 # iscsigwctl exit codes are gRPC status codes.
-INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS = 3, 5, 6
+INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED = 3, 5, 6, 7
 FAILED_PRECONDITION, OUT_OF_RANGE = 9, 11
 
 
@@ -178,6 +178,143 @@ class LunDirTest(Fixture):
         # Other writers share the file system: free space is compared within 64 MiB.
         self.assertLess(abs(int(cap["available_bytes"]) - vfs.f_bavail * vfs.f_frsize), 64 * MiB)
         self.assertEqual(cap["lun_dir"], self.lun_dir)
+
+
+class BackingPathsTest(Fixture):
+    """docs/security.md, "Backing paths": a file LUN lives beneath --lun-dir or a --backing-allow
+    directory, or is a --backing-allow device; whatever an API call names, nothing else is opened,
+    created or removed, and the refusal names the flags."""
+
+    def confined(self, *allow):
+        """A gateway whose only allowed paths are its LUN directory and ALLOW."""
+        return self.start(backing_allow=allow)
+
+    def try_lun(self, d, target, path, code, *more):
+        err = self.fail_code(d, code, "lun", "create", target, "0", "--backing", "file",
+                             "--path", path, *more)
+        return err
+
+    def test_paths_outside_are_permission_denied_and_touch_nothing(self):
+        other = tempfile.mkdtemp(prefix="iscsigw-allowed-")
+        outside = tempfile.mkdtemp(prefix="iscsigw-outside-")
+        for d_ in (other, outside):
+            self.addCleanup(shutil.rmtree, d_, True)
+        secret = os.path.join(outside, "secret.img")
+        with open(secret, "wb") as f:
+            f.write(b"S" * MiB)
+        d = self.confined(other)
+        d.ctl("target", "create", "fence")
+        os.symlink(secret, os.path.join(self.lun_dir, "link.img"))
+        os.symlink(outside, os.path.join(other, "dir"))
+        attempts = [
+            "/etc/passwd",                                    # anything on the host
+            secret,                                           # a file beside the allowed ones
+            os.path.join(self.lun_dir, "link.img"),           # a symlink planted inside
+            os.path.join(other, "dir", "secret.img"),         # a symlinked directory inside
+            self.lun_dir + "/../" + os.path.basename(outside) + "/secret.img",  # ".."
+            self.lun_dir + "x/secret.img",                    # a sibling sharing the prefix
+            "link.img",                                       # relative, through the link
+        ]
+        for path in attempts:
+            err = self.try_lun(d, "fence", path, PERMISSION_DENIED, "--size", "1M")
+            self.assertIn("--backing-allow", err, path)
+            # Creating there is refused as well, and creates nothing outside.
+            self.try_lun(d, "fence", path, PERMISSION_DENIED, "--create", "--size", "1M")
+        created = os.path.join(outside, "new.img")
+        self.try_lun(d, "fence", created, PERMISSION_DENIED, "--create", "--size", "1M")
+        self.assertFalse(os.path.exists(created))
+        self.assertEqual(os.listdir(outside), ["secret.img"])
+        self.assertNotIn(secret, open_files(d))
+        # The allowed ones work: the LUN directory and the --backing-allow directory.
+        self.file_lun(d, "inside", os.path.join(other, "ok.img"), "4M")
+        self.write(d, "inside", 0, OLD)
+        self.assertEqual(self.read(d, "inside", 0), OLD)
+        self.file_lun(d, "rel", "rel.img", "4M")
+        self.assertTrue(os.path.exists(os.path.join(self.lun_dir, "rel.img")))
+
+    def test_a_gateway_without_allowed_paths_serves_no_file_lun(self):
+        d = self.start(lun_dir=False, backing_allow=())
+        d.ctl("target", "create", "none")
+        path = os.path.join(tempfile.gettempdir(), f"iscsigw-none-{os.getpid()}.img")
+        err = self.try_lun(d, "none", path, PERMISSION_DENIED, "--create", "--size", "1M")
+        self.assertIn("--lun-dir", err)
+        self.assertFalse(os.path.exists(path))
+        d.ctl("lun", "create", "none", "0", "--backing", "ram", "--size", "1M")  # others still work
+
+    def test_a_device_is_allowed_by_name_and_only_that_device(self):
+        work = tempfile.mkdtemp(prefix="iscsigw-dev-")
+        self.addCleanup(shutil.rmtree, work, True)
+        img = os.path.join(work, "disk.img")
+        with open(img, "wb") as f:
+            f.truncate(8 * MiB)
+        p = subprocess.run(["losetup", "-f", "--show", img], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, "losetup: " + p.stderr)  # scripts/install-deps.sh: mount
+        dev = p.stdout.strip()
+        self.addCleanup(subprocess.run, ["losetup", "-d", dev], check=False)
+        d = self.confined(dev)
+        d.ctl("target", "create", "blk")
+        d.ctl("acl", "add", "blk", INITIATOR)
+        d.ctl("lun", "create", "blk", "0", "--backing", "file", "--path", dev)
+        self.write(d, "blk", 0, NEW)
+        with open(dev, "rb") as f:  # the device's own page cache: the write is there
+            self.assertEqual(f.read(len(NEW)), NEW)
+        # Another device, and a node of the same device under another name, are refused.
+        d.ctl("target", "create", "blk2")
+        other = "/dev/loop" + str(int(dev[len("/dev/loop"):]) + 1)
+        self.try_lun(d, "blk2", other, PERMISSION_DENIED)
+        node = os.path.join(work, "alias")
+        os.mknod(node, 0o600 | 0o060000, os.stat(dev).st_rdev)
+        self.try_lun(d, "blk2", node, PERMISSION_DENIED)
+
+    def test_a_state_with_a_path_no_longer_allowed_does_not_start(self):
+        work = tempfile.mkdtemp(prefix="iscsigw-was-")
+        self.addCleanup(shutil.rmtree, work, True)
+        img = os.path.join(work, "old.img")
+        with open(img, "wb") as f:
+            f.truncate(MiB)
+        state = simple_state("was", luns=[{"id": 0, "file": {"path": img}}])
+        d = Daemon(state=state, backing_allow=())
+        self.addCleanup(d.cleanup)
+        d.spawn()
+        self.assertNotEqual(d.proc.wait(timeout=30), 0)
+        self.assertIn("--backing-allow", d.read_log())
+
+    def test_bad_flags_stop_the_start(self):
+        for args in (["--backing-allow", "relative/dir"], ["--backing-allow", "/nonexistent/x"],
+                     ["--rbd-allow", "pool/ns/extra"], ["--rbd-allow", "/ns"]):
+            d = Daemon(extra_args=args)
+            self.addCleanup(d.cleanup)
+            d.spawn()
+            self.assertEqual(d.proc.wait(timeout=30), 2, args)
+
+
+class RbdPolicyTest(Fixture):
+    """rbd LUNs: only the pools --rbd-allow names, and only the confs and keyrings the daemon was
+    started with. Refused before anything reaches a cluster, so no cluster is needed here."""
+
+    def test_pools_confs_and_keyrings_come_from_the_flags(self):
+        d = self.start(lun_dir=False, rbd_allow=("tenant/ns1",),
+                       extra_args=["--rbd-conf", "/etc/iscsigw-test/ceph.conf"])
+        d.ctl("target", "create", "r")
+
+        def rbd(pool, *more):
+            return self.fail_code(d, PERMISSION_DENIED, "lun", "create", "r", "0", "--backing",
+                                  "rbd", "--pool", pool, "--image", "i", *more)
+
+        self.assertIn("--rbd-allow", rbd("rbd"))
+        self.assertIn("--rbd-allow", rbd("tenant"))  # the pool's default namespace: not named
+        self.assertIn("--rbd-allow", rbd("tenant", "--namespace", "ns2"))
+        err = rbd("tenant", "--namespace", "ns1", "--ceph-conf", "/tmp/mine.conf")
+        self.assertIn("--rbd-conf", err)
+        err = rbd("tenant", "--namespace", "ns1", "--keyring", "/etc/shadow")
+        self.assertIn("--rbd-keyring", err)
+        self.assertNotIn("/etc/shadow", err)
+        self.assertIn("rbd LUNs the pools tenant/ns1", d.read_log())
+        plain = self.start(lun_dir=False, rbd_allow=())
+        plain.ctl("target", "create", "r")
+        err = self.fail_code(plain, PERMISSION_DENIED, "lun", "create", "r", "0", "--backing",
+                             "rbd", "--pool", "rbd", "--image", "i")
+        self.assertIn("--rbd-allow", err)
 
 
 class BackingRemovalTest(Fixture):

@@ -36,12 +36,18 @@ class ServiceTest : public ::testing::TestWithParam<bool> {
     api::Options opts;
     opts.portals = {"127.0.0.1:0"};
     opts.reactors = 1;
+    auto allowed = api::AllowedPaths::Make({dir_});
+    ASSERT_TRUE(allowed.ok()) << allowed.status().ToString();
+    opts.backing.paths = allowed.value();
+    opts.backing.rbd_pools = {"allowed", "shared/tenant"};
+    opts.backing.rbd_confs = {dir_ + "/ceph.conf"};
     auto dp = api::Dataplane::Start(opts);
     ASSERT_TRUE(dp.ok()) << dp.status().message();
     dp_ = std::move(dp).value();
     state::Limits limits;
     ServiceOptions so;
     so.version = "test";
+    so.backing = opts.backing;
     Configure(&limits, &so);
     store_ = std::make_unique<state::StateStore>(dir_, v1::State(), dp_.get(), limits);
     ASSERT_TRUE(store_->Start().ok());
@@ -243,6 +249,62 @@ TEST_P(ServiceTest, LunValidationMessages) {
   EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND);
   EXPECT_EQ(s.error_message(), "lun 2 of iqn.2026-11.io.iscsigw:v: file.path " + dir_ +
                                    "/absent.img does not exist (set file.create to create it)");
+}
+
+// docs/security.md, "Backing paths": a LUN reaches only what the daemon's flags allow, and a
+// refusal touches nothing (no file created outside, no symbolic link followed).
+TEST_P(ServiceTest, BackingsOutsideThePolicyArePermissionDenied) {
+  ASSERT_TRUE(CreateTarget("fence").ok());
+  ASSERT_EQ(::symlink("/etc/passwd", (dir_ + "/passwd.img").c_str()), 0);
+  ASSERT_EQ(::symlink("/tmp", (dir_ + "/up").c_str()), 0);
+  const std::string escape = "/tmp/iscsigw-service-escape-" + std::to_string(::getpid());
+  uint32_t id = 0;
+  for (const std::string& path :
+       {std::string("/etc/passwd"), dir_ + "/passwd.img", dir_ + "/../etc/passwd",
+        dir_ + "/up/" + escape.substr(5), escape}) {
+    v1::CreateLunRequest req;
+    req.set_target("fence");
+    req.mutable_lun()->set_id(id++);
+    req.mutable_lun()->mutable_file()->set_path(path);
+    req.mutable_lun()->mutable_file()->set_create(true);
+    req.mutable_lun()->set_size_bytes(1 << 20);
+    v1::Lun out;
+    grpc::Status s = Call(&v1::GatewayService::Stub::CreateLun, req, &out);
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << path << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("--backing-allow"), std::string::npos) << s.error_message();
+  }
+  EXPECT_NE(::access(escape.c_str(), F_OK), 0);
+
+  auto rbd = [&](const std::string& pool, const std::string& ns, const std::string& conf,
+                 const std::string& keyring) {
+    v1::CreateLunRequest req;
+    req.set_target("fence");
+    req.mutable_lun()->set_id(9);
+    auto* r = req.mutable_lun()->mutable_rbd();
+    r->set_pool(pool);
+    r->set_namespace_(ns);
+    r->set_image("img");
+    r->set_conf(conf);
+    r->set_keyring(keyring);
+    v1::Lun out;
+    return Call(&v1::GatewayService::Stub::CreateLun, req, &out);
+  };
+  const std::string conf = dir_ + "/ceph.conf";
+  for (const auto& [pool, ns] : {std::pair<std::string, std::string>{"other", ""},
+                                 {"shared", ""}, {"shared", "else"}}) {
+    grpc::Status s = rbd(pool, ns, conf, "");
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << pool << "/" << ns;
+    EXPECT_NE(s.error_message().find("--rbd-allow"), std::string::npos) << s.error_message();
+  }
+  grpc::Status s = rbd("allowed", "", "/home/someone/ceph.conf", "");
+  EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("--rbd-conf"), std::string::npos) << s.error_message();
+  s = rbd("allowed", "", "", "/etc/shadow");
+  EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message().find("/etc/shadow"), std::string::npos);  // never named back
+  // Allowed pools pass the policy (the open then fails: there is no cluster here).
+  EXPECT_NE(rbd("allowed", "any", "", "").error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(rbd("shared", "tenant", conf, "").error_code(), StatusCode::PERMISSION_DENIED);
 }
 
 TEST_P(ServiceTest, LunIdentityIsGeneratedAndPersisted) {

@@ -17,6 +17,9 @@ class LunFilesTest : public ::testing::Test {
     char tmpl[] = "/tmp/iscsigw-lunfiles-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    auto made = api::AllowedPaths::Make({dir_});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    allowed_ = made.value();
   }
   void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
 
@@ -38,6 +41,7 @@ class LunFilesTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::shared_ptr<const api::AllowedPaths> allowed_;
 };
 
 TEST(ResolveLunPath, KeepsAbsolutePathsAndResolvesPlainRelativeOnes) {
@@ -61,7 +65,7 @@ TEST(ResolveLunPath, RefusesWhatCouldLeaveTheDirectory) {
 TEST_F(LunFilesTest, CopyKeepsDataAndHolesAndGrowsToTheAskedSize) {
   const std::string src = dir_ + "/src";
   WriteAt(src, 64 << 20, "middle", 256 << 20);
-  auto r = CopyLunFile(src, dir_ + "/dst", 512 << 20);
+  auto r = CopyLunFile(*allowed_, src, dir_ + "/dst", 512 << 20);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r.value().size_bytes, 512u << 20);
   struct stat st {};
@@ -77,11 +81,11 @@ TEST_F(LunFilesTest, CopyRefusesAnExistingTargetAndAShrink) {
   const std::string src = dir_ + "/src";
   WriteAt(src, 0, "x", 1 << 20);
   WriteAt(dir_ + "/taken", 0, "keep", 4);
-  auto taken = CopyLunFile(src, dir_ + "/taken", 0);
+  auto taken = CopyLunFile(*allowed_, src, dir_ + "/taken", 0);
   ASSERT_FALSE(taken.ok());
   EXPECT_EQ(taken.status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(ReadAt(dir_ + "/taken", 0, 4), "keep");
-  auto small = CopyLunFile(src, dir_ + "/small", 4096);
+  auto small = CopyLunFile(*allowed_, src, dir_ + "/small", 4096);
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(::access((dir_ + "/small").c_str(), F_OK), 0);
@@ -92,7 +96,7 @@ TEST_F(LunFilesTest, CloneOnlyRefusesASparseCopy) {
   WriteAt(src, 0, "x", 1 << 20);
   // The test directory's file system (ext4 or tmpfs) cannot share blocks.
   if (SharesBlocks(dir_)) GTEST_SKIP() << "this file system shares blocks";
-  auto r = CopyLunFile(src, dir_ + "/dst", 0, true, "the source is in use");
+  auto r = CopyLunFile(*allowed_, src, dir_ + "/dst", 0, true, "the source is in use");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("the source is in use"), std::string::npos);
@@ -102,17 +106,36 @@ TEST_F(LunFilesTest, CloneOnlyRefusesASparseCopy) {
 TEST_F(LunFilesTest, RemoveTakesOnlyRegularFiles) {
   const std::string file = dir_ + "/f";
   WriteAt(file, 0, "x", 1);
-  EXPECT_TRUE(RemoveLunFile(file).ok());
+  EXPECT_TRUE(RemoveLunFile(*allowed_, file).ok());
   EXPECT_NE(::access(file.c_str(), F_OK), 0);
-  EXPECT_TRUE(RemoveLunFile(file).ok());  // already gone
+  EXPECT_TRUE(RemoveLunFile(*allowed_, file).ok());  // already gone
   const std::string fifo = dir_ + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Status s = RemoveLunFile(fifo);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  Status s = RemoveLunFile(*allowed_, fifo);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);  // never a LUN file
   EXPECT_EQ(::access(fifo.c_str(), F_OK), 0);
   const std::string link = dir_ + "/link";
   ASSERT_EQ(::symlink("/etc/hostname", link.c_str()), 0);
-  EXPECT_FALSE(RemoveLunFile(link).ok());  // a symlink is not followed, nor removed
+  EXPECT_FALSE(RemoveLunFile(*allowed_, link).ok());  // a symlink is not followed, nor removed
+  EXPECT_EQ(::access("/etc/hostname", F_OK), 0);
+}
+
+// Copies and removals go only where the allowed paths say: not outside the directory, not
+// through a symbolic link planted in it.
+TEST_F(LunFilesTest, CopiesAndRemovalsStayInTheAllowedPaths) {
+  const std::string src = dir_ + "/src";
+  WriteAt(src, 0, "x", 4096);
+  auto out = CopyLunFile(*allowed_, src, "/tmp/iscsigw-lunfiles-escape", 0);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(::access("/tmp/iscsigw-lunfiles-escape", F_OK), 0);
+  auto in = CopyLunFile(*allowed_, "/etc/hostname", dir_ + "/stolen", 0);
+  EXPECT_EQ(in.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(::access((dir_ + "/stolen").c_str(), F_OK), 0);
+  ASSERT_EQ(::symlink("/tmp", (dir_ + "/up").c_str()), 0);
+  EXPECT_EQ(CopyLunFile(*allowed_, src, dir_ + "/up/copy", 0).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(RemoveLunFile(*allowed_, "/etc/hostname").code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(::access("/etc/hostname", F_OK), 0);
 }
 
