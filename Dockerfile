@@ -58,7 +58,9 @@ COPY deploy/examples/demo.json /usr/share/iscsigw/demo.json
 # on all interfaces so that Kubernetes' gRPC probes (which dial the pod IP) reach it, and without
 # client certificates only because ISCSIGW_GRPC_INSECURE says so (docs/security.md): keep the port
 # unpublished, or give ISCSIGW_TLS_CLIENT_CA as deploy/overlays/grpc-tls and helm/ (tls) do.
+# File LUNs live only in ISCSIGW_LUN_DIR (and what ISCSIGW_BACKING_ALLOW adds; docs/security.md).
 ENV ISCSIGW_STATE_DIR=/var/lib/iscsigw \
+    ISCSIGW_LUN_DIR=/var/lib/iscsigw/luns \
     ISCSIGW_PORTAL=0.0.0.0:3260 \
     ISCSIGW_GRPC_LISTEN=0.0.0.0:50051 \
     ISCSIGW_GRPC_INSECURE=true \

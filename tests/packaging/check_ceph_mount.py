@@ -9,7 +9,9 @@ at /etc/ceph. Otherwise: Secret SECRET is mounted read-only at MOUNT_PATH in tha
 key CONF_KEY as MOUNT_PATH/ceph.conf and KEYRING_KEY as MOUNT_PATH/keyring (no other key), with an
 explicit mode that neither the world may read nor anyone write (the keyring holds a cephx key; a
 Secret volume without defaultMode is 0644), and CEPH_CONF is MOUNT_PATH/ceph.conf, so that an rbd
-LUN with an empty conf reads it. Exits 1 naming each problem.
+LUN with an empty conf reads it; ISCSIGW_RBD_CONF and ISCSIGW_RBD_KEYRING name the mounted files and
+ISCSIGW_RBD_ALLOW at least one pool (--none: none of the three is set). Exits 1 naming each
+problem.
 """
 import sys
 
@@ -46,6 +48,9 @@ def main(argv):
     if argv[2:] == ["--none"]:
         if "CEPH_CONF" in env:
             problems.append(f"{where}: no Ceph expected, CEPH_CONF is {env['CEPH_CONF']!r}")
+        for name in ("ISCSIGW_RBD_ALLOW", "ISCSIGW_RBD_CONF", "ISCSIGW_RBD_KEYRING"):
+            if name in env:
+                problems.append(f"{where}: no Ceph expected, {name} is {env[name]!r}")
         if "/etc/ceph" in mounts:
             problems.append(f"{where}: no Ceph expected, volume {mounts['/etc/ceph']['name']} "
                             "is mounted at /etc/ceph")
@@ -59,6 +64,12 @@ def main(argv):
     conf = f"{mount_path}/ceph.conf"
     if env.get("CEPH_CONF") != conf:
         problems.append(f"{where}: CEPH_CONF is {env.get('CEPH_CONF')!r}, not {conf!r}")
+    # docs/security.md: rbd LUNs name only the daemon's conf and keyring, in the pools it allows.
+    for name, want in (("ISCSIGW_RBD_CONF", conf), ("ISCSIGW_RBD_KEYRING", f"{mount_path}/keyring")):
+        if env.get(name) != want:
+            problems.append(f"{where}: {name} is {env.get(name)!r}, not {want!r}")
+    if not env.get("ISCSIGW_RBD_ALLOW"):
+        problems.append(f"{where}: ISCSIGW_RBD_ALLOW names no pool: every rbd LUN would be refused")
     mount = mounts.get(mount_path)
     if mount is None:
         return fail(problems + [f"{where}: nothing is mounted at {mount_path}"])

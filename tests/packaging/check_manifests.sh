@@ -123,6 +123,11 @@ check "chart: mutual TLS renders no ISCSIGW_GRPC_INSECURE" \
   sh -c "! grep -q ISCSIGW_GRPC_INSECURE '$out/helm-full.yaml'"
 check "chart: the metrics port only from the release's namespace and the monitoring namespace" \
   sh -c "grep -B12 'port: 9540' '$out/helm-default.yaml' | grep -q 'kubernetes.io/metadata.name: monitoring'"
+check "kustomize: the metrics port only from the namespace and the monitoring namespace" sh -c \
+  "grep -B12 'port: 9540' '$out/kustomize-overlays-default.yaml' | grep -q 'kubernetes.io/metadata.name: monitoring'"
+printf 'ceph:\n  enabled: true\n  secretName: c\n' > "$out/ceph-nopools.yaml"
+refuses "chart: Ceph without ceph.pools is refused (rbd LUNs use only the pools named)" \
+  "$out/helmrender" -chart $chart -strict -f "$out/insecure.yaml" -f "$out/ceph-nopools.yaml"
 printf 'service:\n  iscsi:\n    type: NodePort\n' > "$out/nodeport.yaml"
 check "chart: a NodePort iSCSI Service keeps the initiator's address (externalTrafficPolicy Local)" \
   sh -c "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -f '$out/nodeport.yaml' | grep -q 'externalTrafficPolicy: Local'"
