@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target iscsigwd
-state_dir="${ISCSIGW_STATE_DIR:-${TMPDIR:-/tmp}/iscsigw-demo}"
+# A private state directory (iscsigwd trusts only its own: docs/security.md).
+state_dir="${ISCSIGW_STATE_DIR:-$HOME/.local/state/iscsigw-demo}"
+mkdir -p -m 0700 "$state_dir"
 exec build/bin/iscsigwd --state-dir "$state_dir" --portal 127.0.0.1:3260 \
   --grpc-listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9540 \
   --bootstrap deploy/examples/demo.json "$@"

@@ -49,14 +49,7 @@ bool WritePortsFile(const std::string& dir, const std::vector<std::string>& port
   if (!grpc.empty()) json += ", \"grpc\": " + JsonString(grpc);
   if (!metrics.empty()) json += ", \"metrics\": " + JsonString(metrics);
   json += "}\n";
-  const std::string tmp = dir + "/ports.json.tmp";
-  const std::string dst = dir + "/ports.json";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size());
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  return ok && ::rename(tmp.c_str(), dst.c_str()) == 0;
+  return state::WriteFileAtomically(dir + "/ports.json", json, 0644).ok();
 }
 
 // Connections and file LUNs take descriptors: the
@@ -101,6 +94,10 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "iscsigwd: state dir %s: %s\n", flags.state_dir.c_str(),
                  std::strerror(errno));
     return 1;
+  }
+  if (Status s = state::CheckTrustedDir(flags.state_dir); !s.ok()) {
+    std::fprintf(stderr, "iscsigwd: %s\n", s.message().c_str());
+    return 2;
   }
 
   if (!flags.lun_dir.empty()) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -25,9 +26,10 @@ Status Errno(const std::string& what) {
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno(tmp + ": unlink");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return Errno(tmp + ": open");
-  // An existing temp file keeps its old mode through O_CREAT; secrets need the mode we ask for.
+  // The umask may have taken bits off; the file gets exactly the mode asked for.
   if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
     Status s = Errno(tmp + ": chmod");
     ::close(fd);
@@ -66,6 +68,34 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
   ::close(dfd);
   if (rc != 0) return Errno(dir + ": fsync");
   return Status::Ok();
+}
+
+Status CheckTrustedDir(const std::string& dir, const struct stat& st, uid_t euid, gid_t egid) {
+  auto refuse = [&](const std::string& why) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPrecondition("state dir " + dir + " (owner " + std::to_string(st.st_uid) + ":" +
+                              std::to_string(st.st_gid) + ", mode " + mode + ") " + why +
+                              "; it holds CHAP secrets: make it the daemon's own (chown " +
+                              std::to_string(euid) + ", chmod 0700)");
+  };
+  if (!S_ISDIR(st.st_mode)) return refuse("is not a directory");
+  const bool ours = st.st_uid == euid || (st.st_uid == 0 && st.st_gid == egid);
+  if (!ours) return refuse("is not owned by the daemon's user " + std::to_string(euid));
+  if ((st.st_mode & S_IWOTH) != 0) return refuse("is writable by every user");
+  if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != egid) {
+    return refuse("is writable by group " + std::to_string(st.st_gid) +
+                  ", not the daemon's own " + std::to_string(egid));
+  }
+  return Status::Ok();
+}
+
+Status CheckTrustedDir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return FailedPrecondition("state dir " + dir + ": " + std::strerror(errno));
+  }
+  return CheckTrustedDir(dir, st, ::geteuid(), ::getegid());
 }
 
 std::string StateToJson(const iscsigw::v1::State& state) {

@@ -28,6 +28,8 @@
 // targets are UNAVAILABLE.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -45,7 +47,18 @@
 namespace iscsigw::state {
 
 // Writes `contents` to `path` atomically: <path>.tmp (mode), fsync, rename, fsync of the directory.
+// The temp file is always a new one (O_EXCL | O_NOFOLLOW, a leftover removed first): a link planted
+// under its name is never followed, nor a file someone else opened written.
 Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);
+
+// docs/security.md, "The state directory": whether the daemon (euid, egid) may trust a directory
+// whose stat is `st` to hold its state (CHAP secrets, what LUNs exist): a directory, owned by the
+// daemon's user (or by root with the daemon's group, as Kubernetes prepares an fsGroup volume),
+// writable by no other user and by its group only when that group is the daemon's own.
+// FAILED_PRECONDITION naming `dir`, the owner and mode otherwise.
+Status CheckTrustedDir(const std::string& dir, const struct stat& st, uid_t euid, gid_t egid);
+// The same for the directory `dir` on disk and the running process.
+Status CheckTrustedDir(const std::string& dir);
 
 // The state as persisted: protobuf JSON, secrets included.
 std::string StateToJson(const iscsigw::v1::State& state);

@@ -86,8 +86,10 @@ int LunStateFiles::WriteAtomically(const std::string& path, const std::string& b
     if (::unlink(path.c_str()) != 0) return errno == ENOENT ? 0 : errno;
     return FsyncDir(dir);
   }
+  // Always a new temp file: a link planted under its name is never followed.
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return errno;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return errno;
   size_t off = 0;
   int err = 0;

@@ -2,6 +2,7 @@
 restarts and kill -9, live configuration changes seen by logged-in sessions, TLS."""
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -244,6 +245,51 @@ class DurabilityTest(Fixture):
         self.assertEqual(st.st_mode & 0o777, 0o600)
         self.assertNotIn("a-long-chap-secret", d.read_log())
         self.assertNotIn("a-long-chap-secret", d.ctl("target", "get", "s", output="json").stdout)
+
+    def test_a_state_dir_others_can_write_stops_the_start(self):
+        # docs/security.md, "The state directory": it holds the CHAP secrets and says which
+        # files are LUNs; one that another user owns or may write is not trusted.
+        def start_in(mode, owner=None):
+            state_dir = tempfile.mkdtemp(prefix="iscsigw-trust-")
+            self.addCleanup(shutil.rmtree, state_dir, True)
+            os.chmod(state_dir, mode)
+            if owner is not None:
+                os.chown(state_dir, *owner)
+            return subprocess.run([binary("iscsigwd"), "--state-dir", state_dir, "--portal",
+                                   "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                                   "--metrics-listen", "127.0.0.1:0"],
+                                  capture_output=True, text=True, timeout=30), state_dir
+
+        for mode, owner, why in ((0o777, None, "writable by every user"),
+                                 (0o1777, None, "writable by every user"),
+                                 (0o770, (0, 4242), "writable by group 4242"),
+                                 (0o700, (65534, 65534), "not owned by the daemon's user")):
+            p, state_dir = start_in(mode, owner)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f"state dir {state_dir}", p.stderr)
+            self.assertIn(why, p.stderr)
+            self.assertEqual(os.listdir(state_dir), [])  # nothing written there
+
+    def test_an_fsgroup_volume_is_trusted_by_a_non_root_daemon(self):
+        # As Kubernetes prepares a volume for fsGroup 10001: root's, group 10001, setgid, g+rwx;
+        # the daemon runs as 10001:10001.
+        state_dir = tempfile.mkdtemp(prefix="iscsigw-fsgroup-")
+        self.addCleanup(shutil.rmtree, state_dir, True)
+        os.chown(state_dir, 0, 10001)
+        os.chmod(state_dir, 0o2770)
+        p = subprocess.Popen(["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups",
+                              binary("iscsigwd"), "--state-dir", state_dir, "--portal",
+                              "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                              "--metrics-listen", "127.0.0.1:0", "--backing-allow", state_dir],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: p.poll() is not None or
+                     os.path.exists(os.path.join(state_dir, "ports.json")), 30,
+                     what="ports.json from the daemon running as 10001")
+            self.assertIsNone(p.poll(), p.stdout.read() if p.poll() is not None else "")
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
 
     def test_kill_9_during_api_calls_never_leaves_an_unreadable_state_file(self):
         d = self.start()

@@ -92,6 +92,52 @@ TEST_F(StateDir, StaleTempFileDoesNotLeakItsMode) {
   EXPECT_EQ(Read("state.json"), "{}");
 }
 
+// A link planted under the temp file's name: never followed, its target untouched.
+TEST_F(StateDir, APlantedTempLinkIsNotFollowed) {
+  const std::string victim = dir_ + "/victim";
+  { std::ofstream(victim) << "keep"; }
+  ASSERT_EQ(::symlink(victim.c_str(), (dir_ + "/state.json.tmp").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/state.json", "{}", 0600).ok());
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "keep");
+  EXPECT_FALSE(fs::is_symlink(dir_ + "/state.json"));
+}
+
+TEST(TrustedDir, OnlyTheDaemonsOwnDirectory) {
+  auto dir = [](uid_t uid, gid_t gid, mode_t mode) {
+    struct stat st {};
+    st.st_uid = uid;
+    st.st_gid = gid;
+    st.st_mode = S_IFDIR | mode;
+    return st;
+  };
+  const uid_t me = 10001;
+  const gid_t group = 10001;
+  auto check = [&](const struct stat& st) { return CheckTrustedDir("/s", st, me, group); };
+  EXPECT_TRUE(check(dir(me, group, 0700)).ok());
+  EXPECT_TRUE(check(dir(me, 4242, 0750)).ok());   // another group may read, not write
+  EXPECT_TRUE(check(dir(0, group, 02770)).ok());  // a Kubernetes fsGroup volume
+  EXPECT_TRUE(check(dir(me, group, 0770)).ok());  // our own group may write
+  EXPECT_TRUE(CheckTrustedDir("/s", dir(0, 0, 0700), 0, 0).ok());  // root's own
+
+  const struct stat refused[] = {
+      dir(me, group, 0777),     // any user writes
+      dir(me, group, 01777),    // sticky does not make it private
+      dir(me, 4242, 0770),      // another group writes
+      dir(4242, group, 0700),   // another user's
+      dir(0, 4242, 0700),       // root's, for another group
+  };
+  for (const struct stat& st : refused) {
+    Status s = check(st);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << std::oct << st.st_mode;
+    EXPECT_NE(s.message().find("state dir /s"), std::string::npos) << s.message();
+  }
+  struct stat file = dir(me, group, 0600);
+  file.st_mode = S_IFREG | 0600;
+  EXPECT_FALSE(check(file).ok());
+}
+
 TEST_F(StateDir, FailedEditChangesNothing) {
   StateStore store(dir_, OneTarget("iqn.2026-11.io.iscsigw:a"), nullptr);
   ASSERT_TRUE(store.Start().ok());
