@@ -221,6 +221,25 @@ def perf(url, seconds=2, depth=32, blocks=8):
     return int(m[-1])
 
 
+def load(url, seconds=2, qd=32, bs=4096):
+    """Runs tests/bench/iscsi_load (random 4 KiB reads at queue depth QD); returns its JSON
+    figures (iops, lat_us {p50, p99, p999, mean}, errors). Raises unless every command ended
+    GOOD."""
+    path = binary("iscsi_load")
+    if not os.path.exists(path):
+        raise AssertionError(f"{path} is not built: it needs libiscsi-dev "
+                             "(scripts/install-deps.sh installs it)")
+    p = subprocess.run([path, url, "--rw", "randread", "--bs", str(bs), "--qd", str(qd),
+                        "--seconds", str(seconds), "--json"],
+                       capture_output=True, text=True, timeout=seconds + 60)
+    if p.returncode != 0:
+        raise AssertionError(f"iscsi_load exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    figures = json.loads(p.stdout)
+    if figures["errors"] != 0:
+        raise AssertionError(f"iscsi_load: {figures['errors']} command(s) did not end GOOD")
+    return figures
+
+
 def simple_state(name="t0", luns=None, allow_any=True, initiators=()):
     if luns is None:
         luns = [{"id": 0, "ram": {}, "sizeBytes": str(64 << 20), "blockSize": 512}]

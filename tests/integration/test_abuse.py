@@ -1,10 +1,14 @@
 """Abuse, as opposed to mistakes: what anyone on the storage network can send the iSCSI port.
 
 Each test runs one kind of abuse against the real daemon while a well-behaved session runs
-alongside (iscsi-perf, 4 KiB random reads at queue depth 32 on a RAM LUN), and asserts that the
-daemon stays up, that its resident memory stays under RSS_BOUND_MIB, and that the session keeps at
-least KEEP of the IOPS it had without the abuse. The limits these tests hold are the ones README.md
-documents under "Hostile input". Every figure is printed, so that the run's output is the record.
+alongside (tests/bench/iscsi_load, 4 KiB random reads at queue depth 32 on a RAM LUN), and asserts
+what must hold on any machine: the daemon stays up, its resident memory stays under RSS_BOUND_MIB,
+every command of the well-behaved session ends GOOD, its p99 latency under the abuse stays within
+P99_FACTOR of its p99 alone (at least P99_FLOOR_MS: a starved session waits seconds), and the
+abusive traffic is refused or bounded as README.md documents under "Hostile input" (counts from
+the daemon and the abuse itself). Throughput is printed, never judged here: what the abuse costs
+in IOPS is measured by the benchmark suite (scripts/bench.sh), alone on the machine, where a miss
+is a finding and not a red build. Every figure is printed, so that the run's output is the record.
 """
 import math
 import os
@@ -18,16 +22,19 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, IQN_PREFIX, perf, simple_state, wait_for
+from harness import DaemonTestCase, IQN_PREFIX, load, simple_state, wait_for
 from iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
 
 MiB = 1 << 20
 MAX_CONNECTIONS = 1024  # iscsigwd's default --max-connections
 LOGIN_TIMEOUT_S = 3     # --login-timeout for this daemon (default 15), to keep the tests short
 RSS_BOUND_MIB = 320     # the daemon with a 64 MiB RAM LUN under any of these abuses
-KEEP = 0.80             # share of the well-behaved session's IOPS that must survive any abuse
+# The well-behaved session's p99 under any abuse, against its own p99 alone in the same test: a
+# session the abuse starves (a reactor held, a queue without bound) waits 100s of ms to seconds.
+P99_FACTOR = 10
+P99_FLOOR_MS = 20
 # Under ASan and UBSan (scripts/sanitized.sh) memory and speed are the sanitizers', not the
-# daemon's: there the abuse runs for the reports it may provoke, and RSS and IOPS are not judged.
+# daemon's: there the abuse runs for the reports it may provoke, and RSS and latency are not judged.
 SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
 # There a login costs the daemon about ten times as much: the floods are scaled down to match.
 SCALE = 0.1 if SANITIZED else 1.0
@@ -148,7 +155,7 @@ class AbuseTest(DaemonTestCase):
         cls.d.ctl("auth", "set", "chap", "--user", "abuser", "--secret-file", "-", input=SECRET)
         cls.pid = cls.d.proc.pid
         cls.url = cls.d.url("abuse", 0)
-        perf(cls.url, seconds=1)  # warm up
+        load(cls.url, seconds=1)  # warm up
         print(f"\nidle RSS {rss_mib(cls.pid):.0f} MiB", flush=True)
 
     def setUp(self):
@@ -161,40 +168,39 @@ class AbuseTest(DaemonTestCase):
             time.sleep(0.05)
 
     def under(self, abuse_fn, what, settle=0.0):
-        """Runs the well-behaved session alone and alongside the abuse, in turn, and checks the
-        bounds; returns the counts of each run of the abuse.
-
-        This machine's speed drifts: the same session, back to back, moves between phases of
-        tens of seconds that differ by 1.8x. So the two sides alternate, MEASURES runs each, the
-        abuse started afresh for each of its runs, and their medians are compared. Two attempts;
-        the abuse must cost less than 1 - KEEP of the session's IOPS in one of them."""
-        for attempt in (1, 2):
-            alone, runs, counts = [], [], []
-            self.sampling.clear()
-            sampler = threading.Thread(target=self.sample_rss, daemon=True)
-            sampler.start()
-            for _ in range(MEASURES):
-                alone.append(perf(self.url, seconds=PERF_SECONDS))
-                with Abuse(abuse_fn) as a:
-                    if settle:
-                        time.sleep(settle)
-                    runs.append(perf(self.url, seconds=PERF_SECONDS))
-                if a.error:
-                    raise a.error
-                counts.append(a.counts)
-                self.assertIsNone(self.d.proc.poll(), "iscsigwd died")
-            self.sampling.set()
-            sampler.join()
-            kept = statistics.median(runs) / statistics.median(alone)
-            print(f"{what}: {counts[-1]} (the last of {MEASURES} runs); session IOPS alone "
-                  f"{alone}, under the abuse {runs}: kept {kept:.0%} by the medians; "
-                  f"peak RSS {self.peak_rss:.0f} MiB", flush=True)
-            if SANITIZED:
-                return counts
-            self.assertLess(self.peak_rss, RSS_BOUND_MIB)
-            if kept >= KEEP:
-                return counts
-        self.fail(f"{what}: the session kept only {kept:.0%} of its IOPS")
+        """Runs the well-behaved session alone and alongside the abuse, in turn, MEASURES runs
+        each (the abuse started afresh for each of its runs), and checks the bounds; returns the
+        counts of each run of the abuse. The p99s are compared by their medians."""
+        alone, runs, counts = [], [], []
+        self.sampling.clear()
+        sampler = threading.Thread(target=self.sample_rss, daemon=True)
+        sampler.start()
+        for _ in range(MEASURES):
+            alone.append(load(self.url, seconds=PERF_SECONDS))
+            with Abuse(abuse_fn) as a:
+                if settle:
+                    time.sleep(settle)
+                runs.append(load(self.url, seconds=PERF_SECONDS))
+            if a.error:
+                raise a.error
+            counts.append(a.counts)
+            self.assertIsNone(self.d.proc.poll(), "iscsigwd died")
+        self.sampling.set()
+        sampler.join()
+        p99_alone = statistics.median(r["lat_us"]["p99"] for r in alone) / 1000
+        p99_under = statistics.median(r["lat_us"]["p99"] for r in runs) / 1000
+        bound = max(P99_FACTOR * p99_alone, P99_FLOOR_MS)
+        print(f"{what}: {counts[-1]} (the last of {MEASURES} runs); session alone: IOPS "
+              f"{[r['iops'] for r in alone]}, p99 {p99_alone:.2f} ms; under the abuse: IOPS "
+              f"{[r['iops'] for r in runs]}, p99 {p99_under:.2f} ms (bound {bound:.1f} ms); "
+              f"peak RSS {self.peak_rss:.0f} MiB", flush=True)
+        if SANITIZED:
+            return counts
+        self.assertLess(self.peak_rss, RSS_BOUND_MIB)
+        self.assertLess(p99_under, bound,
+                        f"{what}: the well-behaved session's p99 went from {p99_alone:.2f} ms to "
+                        f"{p99_under:.2f} ms")
+        return counts
 
     # ---- connections that never log in
 
