@@ -116,9 +116,23 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_LOGIN_TIMEOUT")
       ->check(CLI::Range(1u, 3600u));
   app.add_option("--max-connections", f->max_connections,
-                 "Connections at once; when full, the oldest still logging in makes room")
+                 "Connections at once; when full, the oldest still logging in, then the oldest "
+                 "discovery session, makes room")
       ->envname("ISCSIGW_MAX_CONNECTIONS")
       ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-connections-per-source", f->max_connections_per_source,
+                 "Connections from one address (IPv6: one /64) at once; when full, its oldest "
+                 "still logging in, then its oldest discovery session, makes room")
+      ->envname("ISCSIGW_MAX_CONNECTIONS_PER_SOURCE")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-discovery-sessions", f->max_discovery_sessions,
+                 "Discovery sessions at once; more are refused (Out of resources)")
+      ->envname("ISCSIGW_MAX_DISCOVERY_SESSIONS")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--discovery-idle-timeout", f->discovery_idle_timeout_s,
+                 "Seconds a discovery session may go without a Text request before it is closed")
+      ->envname("ISCSIGW_DISCOVERY_IDLE_TIMEOUT")
+      ->check(CLI::Range(1u, 3600u));
   app.add_option("--max-targets", f->max_targets, "Targets the gateway accepts")
       ->envname("ISCSIGW_MAX_TARGETS")
       ->check(CLI::Range(1u, 65536u));

@@ -50,6 +50,10 @@ struct Flags {
   unsigned nop_timeout_s = 15;
   unsigned login_timeout_s = 15;
   unsigned max_connections = 1024;
+  // docs/security.md, "Connections".
+  unsigned max_connections_per_source = 256;
+  unsigned max_discovery_sessions = 64;
+  unsigned discovery_idle_timeout_s = 30;
   // Control plane limits (controlplane/state/limits.h).
   unsigned max_targets = state::kDefaultMaxTargets;
   unsigned max_luns_per_target = state::kDefaultMaxLunsPerTarget;

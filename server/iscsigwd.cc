@@ -191,6 +191,9 @@ int Run(int argc, char** argv) {
   opts.gateway.nop_timeout_ms = flags.nop_timeout_s * 1000;
   opts.gateway.login_timeout_ms = flags.login_timeout_s * 1000;
   opts.gateway.max_connections = flags.max_connections;
+  opts.gateway.max_connections_per_source = flags.max_connections_per_source;
+  opts.gateway.max_discovery_sessions = flags.max_discovery_sessions;
+  opts.gateway.discovery_idle_timeout_ms = flags.discovery_idle_timeout_s * 1000;
   opts.gateway.advertise = flags.advertise;
   opts.backing = backing;
   opts.gateway.chap_digests = api::ParseChapDigests(flags.chap_digests).value();  // checked

@@ -457,11 +457,33 @@ struct Dataplane::Impl {
         co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
         continue;
       }
-      if (!gateway.TryAddConnection() && !EvictOldestLoggingIn()) {
-        ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
-                            "connection limit {} reached, every connection in full feature phase: "
-                            "refusing a connection",
-                            gateway.options().max_connections);
+      // docs/security.md, "Connections": one source may hold max_connections_per_source; past
+      // it, or past max_connections, the oldest connection still logging in (then the oldest
+      // discovery session) of that source, or of any, makes room.
+      boost::system::error_code peer_ec;
+      const auto peer = sock.remote_endpoint(peer_ec);
+      const std::string source =
+          iscsi::AuthThrottle::SourcePrefix(peer_ec ? "?" : peer.address().to_string());
+      const auto& gopts = gateway.options();
+      bool admitted = false;
+      if (gateway.SourceConnections(source) >= gopts.max_connections_per_source) {
+        admitted = EvictOldest(&source);  // its slot passes to this one
+        if (!admitted) {
+          ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
+                              "{} has {} connections, every one in a normal session: refusing "
+                              "another (--max-connections-per-source)",
+                              source, gopts.max_connections_per_source);
+        }
+      } else {
+        admitted = gateway.TryAddConnection() || EvictOldest(nullptr);
+        if (!admitted) {
+          ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
+                              "connection limit {} reached, every connection in a normal "
+                              "session: refusing a connection",
+                              gopts.max_connections);
+        }
+      }
+      if (!admitted) {
         boost::system::error_code ignored;
         sock.close(ignored);
         continue;
@@ -479,28 +501,33 @@ struct Dataplane::Impl {
     }
   }
 
-  // At the connection limit: evicts the oldest connection still logging in and hands its slot to
-  // the one just accepted (iscsi::Connection::EvictIfLoggingIn). False when every connection is
-  // in full feature phase.
-  bool EvictOldestLoggingIn() {
+  // At a connection limit: evicts the oldest connection still logging in, or else the oldest
+  // discovery session, of `source` (any source when null), and hands its slot to the one just
+  // accepted (iscsi::Connection::EvictIfLoggingIn, EvictIfDiscovery). False when every such
+  // connection is in a normal session.
+  bool EvictOldest(const std::string* source) {
     std::shared_ptr<iscsi::Connection> victim;
     unsigned victim_reactor = 0;
+    const char* what = "";
     {
       std::lock_guard lock(conns_mu);
-      for (const auto& [r, weak] : conns) {  // oldest first
-        auto c = weak.lock();
-        if (c && c->EvictIfLoggingIn()) {
-          victim = std::move(c);
-          victim_reactor = r;
-          break;
+      for (int pass = 0; pass < 2 && !victim; ++pass) {
+        for (const auto& [r, weak] : conns) {  // oldest first
+          auto c = weak.lock();
+          if (!c || (source != nullptr && c->source() != *source)) continue;
+          if (pass == 0 ? c->EvictIfLoggingIn() : c->EvictIfDiscovery()) {
+            victim = std::move(c);
+            victim_reactor = r;
+            what = pass == 0 ? "connection still logging in" : "discovery session";
+            break;
+          }
         }
       }
     }
     if (!victim) return false;
     ISCSIGW_LOG_LIMITED(accept_log_limiter, log::Iscsi(), spdlog::level::warn,
-                        "connection limit {} reached: dropping the oldest connection still "
-                        "logging in to admit a new one",
-                        gateway.options().max_connections);
+                        "connection limit reached{}{}: dropping the oldest {} to admit a new one",
+                        source != nullptr ? " for " : "", source != nullptr ? *source : "", what);
     asio::post(pool.context(victim_reactor), [victim] { victim->Close(); });
     return true;
   }

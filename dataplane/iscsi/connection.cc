@@ -74,6 +74,8 @@ Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket sock
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : EndpointString(ep);
   peer_ip_ = ec ? std::string("?") : ep.address().to_string();
+  source_ = AuthThrottle::SourcePrefix(peer_ip_);
+  gw_.AddSourceConnection(source_);
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   // Until login has declared ours, the initiator may send no more than the default
   // MaxRecvDataSegmentLength (RFC 7143 13.12): a connection that has not authenticated touches at
@@ -88,10 +90,19 @@ Connection::Connection(Gateway& gw, unsigned reactor, asio::ip::tcp::socket sock
 Connection::~Connection() {
   // An evicted connection's slot went to the connection that evicted it.
   if (admission_.load(std::memory_order_acquire) != Admission::kEvicted) gw_.RemoveConnection();
+  gw_.RemoveSourceConnection(source_);
+  if (discovery_ffp_.exchange(false)) gw_.RemoveDiscoverySession();
 }
 
 bool Connection::EvictIfLoggingIn() {
   Admission expected = Admission::kLoggingIn;
+  return admission_.compare_exchange_strong(expected, Admission::kEvicted,
+                                            std::memory_order_acq_rel);
+}
+
+bool Connection::EvictIfDiscovery() {
+  if (!discovery_ffp_.load(std::memory_order_acquire)) return false;
+  Admission expected = Admission::kAdmitted;
   return admission_.compare_exchange_strong(expected, Admission::kEvicted,
                                             std::memory_order_acq_rel);
 }
@@ -487,12 +498,24 @@ bool Connection::HandleLogin(const pdu::Frame& f) {
     }
     st = negotiator_->Finish();
     if (st != LoginStatus::kSuccess) return SendLoginReject(h, st);
+    const bool discovery = session_type_ == SessionType::kDiscovery;
+    if (discovery && !gw_.TryAddDiscoverySession()) {
+      ISCSIGW_LOG_LIMITED(iscsi_log_limiter_, log::Iscsi(), spdlog::level::warn,
+                          "{}discovery from {} refused: {} discovery sessions already", LogCtx(),
+                          peer_, gw_.options().max_discovery_sessions);
+      return SendLoginReject(h, LoginStatus::kOutOfResources);
+    }
     Admission expected = Admission::kLoggingIn;
     if (!admission_.compare_exchange_strong(expected, Admission::kAdmitted,
                                             std::memory_order_acq_rel)) {
       // Evicted by the acceptor a moment ago to make room (EvictIfLoggingIn); its Close() is on
       // the way.
+      if (discovery) gw_.RemoveDiscoverySession();
       return false;
+    }
+    if (discovery) {
+      discovery_ffp_.store(true, std::memory_order_release);
+      last_request_ = std::chrono::steady_clock::now();
     }
     params_ = negotiator_->params();
     params_.session_type = session_type_;
@@ -1197,6 +1220,7 @@ std::string Connection::PortalAddress() const {
 }
 
 bool Connection::HandleText(const pdu::Frame& f) {
+  last_request_ = std::chrono::steady_clock::now();  // a discovery session's idle clock
   BhsView h(f.bhs);
   if (!AcceptCmdSn(h)) return true;
   const uint32_t ttt = h.ttt();
@@ -1741,6 +1765,13 @@ asio::awaitable<void> Connection::TimerLoop() {
       continue;
     }
     if (phase_ != Phase::kFullFeature || held_) continue;
+    if (discovery_ffp_.load(std::memory_order_relaxed) &&
+        now - last_request_ > std::chrono::milliseconds(opts.discovery_idle_timeout_ms)) {
+      log::Iscsi().info("{}discovery session from {} idle for {} ms: closing", LogCtx(), peer_,
+                        opts.discovery_idle_timeout_ms);
+      Close();
+      break;
+    }
     if (logout_deadline_ && now >= *logout_deadline_) {
       log::Iscsi().info("{}{} did not log out when asked: dropping connection", LogCtx(), peer_);
       Close();

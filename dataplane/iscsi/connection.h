@@ -80,6 +80,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Close() to the connection's reactor. A connection that reached full feature phase is never
   // evicted. Any thread.
   bool EvictIfLoggingIn();
+  // The same for a discovery session in full feature phase: the next to go once none is still
+  // logging in (docs/security.md, "Connections": discovery cannot crowd out real sessions).
+  bool EvictIfDiscovery();
+  // The peer's source as the per-source limits count it (an IPv4 address, an IPv6 /64). Set at
+  // construction; any thread.
+  const std::string& source() const { return source_; }
 
   // A seam for tests and benchmarks (tests/bench/micro_bench.cc): the receive and send paths in
   // memory, without the socket, so that a command's protocol work can be timed alone. For a
@@ -201,6 +207,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const uint64_t id_;
   std::string peer_;     // "ip:port"
   std::string peer_ip_;  // the address alone
+  std::string source_;   // AuthThrottle::SourcePrefix(peer_ip_), counted by the gateway
   // Log lines (base/log.h): this connection's context prefix, and per logger a limiter for the
   // lines an initiator can provoke at will (data digest errors; rejects, Data-Out out of sequence).
   log::ConnContext LogCtx() const;
@@ -208,7 +215,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   log::RateLimiter iscsi_log_limiter_;
   Phase phase_ = Phase::kLogin;
   bool closed_ = false;
-  std::atomic<Admission> admission_{Admission::kLoggingIn};  // the only cross-thread member
+  std::atomic<Admission> admission_{Admission::kLoggingIn};  // cross-thread, like the next
+  std::atomic<bool> discovery_ffp_{false};  // a discovery session in full feature phase, counted
   std::shared_ptr<Session> session_;
 
   // Receive state.
@@ -217,6 +225,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t rx_end_ = 0;
   pdu::FrameLimits rx_limits_;
   std::chrono::steady_clock::time_point last_rx_;
+  // The last Text request (or the login) of a discovery session: NOP-Outs do not keep one open.
+  std::chrono::steady_clock::time_point last_request_;
   bool paused_ = false;  // reader waits for control PDUs to drain
   // Session reinstatement: the login response waits in held_login_ until the old session's tasks
   // have ended; nothing more is parsed meanwhile.

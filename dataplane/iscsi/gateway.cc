@@ -211,4 +211,35 @@ bool Gateway::TryAddConnection() {
 
 void Gateway::RemoveConnection() { connections_.fetch_sub(1, std::memory_order_relaxed); }
 
+uint32_t Gateway::SourceConnections(const std::string& source) const {
+  std::lock_guard lock(sources_mu_);
+  auto it = sources_.find(source);
+  return it == sources_.end() ? 0 : it->second;
+}
+
+void Gateway::AddSourceConnection(const std::string& source) {
+  std::lock_guard lock(sources_mu_);
+  ++sources_[source];
+}
+
+void Gateway::RemoveSourceConnection(const std::string& source) {
+  std::lock_guard lock(sources_mu_);
+  auto it = sources_.find(source);
+  if (it != sources_.end() && --it->second == 0) sources_.erase(it);
+}
+
+bool Gateway::TryAddDiscoverySession() {
+  uint32_t n = discovery_sessions_.load(std::memory_order_relaxed);
+  while (n < options_.max_discovery_sessions) {
+    if (discovery_sessions_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Gateway::RemoveDiscoverySession() {
+  discovery_sessions_.fetch_sub(1, std::memory_order_relaxed);
+}
+
 }  // namespace iscsigw::iscsi

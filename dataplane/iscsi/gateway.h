@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "dataplane/iscsi/auth_throttle.h"
@@ -83,6 +84,11 @@ struct GatewayOptions {
   uint32_t nop_interval_ms = 30000;  // NOP-In ping after this much idle time
   uint32_t nop_timeout_ms = 15000;   // drop the connection when the ping is not answered in time
   uint32_t max_connections = 1024;
+  // docs/security.md, "Connections": connections from one source (an IPv4 address, an IPv6 /64)
+  // at once; discovery sessions in full feature phase at once, and how long one may stay idle.
+  uint32_t max_connections_per_source = 256;
+  uint32_t max_discovery_sessions = 64;
+  uint32_t discovery_idle_timeout_ms = 30000;
   // TargetAddress values (HOST:PORT) that SendTargets returns, each with the target's portal group
   // tag, when initiators reach the gateway through NAT, a Service or a load balancer. Empty: the
   // address the discovery connection was accepted on.
@@ -124,6 +130,14 @@ class Gateway {
   // Connection accounting (bounded by options.max_connections).
   bool TryAddConnection();
   void RemoveConnection();
+  // Connections per source (AuthThrottle::SourcePrefix of the peer address): counted from accept
+  // to the connection's end, evicted or not. Any thread; not on the I/O path.
+  uint32_t SourceConnections(const std::string& source) const;
+  void AddSourceConnection(const std::string& source);
+  void RemoveSourceConnection(const std::string& source);
+  // Discovery sessions in full feature phase (options.max_discovery_sessions). Any thread.
+  bool TryAddDiscoverySession();
+  void RemoveDiscoverySession();
 
   AuthThrottle& auth_throttle() { return auth_throttle_; }
 
@@ -138,6 +152,9 @@ class Gateway {
   std::map<uint16_t, std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
   uint16_t next_tsih_ = 1;                               // guarded by sessions_mu_
   std::atomic<uint32_t> connections_{0};
+  std::atomic<uint32_t> discovery_sessions_{0};
+  mutable std::mutex sources_mu_;
+  std::unordered_map<std::string, uint32_t> sources_;  // guarded by sources_mu_
   AuthThrottle auth_throttle_;
 };
 
