@@ -25,6 +25,8 @@ targets=0
 crashes=0
 for bin in "$dir"/bin/fuzz_*; do
   [ -x "$bin" ] || continue
+  # The seed replays (fuzz_replay_*, ctest's) are not fuzzers, even when a full build made them.
+  case "${bin##*/}" in fuzz_replay_*) continue ;; esac
   name=${bin##*/fuzz_}
   targets=$((targets + 1))
   # New inputs go to the build directory's corpus; the committed seeds are only read.

@@ -72,9 +72,6 @@ Status GatewayServiceImpl::PrepareFileLun(const v1::CreateLunRequest& req, const
     auto resolved = state::ResolveLunPath(options_.lun_dir, file->path());
     if (!resolved.ok()) return InvalidArgument(who + ": file." + resolved.status().message());
     file->set_path(resolved.value());
-    if (Status s = options_.backing.paths->Check(file->path()); !s.ok()) {
-      return PermissionDenied(who + ": file.path " + s.message());
-    }
     if (!options_.lun_dir.empty() &&
         file->path().rfind(state::SnapshotDir(options_.lun_dir) + "/", 0) == 0) {
       return InvalidArgument(who + ": file.path " + file->path() +

@@ -32,7 +32,7 @@ class HealthTest(unittest.TestCase):
     def test_not_serving_while_the_state_directory_cannot_be_written(self):
         mnt = tempfile.mkdtemp(prefix="iscsigw-statefs-")
         self.addCleanup(shutil.rmtree, mnt, True)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt]).returncode:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", mnt]).returncode:
             self.skipTest("cannot mount a tmpfs here")
         self.addCleanup(subprocess.run, ["umount", "-l", mnt])
         luns = tempfile.mkdtemp(prefix="iscsigw-luns-")
