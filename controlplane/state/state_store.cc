@@ -84,8 +84,8 @@ Status CheckTrustedDir(const std::string& dir, const struct stat& st, uid_t euid
   if (!ours) return refuse("is not owned by the daemon's user " + std::to_string(euid));
   if ((st.st_mode & S_IWOTH) != 0) return refuse("is writable by every user");
   if ((st.st_mode & S_IWGRP) != 0 && st.st_gid != egid) {
-    return refuse("is writable by group " + std::to_string(st.st_gid) +
-                  ", not the daemon's own " + std::to_string(egid));
+    return refuse("is writable by group " + std::to_string(st.st_gid) + ", not the daemon's own " +
+                  std::to_string(egid));
   }
   return Status::Ok();
 }

@@ -204,9 +204,7 @@ backing::RbdStoreOptions RbdOptions(const RbdSpec& spec) {
   o.keyring = spec.keyring;
   return o;
 }
-}  // namespace
 
-namespace {
 bool Listed(const std::vector<std::string>& list, const std::string& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }

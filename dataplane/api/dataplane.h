@@ -88,7 +88,8 @@ using AllowedPaths = backing::AllowedPaths;
 // beneath the allowed paths; rbd LUNs only in the allowed pools, with a ceph.conf and keyring
 // the daemon was started with (--rbd-conf, --rbd-keyring), never one an API call names. The
 // data plane enforces it on every configuration it applies (the state file, the API, the shared
-// configuration); the control plane checks it too before it creates a file or an image.
+// configuration); the control plane copies and removes files only through `paths`, and checks an
+// rbd LUN before it creates its image.
 struct BackingPolicy {
   std::shared_ptr<const AllowedPaths> paths = AllowedPaths::None();
   std::vector<std::string> rbd_pools;     // "POOL" (any namespace) or "POOL/NAMESPACE"

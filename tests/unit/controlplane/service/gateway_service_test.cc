@@ -290,8 +290,8 @@ TEST_P(ServiceTest, BackingsOutsideThePolicyArePermissionDenied) {
     return Call(&v1::GatewayService::Stub::CreateLun, req, &out);
   };
   const std::string conf = dir_ + "/ceph.conf";
-  for (const auto& [pool, ns] : {std::pair<std::string, std::string>{"other", ""},
-                                 {"shared", ""}, {"shared", "else"}}) {
+  for (const auto& [pool, ns] :
+       {std::pair<std::string, std::string>{"other", ""}, {"shared", ""}, {"shared", "else"}}) {
     grpc::Status s = rbd(pool, ns, conf, "");
     EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << pool << "/" << ns;
     EXPECT_NE(s.error_message().find("--rbd-allow"), std::string::npos) << s.error_message();

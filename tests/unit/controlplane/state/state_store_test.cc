@@ -122,11 +122,11 @@ TEST(TrustedDir, OnlyTheDaemonsOwnDirectory) {
   EXPECT_TRUE(CheckTrustedDir("/s", dir(0, 0, 0700), 0, 0).ok());  // root's own
 
   const struct stat refused[] = {
-      dir(me, group, 0777),     // any user writes
-      dir(me, group, 01777),    // sticky does not make it private
-      dir(me, 4242, 0770),      // another group writes
-      dir(4242, group, 0700),   // another user's
-      dir(0, 4242, 0700),       // root's, for another group
+      dir(me, group, 0777),    // any user writes
+      dir(me, group, 01777),   // sticky does not make it private
+      dir(me, 4242, 0770),     // another group writes
+      dir(4242, group, 0700),  // another user's
+      dir(0, 4242, 0700),      // root's, for another group
   };
   for (const struct stat& st : refused) {
     Status s = check(st);
