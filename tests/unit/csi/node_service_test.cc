@@ -1061,18 +1061,19 @@ TEST(KeyedWorkQueue, RunsOneJobPerKeyAtATimeAndKeysInParallel) {
   std::mutex mu;
   std::condition_variable cv;
   int running_a = 0, max_a = 0, done = 0;
-  bool b_ran_while_a_ran = false;
+  bool b_ran_while_a_ran = false, b_ran = false;
   {
     KeyedWorkQueue q(3, 16, 4);
     for (int i = 0; i < 3; ++i) {
       ASSERT_EQ(q.Submit("a",
                          [&](bool) {
-                           {
-                             std::lock_guard lock(mu);
-                             max_a = std::max(max_a, ++running_a);
-                           }
-                           std::this_thread::sleep_for(std::chrono::milliseconds(30));
-                           std::lock_guard lock(mu);
+                           std::unique_lock lock(mu);
+                           max_a = std::max(max_a, ++running_a);
+                           cv.notify_all();
+                           // Each "a" job holds its key until "b" has run, however slowly the
+                           // machine schedules it: a queue that ran keys one after the other
+                           // would let it run only after the 10 s, when no "a" runs.
+                           cv.wait_for(lock, std::chrono::seconds(10), [&] { return b_ran; });
                            --running_a;
                            ++done;
                            cv.notify_all();
@@ -1081,8 +1082,12 @@ TEST(KeyedWorkQueue, RunsOneJobPerKeyAtATimeAndKeysInParallel) {
     }
     ASSERT_EQ(q.Submit("b",
                        [&](bool) {
-                         std::lock_guard lock(mu);
+                         std::unique_lock lock(mu);
+                         // Its worker may start before the first "a" job's does: it waits
+                         // (bounded) for one to be running.
+                         cv.wait_for(lock, std::chrono::seconds(10), [&] { return running_a > 0; });
                          b_ran_while_a_ran = running_a > 0;
+                         b_ran = true;
                          ++done;
                          cv.notify_all();
                        }),
