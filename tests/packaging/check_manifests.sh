@@ -149,6 +149,22 @@ check "kustomize grpc-tls: iscsigwctl verifies the gRPC Service's name" \
   env_is "$out/kustomize-overlays-grpc-tls.yaml" ISCSIGW_TLS_SERVER_NAME iscsigw-grpc.iscsigw.svc
 check "chart: tls.serverName is the name iscsigwctl verifies" \
   env_is "$out/helm-csi-tls.yaml" ISCSIGW_TLS_SERVER_NAME gateway.storage.example.com
+# The connection limits reach iscsigwd as the variables its flags read (server/flags.cc), and are
+# left to the daemon's defaults when not set.
+daemon_env_is() {  # daemon_env_is FILE NAME VALUE: env_is, and NAME is an iscsigwd flag's variable
+  grep -qF "envname(\"$2\")" server/flags.cc && env_is "$@"
+}
+for var in ISCSIGW_MAX_CONNECTIONS=512 ISCSIGW_MAX_CONNECTIONS_PER_SOURCE=64 \
+    ISCSIGW_MAX_DISCOVERY_SESSIONS=16 ISCSIGW_DISCOVERY_IDLE_TIMEOUT=10; do
+  check "chart: ci/full-values.yaml gives iscsigwd $var" \
+    daemon_env_is "$out/helm-full.yaml" "${var%%=*}" "${var#*=}"
+done
+check "chart: default values leave the connection limits to the daemon" sh -c \
+  "! grep -Eq 'ISCSIGW_(MAX_CONNECTIONS|MAX_DISCOVERY_SESSIONS|DISCOVERY_IDLE_TIMEOUT)' '$out/helm-default.yaml'"
+printf 'gateway:\n  maxConnectionsPerSource: 1000000\n' > "$out/per-source-max.yaml"
+"$out/helmrender" -chart $chart -strict -f "$out/insecure.yaml" -f "$out/per-source-max.yaml" > "$out/helm-per-source-max.yaml"
+check "chart: gateway.maxConnectionsPerSource 1000000 reaches iscsigwd as 1000000, not 1e+06" \
+  daemon_env_is "$out/helm-per-source-max.yaml" ISCSIGW_MAX_CONNECTIONS_PER_SOURCE 1000000
 printf 'tls:\n  enabled: true\n  secretName: gw-tls\n' > "$out/tls.yaml"
 "$out/helmrender" -chart $chart -strict -f "$out/insecure.yaml" -f "$out/tls.yaml" -name r1 -namespace ns1 > "$out/helm-tls.yaml"
 check "chart: without tls.serverName iscsigwctl verifies the gRPC Service's name" \
@@ -250,6 +266,10 @@ printf 'tls:\n  enabled: true\n' > "$out/bad-tls.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 300\n          ram: {}\n' > "$out/bad-lun.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      chap:\n        user: u\n        secret: s\n' > "$out/bad-chap.yaml"
 printf 'gateway:\n  advertise: [\"10.0.0.5\"]\n' > "$out/bad-advertise.yaml"
+printf 'gateway:\n  maxConnectionsPerSource: 1000001\n' > "$out/bad-per-source.yaml"
+printf 'gateway:\n  maxDiscoverySessions: -1\n' > "$out/bad-discovery-sessions.yaml"
+printf 'gateway:\n  discoveryIdleTimeout: 0\n' > "$out/bad-discovery-timeout.yaml"
+printf 'gateway:\n  discoveryIdleTimeout: 3601\n' > "$out/bad-discovery-timeout-max.yaml"
 printf 'csi:\n  storageClass:\n    provisioning: sparse\n' > "$out/bad-csi-provisioning.yaml"
 printf 'csi:\n  storageClass:\n    blockSize: 1024\n' > "$out/bad-csi-blocksize.yaml"
 printf 'csi:\n  images:\n    provisioner:\n      tag: ""\n' > "$out/bad-csi-image.yaml"
@@ -260,7 +280,8 @@ printf 'ceph:\n  keyringKey: keyrings/gw\n' > "$out/bad-ceph-key.yaml"
 printf 'ceph:\n  mountPath: etc/ceph\n' > "$out/bad-ceph-mountpath.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 0\n          rbd:\n            pool: rbd\n' \
   > "$out/bad-rbd-lun.yaml"
-for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-csi-provisioning \
+for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-per-source \
+    bad-discovery-sessions bad-discovery-timeout bad-discovery-timeout-max bad-csi-provisioning \
     bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key bad-ceph bad-ceph-key \
     bad-ceph-mountpath bad-rbd-lun; do
   refuses "values.schema.json refuses $bad" \
