@@ -66,6 +66,11 @@ grpc::Status Guarded(const std::function<grpc::Status()>& fn) {
 
 bool IsVolume(const gw::Target& t) { return t.alias().starts_with(kVolumeAliasPrefix); }
 
+// The node_id a publish made `e` for: its initiator, then '@' and its sources (NodeIdentity).
+std::string NodeIdOf(const gw::AclEntry& e) {
+  return NodeIdentity{e.initiator(), {e.sources().begin(), e.sources().end()}}.ToString();
+}
+
 // A gateway call whose outcome is not known: it may have been done, or may still be under way
 // (a copy goes on past its caller's deadline), or may never have arrived.
 bool Unsettled(const grpc::Status& s) {
@@ -93,7 +98,8 @@ grpc::Status CheckOwner(const gw::Target& t, const std::string& volume_id, const
   if (t.alias() == mine || t.alias().starts_with(mine + " <")) {
     return {StatusCode::ALREADY_EXISTS,
             "volume " + volume_id + " (" + name + ") exists as '" + t.alias() +
-                "'; this request, with another content source, would make '" + alias + "'"};
+                "'; this request, with another content source or CHAP scheme, would make '" +
+                alias + "'"};
   }
   return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " + t.name() +
                                           " (alias '" + t.alias() + "'), which is not volume " +
@@ -254,12 +260,13 @@ ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
 // Gateway helpers
 
 void ControllerService::FillVolumeContext(const std::string& portals, const std::string& target_iqn,
-                                          uint32_t block_size,
+                                          uint32_t block_size, bool own_chap,
                                           google::protobuf::Map<std::string, std::string>* ctx) {
   (*ctx)[kCtxTargetIqn] = target_iqn;
   (*ctx)[kCtxLun] = "0";
   (*ctx)[kCtxPortals] = portals;
   (*ctx)[kCtxBlockSize] = std::to_string(block_size ? block_size : 512);
+  if (own_chap) (*ctx)[kCtxChapPerVolume] = "true";
 }
 
 grpc::Status ControllerService::GetVolumeTarget(const std::string& volume_id, gw::Target* target) {
@@ -342,6 +349,13 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   v.params = params.value();
   v.chap = chap.value();
   v.volume_id = VolumeIdForName(v.name);
+  if (v.params.chap_per_volume) {
+    if (!v.chap.enabled()) {
+      return Invalid(std::string("parameter chapPerVolume needs CHAP in the provisioner secret (") +
+                     kChapUser + ", " + kChapSecret + ")");
+    }
+    v.chap = ChapForVolume(v.chap, v.volume_id);
+  }
   v.who = "volume " + v.volume_id + " (" + v.name + ")";
 
   // The source must exist before anything is made for the copy; its block size is the new
@@ -389,7 +403,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     if (!bytes.ok()) return ToGrpcStatus(bytes.status());
     v.size = bytes.value();
   }
-  v.alias = VolumeAlias(v.name, source);
+  v.alias = VolumeAlias(v.name, source, v.params.chap_per_volume);
 
   gw::GatewayInfo info;
   if (grpc::Status s = gateway_->GetGatewayInfo(GatewayCtx().get(), {}, &info); !s.ok()) {
@@ -597,7 +611,8 @@ grpc::Status ControllerService::AnswerExisting(const NewVolume& v, const gw::Tar
   auto* vol = resp->mutable_volume();
   vol->set_volume_id(v.volume_id);
   vol->set_capacity_bytes(ToInt64(have->size_bytes()));
-  FillVolumeContext(v.portals, target.name(), have->block_size(), vol->mutable_volume_context());
+  FillVolumeContext(v.portals, target.name(), have->block_size(), v.params.chap_per_volume,
+                    vol->mutable_volume_context());
   if (v.has_source) *vol->mutable_content_source() = *v.source;
   return grpc::Status::OK;
 }
@@ -614,7 +629,7 @@ grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   // deletes (CSI spec: FAILED_PRECONDITION for a volume in use).
   if (!target.acl().empty()) {
     std::string nodes;
-    for (const auto& e : target.acl()) nodes += (nodes.empty() ? "" : ", ") + e.initiator();
+    for (const auto& e : target.acl()) nodes += (nodes.empty() ? "" : ", ") + NodeIdOf(e);
     return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is published to node " + nodes +
                                                  ": ControllerUnpublishVolume it first"};
   }
@@ -654,31 +669,58 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   if (req.readonly()) {
     return Invalid("read-only publish is not supported: the gateway has no read-only ACL entry");
   }
+  auto node = ParseNodeId(req.node_id());
+  if (!node.ok()) return ToGrpcStatus(node.status());
   gw::Target target;
   if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
   // The same node again is the same request (readonly is refused above): published already.
+  // The same initiator from other addresses (the node's address changed, or a node plugin that
+  // now reports it) gets its entry replaced; its sessions stay, since the node is the one the
+  // volume is published to.
+  bool replace = false;
   for (const auto& e : target.acl()) {
-    if (e.initiator() == req.node_id()) return grpc::Status::OK;
+    if (e.initiator() != node->initiator) continue;
+    if (NodeIdOf(e) == node->ToString()) return grpc::Status::OK;
+    replace = true;
   }
   // Every supported access mode is single-node: a second node writing the same file system
   // would corrupt it (CSI spec: FAILED_PRECONDITION, published to another node).
-  if (!target.acl().empty()) {
+  if (!replace && !target.acl().empty()) {
     return {StatusCode::FAILED_PRECONDITION,
-            "volume " + req.volume_id() + " is published to node " + target.acl(0).initiator() +
+            "volume " + req.volume_id() + " is published to node " + NodeIdOf(target.acl(0)) +
                 "; unpublish it there first"};
   }
+  if (replace) {
+    gw::RemoveAclEntryRequest rm;
+    rm.set_target(req.volume_id());
+    rm.set_initiator(node->initiator);
+    rm.set_drop_sessions(false);
+    gw::RemoveAclEntryResponse out;
+    grpc::Status s = gateway_->RemoveAclEntry(GatewayCtx().get(), rm, &out);
+    if (!s.ok() && s.error_code() != StatusCode::NOT_FOUND) {
+      return FromGateway("RemoveAclEntry " + req.volume_id(), s);
+    }
+  }
+  // The node's addresses, when it reports them, are the only sources the entry admits its
+  // name from (docs/security.md, "CSI volumes").
   gw::AddAclEntryRequest add;
   add.set_target(req.volume_id());
-  add.mutable_entry()->set_initiator(req.node_id());
+  add.mutable_entry()->set_initiator(node->initiator);
+  for (const auto& a : node->addresses) add.mutable_entry()->add_sources(a);
   gw::AclEntry out;
   grpc::Status s = gateway_->AddAclEntry(GatewayCtx().get(), add, &out);
-  if (s.error_code() == StatusCode::ALREADY_EXISTS) return grpc::Status::OK;
+  if (s.error_code() == StatusCode::ALREADY_EXISTS) {
+    // Another publish of this node won the race; it added what this one would have, or an
+    // entry for other addresses, which the CO's retry replaces.
+    return {StatusCode::ABORTED, "volume " + req.volume_id() + ": a publish to " + node->initiator +
+                                     " is under way; retry"};
+  }
   if (s.error_code() == StatusCode::NOT_FOUND) {
     return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " not found"};
   }
   if (!s.ok()) return FromGateway("AddAclEntry " + req.volume_id(), s);
   log::Ctl().info("ControllerPublishVolume: volume {} published to {}{}", req.volume_id(),
-                  req.node_id(), req.readonly() ? " (read-only)" : "");
+                  node->ToString(), node->addresses.empty() ? " (from any address)" : "");
   return grpc::Status::OK;
 }
 
@@ -692,7 +734,10 @@ grpc::Status ControllerService::DoUnpublish(
   if (!s.ok()) return s;
   std::vector<std::string> nodes;
   if (!req.node_id().empty()) {
-    nodes.push_back(req.node_id());
+    // The entry is the initiator's, whatever addresses the node reports now.
+    auto node = ParseNodeId(req.node_id());
+    if (!node.ok()) return ToGrpcStatus(node.status());
+    nodes.push_back(node->initiator);
   } else {
     // CSI spec: no node_id unpublishes the volume from every node.
     for (const auto& e : target.acl()) nodes.push_back(e.initiator());
@@ -777,9 +822,9 @@ grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
     e->mutable_volume()->set_volume_id(v->id);
     e->mutable_volume()->set_capacity_bytes(l ? ToInt64(l->size_bytes()) : 0);
     FillVolumeContext(PortalList(info), v->target.name(), l ? l->block_size() : 512,
+                      v->target.alias().ends_with(kOwnChapAliasTag),
                       e->mutable_volume()->mutable_volume_context());
-    for (const auto& a : v->target.acl())
-      e->mutable_status()->add_published_node_ids(a.initiator());
+    for (const auto& a : v->target.acl()) e->mutable_status()->add_published_node_ids(NodeIdOf(a));
   }
   resp->set_next_token(next);
   return grpc::Status::OK;

@@ -126,9 +126,11 @@ class ControllerService final : public ::csi::v1::Controller::CallbackService {
   grpc::Status ListAllTargets(std::vector<iscsigw::v1::Target>* out);
   grpc::Status ListAllSnapshots(const iscsigw::v1::ListSnapshotsRequest& filter,
                                 std::vector<iscsigw::v1::Snapshot>* out);
-  // The volume_context of a target; `portals` comma-separated (PortalList in the .cc).
+  // The volume_context of a target; `portals` comma-separated (PortalList in the .cc);
+  // `own_chap`: its CHAP secrets are ChapForVolume's.
   void FillVolumeContext(const std::string& portals, const std::string& target_iqn,
-                         uint32_t block_size, google::protobuf::Map<std::string, std::string>* ctx);
+                         uint32_t block_size, bool own_chap,
+                         google::protobuf::Map<std::string, std::string>* ctx);
 
   // A ClientContext for one gateway call, its deadline `timeout` (gateway_timeout: 0) from now
   // or the CSI call's deadline, whichever comes first. Worker thread only.

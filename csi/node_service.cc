@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "csi/grpc_status.h"
+#include "csi/volume_model.h"
 #include "dataplane/base/log.h"
 
 namespace iscsigw::csi {
@@ -37,14 +38,6 @@ namespace {
 // open-iscsi's exit codes (include/iscsi_err.h) that mean "already so".
 constexpr int kIscsiErrSessExists = 15;   // login: the session is already logged in
 constexpr int kIscsiErrNoObjsFound = 21;  // logout, delete, session list: nothing there
-
-constexpr char kCtxTargetIqn[] = "targetIqn";
-constexpr char kCtxLun[] = "lun";
-constexpr char kCtxPortals[] = "portals";
-constexpr char kChapUser[] = "node.session.auth.username";
-constexpr char kChapPassword[] = "node.session.auth.password";
-constexpr char kChapUserIn[] = "node.session.auth.username_in";
-constexpr char kChapPasswordIn[] = "node.session.auth.password_in";
 
 constexpr std::chrono::milliseconds kLoginTimeout{150'000};
 constexpr std::chrono::milliseconds kLongTimeout{600'000};  // mkfs, resize2fs on a big volume
@@ -303,8 +296,8 @@ class NodeService::Host {
 
   // new_record: make the node record (`-o new`, startup manual); else it is someone else's and
   // only gets the volume's CHAP settings, which the login needs.
-  Status Login(const std::string& iqn, const std::string& portal,
-               const google::protobuf::Map<std::string, std::string>& secrets, bool new_record) {
+  Status Login(const std::string& iqn, const std::string& portal, const ChapSecrets& chap,
+               bool new_record) {
     const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
     auto with = [&](std::initializer_list<std::string> more) {
       std::vector<std::string> argv = node;
@@ -318,14 +311,13 @@ class NodeService::Host {
       if (auto r = Check(with({"-o", "new"})); !r.ok()) return r.status();
       if (Status s = update("node.startup", "manual"); !s.ok()) return s;
     }
-    auto user = secrets.find(kChapUser);
-    if (user != secrets.end()) {
+    if (chap.enabled()) {
       if (Status s = update("node.session.auth.authmethod", "CHAP"); !s.ok()) return s;
-      if (Status s = update(kChapUser, user->second); !s.ok()) return s;
-      if (Status s = update(kChapPassword, secrets.at(kChapPassword)); !s.ok()) return s;
-      if (auto in = secrets.find(kChapUserIn); in != secrets.end()) {
-        if (Status s = update(kChapUserIn, in->second); !s.ok()) return s;
-        if (Status s = update(kChapPasswordIn, secrets.at(kChapPasswordIn)); !s.ok()) return s;
+      if (Status s = update(kChapUser, chap.user); !s.ok()) return s;
+      if (Status s = update(kChapSecret, chap.secret); !s.ok()) return s;
+      if (!chap.user_in.empty()) {
+        if (Status s = update(kChapUserIn, chap.user_in); !s.ok()) return s;
+        if (Status s = update(kChapSecretIn, chap.secret_in); !s.ok()) return s;
       }
     }
     return Check(with({"--login"}), {0, kIscsiErrSessExists}, kLoginTimeout).status();
@@ -627,15 +619,21 @@ Status CheckStage(const ::csi::v1::NodeStageVolumeRequest& req, NodeService::Tar
     }
     target->lun = std::stoi(*lun);
   }
-  const auto& sec = req.secrets();
-  for (const auto& [user, pass] :
-       {std::pair{kChapUser, kChapPassword}, std::pair{kChapUserIn, kChapPasswordIn}}) {
-    if (sec.contains(user) != sec.contains(pass)) {
-      return refuse(std::string("secrets: ") + user + " and " + pass + " go together");
+  auto chap = ParseChapSecrets(req.secrets());
+  if (!chap.ok()) return refuse(chap.status().message());
+  target->chap = chap.value();
+  if (const auto* own = Lookup(req.volume_context(), req.publish_context(), kCtxChapPerVolume)) {
+    if (*own != "true" && *own != "false") {
+      return refuse("volume_context.chapPerVolume '" + *own + "' is not true or false");
     }
-  }
-  if (sec.contains(kChapUserIn) && !sec.contains(kChapUser)) {
-    return refuse(std::string("secrets: mutual CHAP (") + kChapUserIn + ") needs " + kChapUser);
+    if (*own == "true") {
+      if (!target->chap.enabled()) {
+        return refuse(std::string("volume_context.chapPerVolume needs CHAP in the node-stage "
+                                  "secret (") +
+                      kChapUser + ", " + kChapSecret + ")");
+      }
+      target->chap = ChapForVolume(target->chap, req.volume_id());
+    }
   }
   return Status::Ok();
 }
@@ -796,7 +794,7 @@ Status NodeService::Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Ta
     if (Status s = records_.Save(rec); !s.ok()) return s;
     for (const auto& address : login) {
       const bool ours = Contains(rec.made_node_records, address);
-      if (Status s = host_->Login(target.iqn, address, req.secrets(), ours); !s.ok()) return s;
+      if (Status s = host_->Login(target.iqn, address, target.chap, ours); !s.ok()) return s;
     }
   }
   const auto deadline = Clock::now() + options_.attach_timeout;
@@ -1263,18 +1261,22 @@ grpc::ServerUnaryReactor* NodeService::NodeGetCapabilities(
 grpc::ServerUnaryReactor* NodeService::NodeGetInfo(grpc::CallbackServerContext* ctx,
                                                    const ::csi::v1::NodeGetInfoRequest*,
                                                    ::csi::v1::NodeGetInfoResponse* resp) {
+  auto with_addresses = [this](std::string name) {
+    return NodeIdentity{std::move(name), options_.node_addresses}.ToString();
+  };
   if (!options_.node_id.empty()) {
     auto* reactor = ctx->DefaultReactor();
-    resp->set_node_id(options_.node_id);
+    resp->set_node_id(with_addresses(options_.node_id));
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  return Serve(ctx, "NodeGetInfo", "", Status::Ok(), [this, resp]() -> Result<std::string> {
-    auto id = NodeId();
-    if (!id.ok()) return id.status();
-    resp->set_node_id(id.value());
-    return "node id " + id.value();
-  });
+  return Serve(ctx, "NodeGetInfo", "", Status::Ok(),
+               [this, resp, with_addresses]() -> Result<std::string> {
+                 auto id = NodeId();
+                 if (!id.ok()) return id.status();
+                 resp->set_node_id(with_addresses(id.value()));
+                 return "node id " + resp->node_id();
+               });
 }
 
 Result<std::string> NodeService::NodeId() {

@@ -101,6 +101,7 @@
 
 #include "csi/host_exec.h"
 #include "csi/v1/csi.grpc.pb.h"
+#include "csi/volume_model.h"
 #include "csi/volume_record.h"
 #include "csi/work_queue.h"
 
@@ -128,6 +129,9 @@ Result<VolumeStats> StatVolumePath(const std::string& path);
 struct NodeOptions {
   // Reported by NodeGetInfo as is; empty: the host's InitiatorName.
   std::string node_id;
+  // The node's addresses (canonical, CanonicalAddress): NodeGetInfo reports them after the
+  // name (NodeIdentity), and a publish admits the name from them only.
+  std::vector<std::string> node_addresses;
   // How host commands run (--host-exec): in our namespaces or in pid 1's through nsenter.
   HostExecMode host_exec_mode = HostExecMode::kDirect;
   // Set: used instead of a HostExec made from host_exec_mode (tests inject a fake).
@@ -194,6 +198,7 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
     std::string iqn;
     int lun = 0;
     std::vector<std::string> portals;  // as given
+    ChapSecrets chap;                  // what the login sends: the secret's, or ChapForVolume's
   };
 
  private:

@@ -4,6 +4,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 
 #include <cstring>
@@ -25,19 +27,37 @@ std::string ModeName(VolumeCapability::AccessMode::Mode mode) {
              : VolumeCapability::AccessMode::Mode_Name(mode);
 }
 
+std::string Hex(const unsigned char* p, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 0xf];
+  }
+  return out;
+}
+
+// 32 hex digits of HMAC-SHA256(key, label NUL volume_id): 128 bits, within every CHAP secret
+// limit (12..255 bytes).
+std::string DeriveSecret(const std::string& key, std::string_view label,
+                         std::string_view volume_id) {
+  std::string msg(label);
+  msg += '\0';
+  msg += volume_id;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), md, &len);
+  return Hex(md, 16);
+}
+
 }  // namespace
 
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * sizeof(md));
-  for (unsigned char b : md) {
-    out += kHex[b >> 4];
-    out += kHex[b & 0xf];
-  }
-  return out;
+  return Hex(md, sizeof(md));
 }
 
 bool IsPlainVolumeName(std::string_view name) {
@@ -75,8 +95,10 @@ bool IsCsiSnapshotId(std::string_view id) {
          IsGatewaySnapshotName(id);
 }
 
-std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source) {
+std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source,
+                        bool own_chap) {
   std::string alias = std::string(kVolumeAliasPrefix) + std::string(name);
+  const std::string_view tail = own_chap ? kOwnChapAliasTag : std::string_view();
   std::string kind, id;
   if (source.has_snapshot()) {
     kind = "snapshot";
@@ -85,11 +107,13 @@ std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSou
     kind = "volume";
     id = source.volume().volume_id();
   } else {
-    return alias;
+    return alias + std::string(tail);
   }
   const std::string head = alias + " <from " + kind + " ";
-  if (head.size() + id.size() + 1 > kMaxAliasBytes) id = "sha256:" + Sha256Hex(id).substr(0, 32);
-  return head + id + ">";
+  if (head.size() + id.size() + 1 + tail.size() > kMaxAliasBytes) {
+    id = "sha256:" + Sha256Hex(id).substr(0, 32);
+  }
+  return head + id + ">" + std::string(tail);
 }
 
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn) {
@@ -157,9 +181,14 @@ Result<VolumeParams> ParseVolumeParameters(
         return InvalidArgument("parameter direct: '" + value + "' is not true or false");
       }
       out.direct = value == "true";
+    } else if (key == "chapPerVolume") {
+      if (value != "true" && value != "false") {
+        return InvalidArgument("parameter chapPerVolume: '" + value + "' is not true or false");
+      }
+      out.chap_per_volume = value == "true";
     } else if (!key.starts_with(kCoParameterPrefix)) {
       return InvalidArgument("unknown parameter '" + key +
-                             "' (known: blockSize, provisioning, direct)");
+                             "' (known: blockSize, provisioning, direct, chapPerVolume)");
     }
   }
   return out;
@@ -256,6 +285,59 @@ Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, st
   if (!out.user_in.empty() && out.user.empty()) {
     return InvalidArgument(std::string("secrets: mutual CHAP (") + kChapUserIn + ") needs " +
                            kChapUser + " as well");
+  }
+  return out;
+}
+
+ChapSecrets ChapForVolume(const ChapSecrets& base, std::string_view volume_id) {
+  ChapSecrets out = base;
+  if (!base.secret.empty()) out.secret = DeriveSecret(base.secret, "iscsigw-csi chap", volume_id);
+  if (!base.secret_in.empty()) {
+    out.secret_in = DeriveSecret(base.secret_in, "iscsigw-csi mutual chap", volume_id);
+  }
+  return out;
+}
+
+std::optional<std::string> CanonicalAddress(std::string_view address) {
+  if (address.empty() || address.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  const std::string a(address);
+  char text[INET6_ADDRSTRLEN];
+  in_addr v4{};
+  if (inet_pton(AF_INET, a.c_str(), &v4) == 1) {
+    return std::string(inet_ntop(AF_INET, &v4, text, sizeof(text)));
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, a.c_str(), &v6) == 1) {
+    return std::string(inet_ntop(AF_INET6, &v6, text, sizeof(text)));
+  }
+  return std::nullopt;
+}
+
+std::string NodeIdentity::ToString() const {
+  std::string out = initiator;
+  for (size_t i = 0; i < addresses.size(); ++i) out += (i == 0 ? "@" : ",") + addresses[i];
+  return out;
+}
+
+Result<NodeIdentity> ParseNodeId(std::string_view node_id) {
+  NodeIdentity out;
+  const size_t at = node_id.find('@');
+  out.initiator = std::string(node_id.substr(0, at));
+  if (out.initiator.empty())
+    return InvalidArgument("node_id '" + std::string(node_id) + "': no initiator name");
+  if (at == std::string_view::npos) return out;
+  std::string_view rest = node_id.substr(at + 1);
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view one = rest.substr(0, comma);
+    auto canonical = CanonicalAddress(one);
+    if (!canonical) {
+      return InvalidArgument("node_id '" + std::string(node_id) + "': '" + std::string(one) +
+                             "' is not a numeric IPv4 or IPv6 address");
+    }
+    out.addresses.push_back(*canonical);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
   }
   return out;
 }

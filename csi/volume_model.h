@@ -13,6 +13,12 @@
 //   - The backing is a file the gateway creates, `<volume_id>.img` relative to its --lun-dir.
 //   - volume_context: targetIqn, lun ("0"), portals (comma-separated HOST:PORT), blockSize.
 //   - CHAP comes from the secrets under kChap* keys (the provisioner's and the node-stage secret).
+//     With the StorageClass parameter chapPerVolume each volume's secrets are its own, derived
+//     from the Secret's (ChapForVolume); the alias records it (kOwnChapAliasTag) and
+//     volume_context says so (kCtxChapPerVolume), so the node derives the same ones.
+//   - node_id is the node's initiator name, then '@' and its addresses when the node plugin
+//     knows them (NodeIdentity): the ACL entry a publish adds admits that name from those
+//     addresses only.
 //   - snapshot_id is the gateway snapshot's name (SnapshotIdForName), always under
 //     kSnapshotIdPrefix: only snapshots so named are the driver's to list and delete, so an
 //     operator's own gateway snapshots stay out of its reach.
@@ -26,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "csi/v1/csi.pb.h"
 #include "dataplane/base/status.h"
@@ -48,6 +55,9 @@ inline constexpr char kCtxTargetIqn[] = "targetIqn";
 inline constexpr char kCtxLun[] = "lun";
 inline constexpr char kCtxPortals[] = "portals";
 inline constexpr char kCtxBlockSize[] = "blockSize";
+inline constexpr char kCtxChapPerVolume[] = "chapPerVolume";  // "true": ChapForVolume's secrets
+// The end of the alias of a volume with CHAP secrets of its own.
+inline constexpr std::string_view kOwnChapAliasTag = " <own chap>";
 
 // Secret keys (open-iscsi's node.session.auth.* names). The *_in pair is mutual CHAP.
 inline constexpr char kChapUser[] = "node.session.auth.username";
@@ -70,10 +80,12 @@ std::string SnapshotIdForName(std::string_view name);
 // A gateway snapshot name SnapshotIdForName can have made: one of the driver's snapshots.
 bool IsCsiSnapshotId(std::string_view id);
 // The alias of the target of volume `name` made from `source`: kVolumeAliasPrefix + name, then
-// " <from snapshot ID>" or " <from volume ID>" for a copy. An ID that would take the alias past
-// kMaxAliasBytes is written "sha256:" + 32 hex digits of its SHA-256 instead. A retried
-// CreateVolume finds the same alias only for the same name and the same source.
-std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source);
+// " <from snapshot ID>" or " <from volume ID>" for a copy, then kOwnChapAliasTag when
+// `own_chap`. An ID that would take the alias past kMaxAliasBytes is written "sha256:" + 32 hex
+// digits of its SHA-256 instead. A retried CreateVolume finds the same alias only for the same
+// name, the same source and the same CHAP scheme.
+std::string VolumeAlias(std::string_view name, const ::csi::v1::VolumeContentSource& source,
+                        bool own_chap = false);
 // The volume_id of a gateway target name, if it is a short name under kGatewayIqnPrefix.
 std::optional<std::string> VolumeIdOfTarget(std::string_view target_iqn);
 // The relative path of a volume's backing file (resolved under the gateway's --lun-dir).
@@ -90,9 +102,10 @@ std::string GatewayRequestId(std::string_view kind, const google::protobuf::Mess
 
 // CreateVolume's (and GetCapacity's) StorageClass parameters.
 struct VolumeParams {
-  uint32_t block_size = 512;  // blockSize: 512 | 4096
-  bool thick = false;         // provisioning: thin | thick
-  bool direct = false;        // direct: true | false (O_DIRECT backing)
+  uint32_t block_size = 512;     // blockSize: 512 | 4096
+  bool thick = false;            // provisioning: thin | thick
+  bool direct = false;           // direct: true | false (O_DIRECT backing)
+  bool chap_per_volume = false;  // chapPerVolume: true | false (ChapForVolume)
 };
 // INVALID_ARGUMENT names the key for an unknown key or a bad value. Keys under
 // "csi.storage.k8s.io/" (fstype, PVC name and namespace passed by external-provisioner) are
@@ -124,6 +137,24 @@ struct ChapSecrets {
   bool enabled() const { return !user.empty(); }
 };
 Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, std::string>& s);
+// The CHAP credentials of volume `volume_id` when its secrets are its own (docs/security.md,
+// "Per-volume CHAP"): the users as they are; each secret 32 hex digits of HMAC-SHA256 keyed with
+// the Secret's one, over a label naming the secret's role and the volume_id. The controller sets
+// these on the volume's target and the node derives the same ones from its node-stage secret, so
+// a secret read from one node's open-iscsi record or command line opens that volume only.
+ChapSecrets ChapForVolume(const ChapSecrets& base, std::string_view volume_id);
+
+// What a node_id says: the initiator name and, when the node plugin was given them, the node's
+// addresses (numeric, canonical: inet_ntop's form), written "NAME@ADDR[,ADDR]".
+struct NodeIdentity {
+  std::string initiator;
+  std::vector<std::string> addresses;
+  std::string ToString() const;
+};
+// The canonical form of a numeric IPv4 or IPv6 address (no brackets, no prefix length).
+std::optional<std::string> CanonicalAddress(std::string_view address);
+// INVALID_ARGUMENT for an empty name, an empty or non-numeric address.
+Result<NodeIdentity> ParseNodeId(std::string_view node_id);
 
 // Page tokens of ListVolumes / ListSnapshots: "after:" + the last id of the previous page.
 std::string PageTokenAfter(std::string_view id);

@@ -38,6 +38,12 @@ int ParseCsiFlags(int argc, char** argv, CsiFlags* f) {
                  "Node id NodeGetInfo reports (default: InitiatorName from the host's "
                  "/etc/iscsi/initiatorname.iscsi)")
       ->envname("ISCSIGW_CSI_NODE_ID");
+  app.add_option("--node-address", f->node_addresses,
+                 "The node's address(es) as the gateway sees its logins (Kubernetes: the node's "
+                 "InternalIP, status.hostIP); NodeGetInfo reports them after the initiator name "
+                 "and a publish admits the name from them only. Repeatable or comma-separated")
+      ->envname("ISCSIGW_CSI_NODE_ADDRESS")
+      ->delimiter(',');
   app.add_option("--host-exec", f->host_exec,
                  "direct|nsenter: run host tools here, or in pid 1's namespaces through nsenter")
       ->envname("ISCSIGW_CSI_HOST_EXEC")

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace iscsigw::server {
 
@@ -14,7 +15,8 @@ struct CsiFlags {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_server_name;
-  std::string node_id;  // empty: the host's InitiatorName
+  std::string node_id;                      // empty: the host's InitiatorName
+  std::vector<std::string> node_addresses;  // numeric; reported in the node id
   std::string host_exec = "direct";
   std::string state_dir = "/var/lib/iscsigw-csi";
   std::string log_level = "info";

@@ -16,6 +16,7 @@
 #include "csi/node_service.h"
 #include "csi/plugin_server.h"
 #include "csi/readiness.h"
+#include "csi/volume_model.h"
 #include "dataplane/base/log.h"
 #include "server/csi_flags.h"
 #include "server/shutdown_signals.h"
@@ -66,7 +67,24 @@ int Run(int argc, char** argv) {
     checks.push_back(std::make_unique<csi::HostCommandCheck>(
         exec, std::vector<std::string>{"iscsiadm", "--version"}));
     csi::NodeOptions nopts;
+    if (flags.node_id.find('@') != std::string::npos) {
+      std::fprintf(stderr,
+                   "iscsigw-csi: --node-id %s: an initiator name has no '@' (give the "
+                   "addresses with --node-address)\n",
+                   flags.node_id.c_str());
+      return 2;
+    }
     nopts.node_id = flags.node_id;
+    for (const auto& a : flags.node_addresses) {
+      auto canonical = csi::CanonicalAddress(a);
+      if (!canonical) {
+        std::fprintf(stderr,
+                     "iscsigw-csi: --node-address %s is not a numeric IPv4 or IPv6 address\n",
+                     a.c_str());
+        return 2;
+      }
+      nopts.node_addresses.push_back(*canonical);
+    }
     nopts.host_exec_mode = exec_mode;
     nopts.host_exec = exec;
     nopts.state_dir = flags.state_dir;

@@ -17,6 +17,7 @@ plugin also reaches the gateway over TLS, says UNAVAILABLE when it cannot reach 
 RESOURCE_EXHAUSTED when its queue of calls is full.
 """
 import hashlib
+import hmac
 import os
 import shutil
 import socket
@@ -320,7 +321,93 @@ class ControllerTest(Base):
             self.assertNotIn(secret, self.plugin.read_log())
             self.assertNotIn(secret, self.daemon.read_log())
 
+    def test_a_volume_with_its_own_chap_takes_only_its_derived_secrets(self):
+        """chapPerVolume: the target's secrets are HMAC-SHA256 of the Secret's, keyed per
+        volume (docs/security.md), so the Secret's own password opens no volume and one volume's
+        secret opens no other."""
+        def own(secret, label, volume_id):
+            return hmac.new(secret.encode(), label + b"\0" + volume_id.encode(),
+                            hashlib.sha256).hexdigest()[:32]
+        params = {"chapPerVolume": "true"}
+        a = self.create("pvc-own-chap-a", secrets=CHAP, params=params)
+        b = self.create("pvc-own-chap-b", secrets=CHAP, params=params)
+        self.assertEqual(a.volume_context["chapPerVolume"], "true")
+        self.assertEqual(self.target(a.volume_id).alias, "csi:pvc-own-chap-a <own chap>")
+        self.assertEqual(self.create("pvc-own-chap-a", secrets=CHAP, params=params), a)
+        # The same name without the parameter is another volume.
+        self.assertCode(Code.ALREADY_EXISTS, self.ctl.CreateVolume,
+                        create_request("pvc-own-chap-a", secrets=CHAP))
+        self.assertCode(Code.INVALID_ARGUMENT, self.ctl.CreateVolume,
+                        create_request("pvc-own-chap-c", params=params))
+        listed = {e.volume.volume_id: e.volume for e in self.all_volumes()}
+        self.assertEqual(listed[a.volume_id].volume_context["chapPerVolume"], "true")
+        for v in (a, b):
+            self.publish(v.volume_id)
+        user, secret = CHAP["node.session.auth.username"], CHAP["node.session.auth.password"]
+        muser, msecret = (CHAP["node.session.auth.username_in"],
+                          CHAP["node.session.auth.password_in"])
+        a_secret = own(secret, b"iscsigw-csi chap", a.volume_id)
+        a_mutual = own(msecret, b"iscsigw-csi mutual chap", a.volume_id)
+        b_secret = own(secret, b"iscsigw-csi chap", b.volume_id)
+        # From an address of their own: three failures lock the name out there for a while.
+        for target, wrong in ((a, secret), (a, b_secret), (b, a_secret)):
+            self.assertEqual(login_status(self.daemon.portal, INITIATOR,
+                                          IQN_PREFIX + target.volume_id, source="127.0.0.6",
+                                          chap=(user, wrong)), 0x0201, target.volume_id)
+        c = self.session(a.volume_id, chap=(user, a_secret), mutual=(muser, a_mutual))
+        self.assertTrue(c.mutual_verified)
+        c.logout()
+        c.close()
+        c = self.session(b.volume_id, chap=(user, b_secret))
+        c.logout()
+        c.close()
+        for v in (a, b):
+            self.unpublish(v.volume_id)
+            self.delete(v.volume_id)
+        for text in (self.plugin.read_log(), self.daemon.read_log()):
+            for s in (secret, msecret, a_secret, a_mutual, b_secret):
+                self.assertNotIn(s, text)
+
     # -- publish / unpublish
+    def test_a_node_that_reports_its_address_is_admitted_from_it_only(self):
+        """node_id NAME@ADDR (iscsigw-csi --node-address): the ACL entry admits the name from
+        that address only; the same name from another address is refused at login."""
+        v = self.create("pvc-node-address")
+        node = INITIATOR + "@127.0.0.3"
+        self.publish(v.volume_id, node)
+        self.publish(v.volume_id, node)  # the same request again: OK
+        acl = self.gw.ListAclEntries(gateway_pb2.ListAclEntriesRequest(target=v.volume_id),
+                                     timeout=10)
+        self.assertEqual([(e.initiator, list(e.sources)) for e in acl.entries],
+                         [(INITIATOR, ["127.0.0.3"])])
+        listed = {e.volume.volume_id: e for e in self.all_volumes()}
+        self.assertEqual(list(listed[v.volume_id].status.published_node_ids), [node])
+        iqn = IQN_PREFIX + v.volume_id
+        self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.3"), 0)
+        for other in ("127.0.0.1", "127.0.0.4"):
+            self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source=other),
+                             0x0202, other)
+        # The node's address changed: its entry is replaced, not doubled, and the old address
+        # is refused from then on.
+        moved = INITIATOR + "@127.0.0.4"
+        self.publish(v.volume_id, moved)
+        acl = self.gw.ListAclEntries(gateway_pb2.ListAclEntriesRequest(target=v.volume_id),
+                                     timeout=10)
+        self.assertEqual([(e.initiator, list(e.sources)) for e in acl.entries],
+                         [(INITIATOR, ["127.0.0.4"])])
+        self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.3"),
+                         0x0202)
+        self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.4"), 0)
+        # Another node is still refused, with or without an address.
+        self.assertCode(Code.FAILED_PRECONDITION, self.publish, v.volume_id,
+                        OTHER_NODE + "@127.0.0.4")
+        for bad in (INITIATOR + "@gw.example", INITIATOR + "@127.0.0.0/8", "@127.0.0.4"):
+            self.assertCode(Code.INVALID_ARGUMENT, self.publish, v.volume_id, bad)
+        # Unpublish by any of the node's ids removes the initiator's entry.
+        self.unpublish(v.volume_id, node)
+        self.assertEqual(len(self.target(v.volume_id).acl), 0)
+        self.delete(v.volume_id)
+
     def test_publish_puts_the_node_in_the_acl_and_unpublish_drops_it(self):
         v = self.create("pvc-publish")
         # Nobody published it yet: no initiator may log in.

@@ -200,6 +200,17 @@ class NodeOnUnixSocket(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--endpoint csi.sock", p.stderr)
 
+    def test_refuses_a_node_address_that_is_not_numeric(self):
+        for args, says in ((["--node-address", "node-a.local"], "--node-address node-a.local"),
+                           (["--node-address", "10.0.0.5,10.0.0.0/8"], "--node-address 10.0.0.0/8"),
+                           (["--node-id", "iqn.x@10.0.0.5"], "--node-id iqn.x@10.0.0.5")):
+            p = subprocess.run([binary("iscsigw-csi"), "--mode", "node", "--endpoint",
+                                f"unix://{self.path}"] + args,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn(says, p.stderr)
+            self.assertFalse(os.path.exists(self.path))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -17,6 +17,8 @@ file-system volume, taken after data was written and synced, are points in time;
 overwritten, and a volume restored from the snapshot and the clone, each staged in the guest,
 must hold the data as it was when each was taken.
 """
+import hashlib
+import hmac
 import os
 import sys
 import time
@@ -33,6 +35,9 @@ from csi_stubs import csi_grpc, csi_pb2  # noqa: E402
 from harness import BUILD, loop_xfs  # noqa: E402
 
 CSI_PORT = 10000  # the node plugin's port inside the guest
+# The guest's address as the gateway sees its logins: QEMU's user network connects from the
+# host's loopback.
+NODE_ADDRESS = "127.0.0.1"
 PLUGIN = "/opt/iscsigw/bin/iscsigw-csi"
 Cap = csi_pb2.VolumeCapability
 MiB = 1 << 20
@@ -63,10 +68,11 @@ class ControllerVolumes:
             assert first == again, f"{method} repeated: {first} != {again}"
         return again
 
-    def create(self, name, size, source=None):
+    def create(self, name, size, source=None, params=None, secrets=None):
         resp = self.twice("CreateVolume", csi_pb2.CreateVolumeRequest(
             name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
-            volume_capabilities=[mount_cap()], volume_content_source=source))
+            volume_capabilities=[mount_cap()], volume_content_source=source,
+            parameters=params or {}, secrets=secrets or {}))
         return resp.volume.volume_id, dict(resp.volume.volume_context)
 
     def snapshot(self, volume_id, name):
@@ -119,7 +125,7 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.vm.check(
             "touch /tmp/csi.log; n=$(wc -l </tmp/csi.log)\n"
             f"{PLUGIN} --mode node --endpoint tcp://0.0.0.0:{CSI_PORT} --host-exec direct "
-            "--state-dir /var/lib/iscsigw-csi --log-level debug >>/tmp/csi.log 2>&1 &\n"
+            f"--node-address {NODE_ADDRESS} --state-dir /var/lib/iscsigw-csi --log-level debug >>/tmp/csi.log 2>&1 &\n"
             "echo $! >/tmp/csi.pid\n"
             "i=0; until tail -n +$((n + 1)) /tmp/csi.log | grep -q 'listening on tcp://'; do\n"
             "  i=$((i + 1)); [ $i -le 600 ] || { cat /tmp/csi.log; exit 1; }; sleep 0.1; done")
@@ -182,7 +188,9 @@ class CsiLifecycleTest(g.InteropTestCase):
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
 
         info = self.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=60)
-        self.assertEqual(info.node_id, g.GUEST_IQN)  # the guest's /etc/iscsi/initiatorname.iscsi
+        # The guest's /etc/iscsi/initiatorname.iscsi, and --node-address: every publish below
+        # admits the guest's name from that address only.
+        self.assertEqual(info.node_id, g.GUEST_IQN + "@" + NODE_ADDRESS)
         caps = self.node.NodeGetCapabilities(csi_pb2.NodeGetCapabilitiesRequest(), timeout=10)
         R = csi_pb2.NodeServiceCapability.RPC
         self.assertEqual({c.rpc.type for c in caps.capabilities},
@@ -229,7 +237,11 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.assertEqual(self.vm.check(f"findmnt -n -o FSTYPE --mountpoint {staging}").strip(),
                          "ext4")
         sessions = self.gateway.ctl_json("session", "list").get("sessions", [])
-        self.assertEqual([(s["target"], s["initiator_name"]) for s in sessions], [(iqn, node_id)])
+        self.assertEqual([(s["target"], s["initiator_name"]) for s in sessions],
+                         [(iqn, g.GUEST_IQN)])
+        acl = self.gateway.ctl_json("acl", "list", iqn).get("entries", [])
+        self.assertEqual([(e["initiator"], e.get("sources")) for e in acl],
+                         [(g.GUEST_IQN, [NODE_ADDRESS])])
         self.node_call("NodePublishVolume", publish)
         data = self.vm.check(
             f"dd if=/dev/urandom of={target}/data bs=1M count=16 status=none; sync; "
@@ -324,9 +336,19 @@ class CsiLifecycleTest(g.InteropTestCase):
         return digest
 
     def block_volume(self, volumes, node_id):
+        """A raw block volume with CHAP secrets of its own (chapPerVolume): the controller and
+        the node derive them from one Secret, and only the derived one reaches the guest's
+        open-iscsi record."""
         name = "pvc-" + uuid.uuid4().hex[:12]
         size, grown = 64 * MiB, 128 * MiB
-        volume_id, context = volumes.create(name, size)
+        master = "storage-class-secret-" + uuid.uuid4().hex[:8]
+        secrets = {"node.session.auth.username": "node-user",
+                   "node.session.auth.password": master}
+        volume_id, context = volumes.create(name, size, params={"chapPerVolume": "true"},
+                                            secrets=secrets)
+        self.assertEqual(context.get("chapPerVolume"), "true")
+        derived = hmac.new(master.encode(), b"iscsigw-csi chap\0" + volume_id.encode(),
+                           hashlib.sha256).hexdigest()[:32]
         cap = block_cap()
         publish_context = volumes.publish(volume_id, node_id, cap)
         staging = f"/var/lib/kubelet/plugins/staging/{name}"
@@ -334,7 +356,12 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.vm.check(f"mkdir -p {staging}")
         self.node_call("NodeStageVolume", csi_pb2.NodeStageVolumeRequest(
             volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
-            volume_capability=cap, volume_context=context))
+            volume_capability=cap, volume_context=context, secrets=secrets))
+        records = "grep -rl -F -e {} /etc/iscsi/nodes /var/lib/iscsi/nodes 2>/dev/null | wc -l"
+        self.assertEqual(self.vm.check(records.format(master)).strip(), "0",
+                         "the StorageClass secret reached the node record")
+        self.assertNotEqual(self.vm.check(records.format(derived)).strip(), "0",
+                            "the node record lacks the volume's own secret")
         self.node_call("NodePublishVolume", csi_pb2.NodePublishVolumeRequest(
             volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
             target_path=target, volume_capability=cap, volume_context=context))

@@ -354,6 +354,42 @@ TEST_F(NodeServiceTest, StagesWithMutualChapAndNoSecretReachesTheLog) {
   EXPECT_EQ(Logs().find(kSecret), std::string::npos);
 }
 
+TEST_F(NodeServiceTest, AVolumeWithItsOwnChapLogsInWithTheDerivedSecrets) {
+  auto req = StageRequest();
+  auto& sec = *req.mutable_secrets();
+  sec["node.session.auth.username"] = "node-user";
+  sec["node.session.auth.password"] = kSecret;
+  sec["node.session.auth.username_in"] = "gw-user";
+  sec["node.session.auth.password_in"] = kSecretIn;
+  (*req.mutable_volume_context())["chapPerVolume"] = "true";
+  ASSERT_TRUE(Stage(req).ok());
+  const ChapSecrets own = ChapForVolume({"node-user", kSecret, "gw-user", kSecretIn}, "pvc-1");
+  ASSERT_NE(own.secret, kSecret);
+  const std::string update = kNode + " -o update -n ";
+  const auto cmds = fake_->Take();
+  auto has = [&](const std::string& c) {
+    return std::find(cmds.begin(), cmds.end(), c) != cmds.end();
+  };
+  EXPECT_TRUE(has(update + "node.session.auth.password -v " + own.secret));
+  EXPECT_TRUE(has(update + "node.session.auth.password_in -v " + own.secret_in));
+  EXPECT_TRUE(has(update + "node.session.auth.username -v node-user"));
+  for (const auto& c : cmds) {
+    EXPECT_EQ(c.find(kSecret), std::string::npos) << "the Secret's own password reached " << c;
+    EXPECT_EQ(c.find(kSecretIn), std::string::npos) << c;
+  }
+  const std::string logs = Logs();
+  EXPECT_EQ(logs.find(own.secret), std::string::npos) << logs;
+
+  // Without CHAP in the secret, or with a value that is not a boolean: refused before any login.
+  req.clear_secrets();
+  EXPECT_EQ(Stage(req).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  (*req.mutable_volume_context())["chapPerVolume"] = "yes";
+  (*req.mutable_secrets())["node.session.auth.username"] = "node-user";
+  (*req.mutable_secrets())["node.session.auth.password"] = kSecret;
+  EXPECT_EQ(Stage(req).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(fake_->Take().empty());
+}
+
 TEST_F(NodeServiceTest, FormatsOnlyABlankDevice) {
   fake_->Answer("blkid -p -o export /dev/sdb", Exit(0, "DEVNAME=/dev/sdb\nTYPE=ext4\n"));
   ASSERT_TRUE(Stage(StageRequest()).ok());
@@ -862,6 +898,24 @@ TEST_F(NodeServiceTest, InfoIsTheHostsInitiatorNameAndCapabilitiesAreFixed) {
   ASSERT_TRUE(stub_->NodeGetInfo(&ctx3, {}, &info).ok());
   EXPECT_EQ(info.node_id(), "node-a");
   EXPECT_TRUE(fake_->Take().empty());
+}
+
+TEST_F(NodeServiceTest, InfoNamesTheNodesAddressesAfterItsInitiatorName) {
+  server_.reset();
+  Start("", [](NodeOptions& o) { o.node_addresses = {"10.0.0.5", "fd00::5"}; });
+  grpc::ClientContext ctx;
+  ::csi::v1::NodeGetInfoResponse info;
+  ASSERT_TRUE(stub_->NodeGetInfo(&ctx, {}, &info).ok());
+  EXPECT_EQ(info.node_id(), "iqn.1993-08.org.debian:01:node-a@10.0.0.5,fd00::5");
+  auto parsed = ParseNodeId(info.node_id());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->initiator, "iqn.1993-08.org.debian:01:node-a");
+
+  server_.reset();
+  Start("node-a", [](NodeOptions& o) { o.node_addresses = {"10.0.0.5"}; });
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(stub_->NodeGetInfo(&ctx2, {}, &info).ok());
+  EXPECT_EQ(info.node_id(), "node-a@10.0.0.5");
 }
 
 TEST_F(NodeServiceTest, RefusesIncompleteRequests) {

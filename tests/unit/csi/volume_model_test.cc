@@ -92,6 +92,22 @@ TEST(VolumeAlias, NamesTheVolumeAndWhereItsDataCameFrom) {
   EXPECT_NE(VolumeAlias(name, snap), alias);
 }
 
+TEST(VolumeAlias, RecordsCHAPOfTheVolumesOwn) {
+  ::csi::v1::VolumeContentSource none;
+  EXPECT_EQ(VolumeAlias("pvc-1", none, true), "csi:pvc-1 <own chap>");
+  ::csi::v1::VolumeContentSource snap;
+  snap.mutable_snapshot()->set_snapshot_id("csi-snapshot-9");
+  EXPECT_EQ(VolumeAlias("pvc-1", snap, true),
+            "csi:pvc-1 <from snapshot csi-snapshot-9> <own chap>");
+  EXPECT_TRUE(VolumeAlias("pvc-1", snap, true).ends_with(kOwnChapAliasTag));
+  EXPECT_FALSE(VolumeAlias("pvc-1", snap, false).ends_with(kOwnChapAliasTag));
+  // The tag still fits beside the longest name and source.
+  snap.mutable_snapshot()->set_snapshot_id(std::string(128, 's'));
+  const std::string alias = VolumeAlias(std::string(kMaxNameBytes, 'n'), snap, true);
+  EXPECT_LE(alias.size(), kMaxAliasBytes);
+  EXPECT_TRUE(alias.ends_with(kOwnChapAliasTag)) << alias;
+}
+
 TEST(Portal, UnspecifiedHostsAreTheWildcards) {
   for (const char* p : {"0.0.0.0:3260", "[::]:3260", "[0:0:0:0:0:0:0:0]:3260",
                         "[::ffff:0.0.0.0]:3260", ":3260", "[]:3260", "0.0.0.0"}) {
@@ -186,6 +202,10 @@ TEST(VolumeParameters, ParsesEveryKnownKey) {
   EXPECT_EQ(p.value().block_size, 4096u);
   EXPECT_TRUE(p.value().thick);
   EXPECT_TRUE(p.value().direct);
+  EXPECT_FALSE(p.value().chap_per_volume);
+  p = ParseVolumeParameters(Params({{"chapPerVolume", "true"}}));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p.value().chap_per_volume);
 }
 
 TEST(VolumeParameters, NamesTheKeyItRefuses) {
@@ -194,7 +214,7 @@ TEST(VolumeParameters, NamesTheKeyItRefuses) {
     const char* value;
   };
   for (const Case c : {Case{"blockSize", "1024"}, Case{"provisioning", "lazy"},
-                       Case{"direct", "yes"}, Case{"fsType", "ext4"}}) {
+                       Case{"direct", "yes"}, Case{"chapPerVolume", "1"}, Case{"fsType", "ext4"}}) {
     auto p = ParseVolumeParameters(Params({{c.key, c.value}}));
     ASSERT_FALSE(p.ok()) << c.key;
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
@@ -256,6 +276,51 @@ TEST(ChapSecrets, RefusesHalfPairsWithoutEchoingSecrets) {
     EXPECT_EQ(c.status().message().find("hunter2"), std::string::npos);
     EXPECT_NE(c.status().message().find("node.session.auth."), std::string::npos);
   }
+}
+
+TEST(ChapForVolume, IsAnHmacOfTheSecretsPerVolumeAndRole) {
+  const ChapSecrets base{"node-user", "master-secret-0123", "gw-user", "mutual-secret-4567"};
+  const ChapSecrets v1 = ChapForVolume(base, "pvc-1");
+  // Known answers: HMAC-SHA256(secret, "iscsigw-csi chap" NUL volume_id), 16 bytes in hex, as
+  // any HMAC implementation computes them (the node and the controller must agree).
+  EXPECT_EQ(v1.secret, "8813e74007dd6912980c85fbefd1996b");
+  EXPECT_EQ(v1.secret_in, "2893ba53c7f8213a75dac4f0cc81f160");
+  EXPECT_EQ(v1.user, "node-user");
+  EXPECT_EQ(v1.user_in, "gw-user");
+  const ChapSecrets v2 = ChapForVolume(base, "pvc-2");
+  EXPECT_NE(v2.secret, v1.secret);
+  EXPECT_NE(v2.secret_in, v1.secret_in);
+  EXPECT_EQ(ChapForVolume(base, "pvc-1").secret, v1.secret);
+  // The same secret in both roles still gives two secrets (RFC 7143 9.2.1).
+  const ChapSecrets same =
+      ChapForVolume({"u", "same-secret-0123", "t", "same-secret-0123"}, "pvc-1");
+  EXPECT_NE(same.secret, same.secret_in);
+  // One-way CHAP stays one-way; no CHAP stays none.
+  EXPECT_TRUE(ChapForVolume({"u", "master-secret-0123", "", ""}, "pvc-1").secret_in.empty());
+  EXPECT_FALSE(ChapForVolume({}, "pvc-1").enabled());
+}
+
+TEST(NodeId, IsTheNameThenTheNodesAddresses) {
+  auto id = ParseNodeId("iqn.1993-08.org.debian:01:node-a");
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->initiator, "iqn.1993-08.org.debian:01:node-a");
+  EXPECT_TRUE(id->addresses.empty());
+  EXPECT_EQ(id->ToString(), "iqn.1993-08.org.debian:01:node-a");
+
+  id = ParseNodeId("iqn.1993-08.org.debian:01:node-a@10.0.0.5,FD00:0::5");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->initiator, "iqn.1993-08.org.debian:01:node-a");
+  EXPECT_EQ(id->addresses, (std::vector<std::string>{"10.0.0.5", "fd00::5"}));
+  EXPECT_EQ(id->ToString(), "iqn.1993-08.org.debian:01:node-a@10.0.0.5,fd00::5");
+
+  for (const char* bad : {"", "@10.0.0.5", "iqn.x@", "iqn.x@10.0.0.5,", "iqn.x@node-a.local",
+                          "iqn.x@10.0.0.0/8", "iqn.x@[fd00::5]", "iqn.x@10.0.0.5@10.0.0.6"}) {
+    auto r = ParseNodeId(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(CanonicalAddress("127.000.0.1"), std::nullopt);
+  EXPECT_EQ(CanonicalAddress("::ffff:10.0.0.5"), "::ffff:10.0.0.5");
 }
 
 TEST(PageToken, RoundTripsAndRefusesForeignTokens) {
