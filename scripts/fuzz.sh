@@ -4,22 +4,33 @@
 # any crash; each crashing input is left in BUILD_DIR/crashes. Make it a regression test by copying
 # it into tests/fuzz/regressions/TARGET/ once fixed: ctest replays that directory on every run.
 #
-#   scripts/fuzz.sh [SECONDS] [--build-dir DIR]     (default DIR: build-fuzz)
+#   scripts/fuzz.sh [SECONDS] [--build-dir DIR] [--build-only | --no-build]   (default DIR: build-fuzz)
+#
+# scripts/test.sh builds and runs in stages of their own: --build-only, then --no-build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=60
 dir=build-fuzz
+build=1
+run=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) dir=$2; shift 2 ;;
+    --build-only) run=0; shift ;;
+    --no-build) build=0; shift ;;
     *) seconds=$1; shift ;;
   esac
 done
-scripts/install-deps.sh
-mkdir -p "$dir"
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DISCSIGW_FUZZ=ON >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
-cmake --build "$dir" --target fuzzers
+if [ "$build" = 1 ]; then
+  scripts/install-deps.sh
+  mkdir -p "$dir"
+  # Only the fuzzers: the seed replays are the sanitized tree's tests.
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DISCSIGW_FUZZ=ON -DISCSIGW_UNIT_TESTS=OFF >"$dir/configure.log" 2>&1 \
+    || { cat "$dir/configure.log"; exit 1; }
+  cmake --build "$dir" --target fuzzers
+fi
+[ "$run" = 1 ] || exit 0
 mkdir -p "$dir/crashes" "$dir/corpus"
 targets=0
 crashes=0
