@@ -58,4 +58,5 @@ for bin in "$dir"/bin/fuzz_*; do
   if [ "$found" -gt 0 ]; then grep -A30 -m1 "ERROR" "$dir/$name.log" | head -40; fi
 done
 echo "$targets targets, $crashes crashes"
+[ "$targets" -gt 0 ] || { echo "no fuzzer in $dir/bin: build them first (without --no-build)" >&2; exit 1; }
 [ "$crashes" -eq 0 ]

@@ -3,15 +3,16 @@
 # `debootstrap --variant=minbase bookworm` root (root user, apt only, nothing else installed), the
 # committed tree (git archive HEAD) copied in, then `scripts/test.sh` inside a chroot. It catches
 # what the development machines carry but the install script does not bring. Not part of CI: it
-# takes 20 to 30 minutes (the minbase root is built once and copied for each run).
+# takes over an hour, every tree compiled cold (the minbase root is built once and copied for each
+# run; the chroot has a compiler cache of its own, empty).
 #
 #   tests/packaging/fresh_machine_test.sh [--keep] [--command CMD]
 #
 # As root. --keep leaves the chroot behind; --command runs CMD (from the tree's root) instead of
 # scripts/test.sh, e.g. "scripts/bench.sh --seconds 1 --repeats 1" for the benchmark suite.
 #
-# Output: the test command's output, and the last line of ctest's summary; exit status is the test
-# command's.
+# Output: the test command's output (ending with its table of stages and slowest tests); exit
+# status is the test command's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 keep=0
