@@ -354,7 +354,9 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       return Invalid(std::string("parameter chapPerVolume needs CHAP in the provisioner secret (") +
                      kChapUser + ", " + kChapSecret + ")");
     }
-    v.chap = ChapForVolume(v.chap, v.volume_id);
+    auto own = ChapForVolume(v.chap, v.volume_id);
+    if (!own.ok()) return ToGrpcStatus(own.status());
+    v.chap = own.value();
   }
   v.who = "volume " + v.volume_id + " (" + v.name + ")";
 
@@ -671,26 +673,35 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   }
   auto node = ParseNodeId(req.node_id());
   if (!node.ok()) return ToGrpcStatus(node.status());
+  const std::string wanted = node->ToString();
   gw::Target target;
   if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
-  // The same node again is the same request (readonly is refused above): published already.
-  // The same initiator from other addresses (the node's address changed, or a node plugin that
-  // now reports it) gets its entry replaced; its sessions stay, since the node is the one the
-  // volume is published to.
-  bool replace = false;
+  const gw::AclEntry* same = nullptr;
   for (const auto& e : target.acl()) {
-    if (e.initiator() != node->initiator) continue;
-    if (NodeIdOf(e) == node->ToString()) return grpc::Status::OK;
-    replace = true;
+    if (e.initiator() == node->initiator) same = &e;
   }
+  // The same node again is the same request (readonly is refused above): published already.
+  if (same != nullptr && NodeIdOf(*same) == wanted) return grpc::Status::OK;
   // Every supported access mode is single-node: a second node writing the same file system
   // would corrupt it (CSI spec: FAILED_PRECONDITION, published to another node).
-  if (!replace && !target.acl().empty()) {
+  if (same == nullptr && !target.acl().empty()) {
     return {StatusCode::FAILED_PRECONDITION,
             "volume " + req.volume_id() + " is published to node " + NodeIdOf(target.acl(0)) +
                 "; unpublish it there first"};
   }
-  if (replace) {
+  if (same != nullptr) {
+    // The same initiator name from other addresses: the node's address changed, or its plugin
+    // now reports it; or another machine carries the same name. A session of that name from an
+    // address the new id does not list tells the last apart: refused, like another node.
+    std::string elsewhere;
+    if (grpc::Status s = SessionElsewhere(req.volume_id(), *node, &elsewhere); !s.ok()) return s;
+    if (!elsewhere.empty()) {
+      return {StatusCode::FAILED_PRECONDITION,
+              "volume " + req.volume_id() + " is published to node " + NodeIdOf(*same) +
+                  ", which has a session from " + elsewhere + "; unpublish it there first"};
+    }
+    // Its entry is replaced; the node's sessions stay. Between the two calls the volume admits
+    // nobody new: the node's reconnects wait for the CO's retry if this call ends there.
     gw::RemoveAclEntryRequest rm;
     rm.set_target(req.volume_id());
     rm.set_initiator(node->initiator);
@@ -710,17 +721,43 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   gw::AclEntry out;
   grpc::Status s = gateway_->AddAclEntry(GatewayCtx().get(), add, &out);
   if (s.error_code() == StatusCode::ALREADY_EXISTS) {
-    // Another publish of this node won the race; it added what this one would have, or an
-    // entry for other addresses, which the CO's retry replaces.
-    return {StatusCode::ABORTED, "volume " + req.volume_id() + ": a publish to " + node->initiator +
-                                     " is under way; retry"};
+    // An earlier call's add that outlived its caller: published already if it added this.
+    if (grpc::Status g = GetVolumeTarget(req.volume_id(), &target); !g.ok()) return g;
+    for (const auto& e : target.acl()) {
+      if (NodeIdOf(e) == wanted) return grpc::Status::OK;
+    }
+    return {StatusCode::ABORTED, "volume " + req.volume_id() + ": the ACL entry of " +
+                                     node->initiator + " changed meanwhile; retry"};
   }
   if (s.error_code() == StatusCode::NOT_FOUND) {
     return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " not found"};
   }
   if (!s.ok()) return FromGateway("AddAclEntry " + req.volume_id(), s);
-  log::Ctl().info("ControllerPublishVolume: volume {} published to {}{}", req.volume_id(),
-                  node->ToString(), node->addresses.empty() ? " (from any address)" : "");
+  log::Ctl().info("ControllerPublishVolume: volume {} published to {}{}", req.volume_id(), wanted,
+                  node->addresses.empty() ? " (from any address)" : "");
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::SessionElsewhere(const std::string& volume_id,
+                                                 const NodeIdentity& node, std::string* where) {
+  where->clear();
+  if (node.addresses.empty()) return grpc::Status::OK;
+  gw::ListSessionsRequest ls;
+  ls.set_target(volume_id);
+  gw::ListSessionsResponse sessions;
+  grpc::Status s = gateway_->ListSessions(GatewayCtx().get(), ls, &sessions);
+  if (!s.ok()) return FromGateway("ListSessions " + volume_id, s);
+  for (const auto& session : sessions.sessions()) {
+    if (session.discovery() || session.initiator_name() != node.initiator) continue;
+    for (const auto& c : session.connections()) {
+      const auto peer = PeerAddress(c.peer());
+      if (!peer ||
+          std::find(node.addresses.begin(), node.addresses.end(), *peer) == node.addresses.end()) {
+        *where = c.peer();
+        return grpc::Status::OK;
+      }
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -734,10 +771,26 @@ grpc::Status ControllerService::DoUnpublish(
   if (!s.ok()) return s;
   std::vector<std::string> nodes;
   if (!req.node_id().empty()) {
-    // The entry is the initiator's, whatever addresses the node reports now.
     auto node = ParseNodeId(req.node_id());
     if (!node.ok()) return ToGrpcStatus(node.status());
-    nodes.push_back(node->initiator);
+    // The initiator's entry, whatever addresses the node reports now (it may have moved, or
+    // have been published before it reported any), unless another machine of the same name
+    // holds a session there: then this node never had the volume.
+    for (const auto& e : target.acl()) {
+      if (e.initiator() != node->initiator) continue;
+      if (NodeIdOf(e) != node->ToString() && !e.sources().empty()) {
+        std::string elsewhere;
+        if (s = SessionElsewhere(req.volume_id(), *node, &elsewhere); !s.ok()) return s;
+        if (!elsewhere.empty()) {
+          log::Ctl().warn(
+              "ControllerUnpublishVolume: volume {} is published to {}, with a session from {}, "
+              "not to {}: left as it is",
+              req.volume_id(), NodeIdOf(e), elsewhere, node->ToString());
+          return grpc::Status::OK;
+        }
+      }
+      nodes.push_back(node->initiator);
+    }
   } else {
     // CSI spec: no node_id unpublishes the volume from every node.
     for (const auto& e : target.acl()) nodes.push_back(e.initiator());

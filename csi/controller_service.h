@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "csi/v1/csi.grpc.pb.h"
+#include "csi/volume_model.h"
 #include "iscsigw/v1/gateway.grpc.pb.h"
 
 namespace iscsigw::csi {
@@ -105,6 +106,11 @@ class ControllerService final : public ::csi::v1::Controller::CallbackService {
   grpc::Status DoDeleteVolume(const ::csi::v1::DeleteVolumeRequest& req);
   grpc::Status DoPublish(const ::csi::v1::ControllerPublishVolumeRequest& req);
   grpc::Status DoUnpublish(const ::csi::v1::ControllerUnpublishVolumeRequest& req);
+  // A session of `node`'s initiator on volume `volume_id` from an address `node` does not list
+  // ("IP:PORT" in `where`; empty: none, or `node` lists no address): another machine of that
+  // name.
+  grpc::Status SessionElsewhere(const std::string& volume_id, const NodeIdentity& node,
+                                std::string* where);
   grpc::Status DoValidate(const ::csi::v1::ValidateVolumeCapabilitiesRequest& req,
                           ::csi::v1::ValidateVolumeCapabilitiesResponse* resp);
   grpc::Status DoListVolumes(const ::csi::v1::ListVolumesRequest& req,

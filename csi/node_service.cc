@@ -632,7 +632,9 @@ Status CheckStage(const ::csi::v1::NodeStageVolumeRequest& req, NodeService::Tar
                                   "secret (") +
                       kChapUser + ", " + kChapSecret + ")");
       }
-      target->chap = ChapForVolume(target->chap, req.volume_id());
+      auto derived = ChapForVolume(target->chap, req.volume_id());
+      if (!derived.ok()) return derived.status();
+      target->chap = derived.value();
     }
   }
   return Status::Ok();
@@ -1286,6 +1288,11 @@ Result<std::string> NodeService::NodeId() {
   for (const auto& line : Split(r->stdout_data, '\n')) {
     if (line.starts_with("InitiatorName=")) {
       std::string name = Trim(line.substr(14));
+      // '@' starts the addresses of a node id (NodeIdentity); no iSCSI name holds one.
+      if (name.find('@') != std::string::npos) {
+        return FailedPrecondition(std::string(kFile) + " names '" + name +
+                                  "', which is no iSCSI name (it holds '@')");
+      }
       if (!name.empty()) return name;
     }
   }

@@ -8,6 +8,7 @@
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -39,16 +40,19 @@ std::string Hex(const unsigned char* p, size_t n) {
 }
 
 // 32 hex digits of HMAC-SHA256(key, label NUL volume_id): 128 bits, within every CHAP secret
-// limit (12..255 bytes).
-std::string DeriveSecret(const std::string& key, std::string_view label,
-                         std::string_view volume_id) {
+// limit (12..255 bytes). nullopt when OpenSSL refuses.
+std::optional<std::string> DeriveSecret(const std::string& key, std::string_view label,
+                                        std::string_view volume_id) {
   std::string msg(label);
   msg += '\0';
   msg += volume_id;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), md, &len);
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), md, &len) == nullptr ||
+      len != SHA256_DIGEST_LENGTH) {
+    return std::nullopt;
+  }
   return Hex(md, 16);
 }
 
@@ -289,11 +293,17 @@ Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, st
   return out;
 }
 
-ChapSecrets ChapForVolume(const ChapSecrets& base, std::string_view volume_id) {
+Result<ChapSecrets> ChapForVolume(const ChapSecrets& base, std::string_view volume_id) {
   ChapSecrets out = base;
-  if (!base.secret.empty()) out.secret = DeriveSecret(base.secret, "iscsigw-csi chap", volume_id);
-  if (!base.secret_in.empty()) {
-    out.secret_in = DeriveSecret(base.secret_in, "iscsigw-csi mutual chap", volume_id);
+  for (auto [secret, label] : {std::pair{&out.secret, "iscsigw-csi chap"},
+                               std::pair{&out.secret_in, "iscsigw-csi mutual chap"}}) {
+    if (secret->empty()) continue;
+    auto derived = DeriveSecret(*secret, label, volume_id);
+    if (!derived) {
+      return Status(StatusCode::kInternal, "volume " + std::string(volume_id) +
+                                               ": cannot derive its CHAP secret (HMAC-SHA256)");
+    }
+    *secret = *derived;
   }
   return out;
 }
@@ -339,7 +349,19 @@ Result<NodeIdentity> ParseNodeId(std::string_view node_id) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
+  std::sort(out.addresses.begin(), out.addresses.end());
+  out.addresses.erase(std::unique(out.addresses.begin(), out.addresses.end()), out.addresses.end());
   return out;
+}
+
+std::optional<std::string> PeerAddress(std::string_view peer) {
+  if (peer.starts_with('[')) {
+    const size_t end = peer.find(']');
+    if (end == std::string_view::npos) return std::nullopt;
+    return CanonicalAddress(peer.substr(1, end - 1));
+  }
+  const size_t colon = peer.rfind(':');
+  return CanonicalAddress(peer.substr(0, colon));
 }
 
 std::string PageTokenAfter(std::string_view id) {

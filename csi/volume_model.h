@@ -138,14 +138,16 @@ struct ChapSecrets {
 };
 Result<ChapSecrets> ParseChapSecrets(const google::protobuf::Map<std::string, std::string>& s);
 // The CHAP credentials of volume `volume_id` when its secrets are its own (docs/security.md,
-// "Per-volume CHAP"): the users as they are; each secret 32 hex digits of HMAC-SHA256 keyed with
+// "CSI volumes"): the users as they are; each secret 32 hex digits of HMAC-SHA256 keyed with
 // the Secret's one, over a label naming the secret's role and the volume_id. The controller sets
 // these on the volume's target and the node derives the same ones from its node-stage secret, so
 // a secret read from one node's open-iscsi record or command line opens that volume only.
-ChapSecrets ChapForVolume(const ChapSecrets& base, std::string_view volume_id);
+// INTERNAL when the digest cannot be computed (an OpenSSL that refuses the key).
+Result<ChapSecrets> ChapForVolume(const ChapSecrets& base, std::string_view volume_id);
 
 // What a node_id says: the initiator name and, when the node plugin was given them, the node's
-// addresses (numeric, canonical: inet_ntop's form), written "NAME@ADDR[,ADDR]".
+// addresses (numeric, canonical: inet_ntop's form, sorted, each once), written
+// "NAME@ADDR[,ADDR]".
 struct NodeIdentity {
   std::string initiator;
   std::vector<std::string> addresses;
@@ -155,6 +157,8 @@ struct NodeIdentity {
 std::optional<std::string> CanonicalAddress(std::string_view address);
 // INVALID_ARGUMENT for an empty name, an empty or non-numeric address.
 Result<NodeIdentity> ParseNodeId(std::string_view node_id);
+// The canonical address of a session connection's peer, "IP:PORT" or "[IPv6]:PORT".
+std::optional<std::string> PeerAddress(std::string_view peer);
 
 // Page tokens of ListVolumes / ListSnapshots: "after:" + the last id of the previous page.
 std::string PageTokenAfter(std::string_view id);

@@ -4,6 +4,7 @@
 // endpoint ("iscsigw-csi: listening on tcp://127.0.0.1:PORT") for tests to read; then wait for
 // SIGINT/SIGTERM and shut down: the server first, then the services and their checks.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -85,6 +86,11 @@ int Run(int argc, char** argv) {
       }
       nopts.node_addresses.push_back(*canonical);
     }
+    // One form for one set: NodeIdentity's order, each address once.
+    std::sort(nopts.node_addresses.begin(), nopts.node_addresses.end());
+    nopts.node_addresses.erase(
+        std::unique(nopts.node_addresses.begin(), nopts.node_addresses.end()),
+        nopts.node_addresses.end());
     nopts.host_exec_mode = exec_mode;
     nopts.host_exec = exec;
     nopts.state_dir = flags.state_dir;

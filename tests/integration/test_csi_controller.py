@@ -387,6 +387,7 @@ class ControllerTest(Base):
         for other in ("127.0.0.1", "127.0.0.4"):
             self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source=other),
                              0x0202, other)
+        self.no_sessions(v.volume_id)
         # The node's address changed: its entry is replaced, not doubled, and the old address
         # is refused from then on.
         moved = INITIATOR + "@127.0.0.4"
@@ -398,6 +399,7 @@ class ControllerTest(Base):
         self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.3"),
                          0x0202)
         self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.4"), 0)
+        self.no_sessions(v.volume_id)
         # Another node is still refused, with or without an address.
         self.assertCode(Code.FAILED_PRECONDITION, self.publish, v.volume_id,
                         OTHER_NODE + "@127.0.0.4")
@@ -406,6 +408,59 @@ class ControllerTest(Base):
         # Unpublish by any of the node's ids removes the initiator's entry.
         self.unpublish(v.volume_id, node)
         self.assertEqual(len(self.target(v.volume_id).acl), 0)
+        self.delete(v.volume_id)
+
+    def no_sessions(self, volume_id):
+        wait_for(lambda: not self.gw.ListSessions(gateway_pb2.ListSessionsRequest(
+            target=volume_id), timeout=10).sessions, what=f"the sessions of {volume_id} to end")
+
+    def acl_of(self, volume_id):
+        return [(e.initiator, list(e.sources)) for e in self.gw.ListAclEntries(
+            gateway_pb2.ListAclEntriesRequest(target=volume_id), timeout=10).entries]
+
+    def test_a_node_that_starts_reporting_its_address_keeps_its_session(self):
+        """An entry made before the node reported its address (an older node plugin) becomes
+        address-bound at the next publish, without cutting the node's session."""
+        v = self.create("pvc-address-upgrade")
+        self.publish(v.volume_id)  # node id without an address: any source
+        iqn = IQN_PREFIX + v.volume_id
+        c = Initiator(self.daemon.portal, INITIATOR, source="127.0.0.3")
+        c.login(iqn)
+        c.test_unit_ready(0)
+        self.publish(v.volume_id, INITIATOR + "@127.0.0.3")
+        self.assertEqual(self.acl_of(v.volume_id), [(INITIATOR, ["127.0.0.3"])])
+        self.assertEqual(c.test_unit_ready(0)[0], 0)  # the session goes on
+        self.assertEqual(login_status(self.daemon.portal, INITIATOR, iqn, source="127.0.0.5"),
+                         0x0202)
+        # Back to an id without an address (the node plugin's flag removed): any source again.
+        self.publish(v.volume_id)
+        self.assertEqual(self.acl_of(v.volume_id), [(INITIATOR, [])])
+        self.assertEqual(c.test_unit_ready(0)[0], 0)
+        c.logout()
+        c.close()
+        self.unpublish(v.volume_id, INITIATOR + "@127.0.0.3")
+        self.assertEqual(self.acl_of(v.volume_id), [])
+        self.delete(v.volume_id)
+
+    def test_another_machine_with_the_same_initiator_name_is_another_node(self):
+        """Two machines carrying one initiator name (a cloned image) differ by address: while the
+        first has a session, publishing to the second is refused and unpublishing from it leaves
+        the first alone."""
+        v = self.create("pvc-cloned-name")
+        first, second = INITIATOR + "@127.0.0.3", INITIATOR + "@127.0.0.4"
+        self.publish(v.volume_id, first)
+        c = Initiator(self.daemon.portal, INITIATOR, source="127.0.0.3")
+        c.login(IQN_PREFIX + v.volume_id)
+        c.test_unit_ready(0)
+        self.assertCode(Code.FAILED_PRECONDITION, self.publish, v.volume_id, second)
+        self.unpublish(v.volume_id, second)
+        self.assertEqual(self.acl_of(v.volume_id), [(INITIATOR, ["127.0.0.3"])])
+        self.assertEqual(c.test_unit_ready(0)[0], 0)
+        # The first node's own unpublish ends its session and its entry.
+        self.unpublish(v.volume_id, first)
+        self.no_sessions(v.volume_id)
+        c.close()
+        self.assertEqual(self.acl_of(v.volume_id), [])
         self.delete(v.volume_id)
 
     def test_publish_puts_the_node_in_the_acl_and_unpublish_drops_it(self):

@@ -363,7 +363,8 @@ TEST_F(NodeServiceTest, AVolumeWithItsOwnChapLogsInWithTheDerivedSecrets) {
   sec["node.session.auth.password_in"] = kSecretIn;
   (*req.mutable_volume_context())["chapPerVolume"] = "true";
   ASSERT_TRUE(Stage(req).ok());
-  const ChapSecrets own = ChapForVolume({"node-user", kSecret, "gw-user", kSecretIn}, "pvc-1");
+  const ChapSecrets own =
+      ChapForVolume({"node-user", kSecret, "gw-user", kSecretIn}, "pvc-1").value();
   ASSERT_NE(own.secret, kSecret);
   const std::string update = kNode + " -o update -n ";
   const auto cmds = fake_->Take();
@@ -380,7 +381,20 @@ TEST_F(NodeServiceTest, AVolumeWithItsOwnChapLogsInWithTheDerivedSecrets) {
   const std::string logs = Logs();
   EXPECT_EQ(logs.find(own.secret), std::string::npos) << logs;
 
+  // "false": the Secret's own secrets, as without the key.
+  ASSERT_TRUE(Unstage().ok());
+  fake_->Take();
+  (*req.mutable_volume_context())["chapPerVolume"] = "false";
+  ASSERT_TRUE(Stage(req).ok());
+  const auto plain = fake_->Take();
+  EXPECT_NE(
+      std::find(plain.begin(), plain.end(), update + "node.session.auth.password -v " + kSecret),
+      plain.end());
+
   // Without CHAP in the secret, or with a value that is not a boolean: refused before any login.
+  ASSERT_TRUE(Unstage().ok());
+  fake_->Take();
+  (*req.mutable_volume_context())["chapPerVolume"] = "true";
   req.clear_secrets();
   EXPECT_EQ(Stage(req).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   (*req.mutable_volume_context())["chapPerVolume"] = "yes";
@@ -916,6 +930,15 @@ TEST_F(NodeServiceTest, InfoNamesTheNodesAddressesAfterItsInitiatorName) {
   grpc::ClientContext ctx2;
   ASSERT_TRUE(stub_->NodeGetInfo(&ctx2, {}, &info).ok());
   EXPECT_EQ(info.node_id(), "node-a@10.0.0.5");
+}
+
+TEST_F(NodeServiceTest, AnInitiatorNameWithAnAtIsNoNodeId) {
+  fake_->Answer("cat /etc/iscsi/initiatorname.iscsi",
+                Exit(0, "InitiatorName=iqn.1993-08.org.debian:01:node-a@10.0.0.9\n"));
+  grpc::ClientContext ctx;
+  ::csi::v1::NodeGetInfoResponse info;
+  EXPECT_EQ(stub_->NodeGetInfo(&ctx, {}, &info).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(NodeServiceTest, RefusesIncompleteRequests) {

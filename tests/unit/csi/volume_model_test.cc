@@ -280,24 +280,24 @@ TEST(ChapSecrets, RefusesHalfPairsWithoutEchoingSecrets) {
 
 TEST(ChapForVolume, IsAnHmacOfTheSecretsPerVolumeAndRole) {
   const ChapSecrets base{"node-user", "master-secret-0123", "gw-user", "mutual-secret-4567"};
-  const ChapSecrets v1 = ChapForVolume(base, "pvc-1");
+  const ChapSecrets v1 = ChapForVolume(base, "pvc-1").value();
   // Known answers: HMAC-SHA256(secret, "iscsigw-csi chap" NUL volume_id), 16 bytes in hex, as
   // any HMAC implementation computes them (the node and the controller must agree).
   EXPECT_EQ(v1.secret, "8813e74007dd6912980c85fbefd1996b");
   EXPECT_EQ(v1.secret_in, "2893ba53c7f8213a75dac4f0cc81f160");
   EXPECT_EQ(v1.user, "node-user");
   EXPECT_EQ(v1.user_in, "gw-user");
-  const ChapSecrets v2 = ChapForVolume(base, "pvc-2");
+  const ChapSecrets v2 = ChapForVolume(base, "pvc-2").value();
   EXPECT_NE(v2.secret, v1.secret);
   EXPECT_NE(v2.secret_in, v1.secret_in);
-  EXPECT_EQ(ChapForVolume(base, "pvc-1").secret, v1.secret);
+  EXPECT_EQ(ChapForVolume(base, "pvc-1")->secret, v1.secret);
   // The same secret in both roles still gives two secrets (RFC 7143 9.2.1).
   const ChapSecrets same =
       ChapForVolume({"u", "same-secret-0123", "t", "same-secret-0123"}, "pvc-1");
   EXPECT_NE(same.secret, same.secret_in);
   // One-way CHAP stays one-way; no CHAP stays none.
-  EXPECT_TRUE(ChapForVolume({"u", "master-secret-0123", "", ""}, "pvc-1").secret_in.empty());
-  EXPECT_FALSE(ChapForVolume({}, "pvc-1").enabled());
+  EXPECT_TRUE(ChapForVolume({"u", "master-secret-0123", "", ""}, "pvc-1")->secret_in.empty());
+  EXPECT_FALSE(ChapForVolume({}, "pvc-1")->enabled());
 }
 
 TEST(NodeId, IsTheNameThenTheNodesAddresses) {
@@ -319,7 +319,15 @@ TEST(NodeId, IsTheNameThenTheNodesAddresses) {
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+  // One form for one set: sorted, each address once.
+  id = ParseNodeId("iqn.x@10.0.0.6,10.0.0.5,10.0.0.6");
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->ToString(), "iqn.x@10.0.0.5,10.0.0.6");
   EXPECT_EQ(CanonicalAddress("127.000.0.1"), std::nullopt);
+  EXPECT_EQ(PeerAddress("10.0.0.5:51234"), "10.0.0.5");
+  EXPECT_EQ(PeerAddress("[FD00::5]:3260"), "fd00::5");
+  EXPECT_EQ(PeerAddress("[fd00::5"), std::nullopt);
+  EXPECT_EQ(PeerAddress("node-a:3260"), std::nullopt);
   EXPECT_EQ(CanonicalAddress("::ffff:10.0.0.5"), "::ffff:10.0.0.5");
 }
 
