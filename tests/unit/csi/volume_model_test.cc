@@ -293,7 +293,7 @@ TEST(ChapForVolume, IsAnHmacOfTheSecretsPerVolumeAndRole) {
   EXPECT_EQ(ChapForVolume(base, "pvc-1")->secret, v1.secret);
   // The same secret in both roles still gives two secrets (RFC 7143 9.2.1).
   const ChapSecrets same =
-      ChapForVolume({"u", "same-secret-0123", "t", "same-secret-0123"}, "pvc-1");
+      ChapForVolume({"u", "same-secret-0123", "t", "same-secret-0123"}, "pvc-1").value();
   EXPECT_NE(same.secret, same.secret_in);
   // One-way CHAP stays one-way; no CHAP stays none.
   EXPECT_TRUE(ChapForVolume({"u", "master-secret-0123", "", ""}, "pvc-1")->secret_in.empty());
