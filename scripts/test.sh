@@ -51,10 +51,13 @@ report() {
   echo
   echo "=== slowest tests"
   # ctest's result lines: "  12/40 Test #23: NAME ......   Passed   24.44 sec"
-  local results=("$logs"/tests-*.log)
-  [ -e "${results[0]}" ] && sed -nE \
-    's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+\** *([A-Za-z*]+[^0-9]*) +([0-9.]+) sec$/\3 \1 \2/p' \
-    "${results[@]}" | sort -rn | head -15 |
+  local f
+  for f in "$logs"/tests-*.log; do
+    [ -e "$f" ] || continue
+    sed -nE \
+      's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+\** *([A-Za-z*]+[^0-9]*) +([0-9.]+) sec$/\3 \1 \2/p' \
+      "$f" | sed "s/\$/ ($(basename "$f" .log | sed 's/^tests-//'))/"
+  done | sort -rn | head -15 |
     awk '{t = $1; n = $2; $1 = $2 = ""; sub(/^ +/, ""); printf "%8.1f  %s %s\n", t, n, $0}'
   if [ -s "${CCACHE_STATSLOG:-}" ]; then
     echo
