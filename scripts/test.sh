@@ -7,18 +7,21 @@
 # Stages, each timed (the table at the end; a warning past BUDGET_S):
 #   builds first, so that no test holds a lock while compiling: the release tree (build), the
 #   ASan/UBSan tree (build/asan, scripts/sanitized.sh) and the fuzzers (build/fuzz, clang,
-#   scripts/fuzz.sh), all through ccache; then the guest image; then the tests. Every behaviour
-#   runs once, in the strictest build that can run it (ctest labels, tests/CMakeLists.txt): the
-#   sanitized tree runs the unit tests, the fuzz seed replays and the functional integration tests;
-#   the release tree what the sanitizers distort, the kernel initiator, conformance, Ceph and the
-#   static checks. A failing build stops the run; a failing test stage does not stop the next one.
+#   scripts/fuzz.sh), all through ccache; the kernel initiator's guest image beside them (it is
+#   debootstrap and dpkg, mostly waiting). Then the tests. Every behaviour runs once, in the
+#   strictest build that can run it (ctest labels, tests/CMakeLists.txt): the sanitized tree runs
+#   the unit tests, the fuzz seed replays and the functional integration tests; the release tree
+#   what the sanitizers distort, the kernel initiator, conformance, Ceph and the static checks.
+#   The two trees' tests run at the same time, each tree one daemon at a time (ctest's daemon_cpu
+#   lock), so at most two daemons share the two cores; the brief fuzzing runs beside them at a
+#   low priority, on what the tests leave idle. Tests that measure (label `alone`) run last, with
+#   nothing else on the machine. A failing build stops the run; a failing test stage does not stop
+#   the next one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 readonly BUDGET_S=3600
 logs=build/test-logs
 started=$(date +%s)
-stages=()
-failed=()
 
 # stage NAME COMMAND...: runs COMMAND, its output to the terminal and to $logs/NAME.log.
 stage() {
@@ -30,24 +33,52 @@ stage() {
   "$@" 2>&1 | tee "$logs/$name.log"
   rc=${PIPESTATUS[0]}
   set -e
-  stages+=("$name $(($(date +%s) - t0)) $rc")
-  [ "$rc" -eq 0 ] || failed+=("$name")
+  echo "$name $(($(date +%s) - t0)) $rc" >>"$logs/stages"
   return "$rc"
+}
+
+# background_stage NAME COMMAND...: stage NAME in the background, its output to $logs/NAME.log
+# and, once it ends, to the terminal in one piece (so two stages' lines never interleave).
+# `wait_stages` waits for every background stage.
+background_stage() {
+  local name=$1
+  shift
+  echo "=== $name (in the background; log: $logs/$name.log)"
+  (
+    t0=$(date +%s)
+    set +e
+    "$@" >"$logs/$name.log" 2>&1
+    rc=$?
+    echo "$name $(($(date +%s) - t0)) $rc &" >>"$logs/stages"
+    flock 9
+    echo "=== $name ended ($rc): its output"
+    cat "$logs/$name.log"
+  ) 9>>"$logs/terminal.lock" &
+  background+=($!)
+}
+background=()
+wait_stages() {
+  [ "${#background[@]}" -gt 0 ] || return 0
+  local pid
+  for pid in "${background[@]}"; do wait "$pid" || true; done
+  background=()
 }
 
 report() {
   # The run's own status stays the script's: nothing here may stop the report or change it.
   set +e
+  wait_stages
   local total=$(($(date +%s) - started))
   echo
   echo "=== stages"
   printf '%-22s %7s  %s\n' stage seconds result
-  local s name secs rc
-  for s in "${stages[@]}"; do
-    read -r name secs rc <<<"$s"
-    printf '%-22s %7d  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)")"
-  done
-  printf '%-22s %7d\n' total "$total"
+  local name secs rc beside failed=()
+  while read -r name secs rc beside; do
+    printf '%-22s %7d  %s\n' "$name${beside:+ $beside}" "$secs" \
+      "$([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+    [ "$rc" -eq 0 ] || failed+=("$name")
+  done <"$logs/stages"
+  printf '%-22s %7d  %s\n' total "$total" "(& ran beside the stages around it)"
   echo
   echo "=== slowest tests"
   # ctest's result lines: "  12/40 Test #23: NAME ......   Passed   24.44 sec"
@@ -77,25 +108,31 @@ report() {
 trap report EXIT
 
 mkdir -p "$logs"
-rm -f "$logs"/*.log
+rm -f "$logs"/*.log "$logs/stages"
 # This run's cache statistics, apart from any other run sharing the cache.
 export CCACHE_STATSLOG=$PWD/$logs/ccache-stats.log
 stage install scripts/install-deps.sh
+# The kernel initiator's guest image, built once per machine and cached outside the tree
+# (tests/interop/guest_image.sh): minutes of debootstrap the first time, nothing after.
+background_stage guest-image sh -c 'tests/interop/guest_image.sh >/dev/null'
 # The release tree builds no unit tests: they run in the sanitized tree.
 stage build-release sh -c 'cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DISCSIGW_FAULT_INJECTION=ON -DISCSIGW_UNIT_TESTS=OFF >build/configure.log 2>&1 \
   || { cat build/configure.log; exit 1; }; cmake --build build'
 stage build-sanitized scripts/sanitized.sh --build-dir build/asan --build-only
 stage build-fuzzers scripts/fuzz.sh --build-dir build/fuzz --build-only
-# The kernel initiator's guest image, built once per machine and cached outside the tree
-# (tests/interop/guest_image.sh); minutes the first time, nothing after.
-stage guest-image sh -c 'tests/interop/guest_image.sh >/dev/null'
 # A test with neither label would run nowhere: refuse it.
 stage labels sh -c 'for d in build build/asan; do
   ctest --test-dir "$d" -N -LE "^(release|sanitized)\$" | grep "Test *#" && exit 1
 done; exit 0' || true
-stage tests-release ctest --test-dir build --output-on-failure --no-tests=error -j "$(nproc)" \
-  -L '^release$' || true
-stage tests-sanitized scripts/sanitized.sh --build-dir build/asan --no-build || true
-stage fuzz scripts/fuzz.sh 20 --build-dir build/fuzz --no-build || true
-[ "${#failed[@]}" -eq 0 ]
+wait_stages
+background_stage tests-release ctest --test-dir build --output-on-failure --no-tests=error \
+  -j "$(nproc)" -L '^release$' -LE '^alone$'
+background_stage tests-sanitized scripts/sanitized.sh --build-dir build/asan --no-build
+# Fixed time per target: at a low priority it takes what the tests leave, and delays none.
+background_stage fuzz nice -n 10 scripts/fuzz.sh 20 --build-dir build/fuzz --no-build
+wait_stages
+stage tests-alone ctest --test-dir build --output-on-failure --no-tests=error -L '^release$' \
+  -L '^alone$' || true
+# The run passes when every stage did (the third field of each line of $logs/stages).
+awk '$3 != 0 { failed = 1 } END { exit failed }' "$logs/stages"
