@@ -14,7 +14,7 @@
 #   what the sanitizers distort, the kernel initiator, conformance, Ceph and the static checks.
 #   The two trees' tests run at the same time, each tree one daemon at a time (ctest's daemon_cpu
 #   lock), so at most two daemons share the two cores; the brief fuzzing runs beside them at a
-#   low priority, on what the tests leave idle. Tests that measure (label `alone`) run last, with
+#   low priority, mostly on what the tests leave idle. Tests that measure (label `alone`) run last, with
 #   nothing else on the machine. A failing build stops the run; a failing test stage does not stop
 #   the next one.
 set -euo pipefail
@@ -129,7 +129,8 @@ wait_stages
 background_stage tests-release ctest --test-dir build --output-on-failure --no-tests=error \
   -j "$(nproc)" -L '^release$' -LE '^alone$'
 background_stage tests-sanitized scripts/sanitized.sh --build-dir build/asan --no-build
-# Fixed time per target: at a low priority it takes what the tests leave, and delays none.
+# Fixed time per target: at nice 10 it takes mostly what the tests leave idle, at the cost of
+# fewer executions than when it runs alone.
 background_stage fuzz nice -n 10 scripts/fuzz.sh 20 --build-dir build/fuzz --no-build
 wait_stages
 stage tests-alone ctest --test-dir build --output-on-failure --no-tests=error -L '^release$' \
