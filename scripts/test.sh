@@ -103,7 +103,22 @@ report() {
   if [ "${#failed[@]}" -gt 0 ]; then
     echo
     echo "FAILED: ${failed[*]}"
+    failing_cases
   fi
+}
+
+# failing_cases: each failing ctest test of the run, and in it each failing gtest case and
+# unittest method, from the test stages' logs (ctest prints a failing test's output).
+failing_cases() {
+  local f
+  for f in "$logs"/tests-*.log; do
+    [ -e "$f" ] || continue
+    sed -nE \
+      -e 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+\*\*\*([A-Za-z]+).*/  \1: \2/p' \
+      -e 's/^\[  FAILED  \] ([^ ]+) \([0-9]+ ms\)$/    gtest \1/p' \
+      -e 's/^(FAIL|ERROR): ([^ ]+) \(([^)]*\.\2)\).*/    unittest \3 (\1)/p;t' \
+      -e 's/^(FAIL|ERROR): ([^ ]+) \(([^)]+)\).*/    unittest \3.\2 (\1)/p' "$f"
+  done
 }
 trap report EXIT
 
