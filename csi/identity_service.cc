@@ -8,8 +8,10 @@ namespace iscsigw::csi {
 
 using ::csi::v1::PluginCapability;
 
-// Time kept back from a caller's deadline for the answer to travel back on a loaded node.
-constexpr std::chrono::milliseconds kAnswerMargin{200};
+// Time kept back from a caller's deadline for the answer to travel back on a loaded node: a
+// fifth of the time the caller gave, at least kMinAnswerMargin (kubelet's probes give 1 s).
+constexpr std::chrono::milliseconds kMinAnswerMargin{200};
+constexpr int kAnswerMarginDivisor = 5;
 
 IdentityService::IdentityService(IdentityOptions options,
                                  std::vector<std::unique_ptr<ReadinessCheck>> checks)
@@ -55,8 +57,10 @@ grpc::ServerUnaryReactor* IdentityService::Probe(grpc::CallbackServerContext* ct
   const auto now = std::chrono::system_clock::now();
   auto deadline = now + options_.probe_timeout;
   const auto caller = ctx->deadline();
-  if (caller - kAnswerMargin < deadline) {
-    deadline = std::max(now, caller - kAnswerMargin);
+  const auto margin = std::max<std::chrono::system_clock::duration>(
+      kMinAnswerMargin, (caller - now) / kAnswerMarginDivisor);
+  if (caller - margin < deadline) {
+    deadline = std::max(now, caller - margin);
   }
   // Shared by the checks' callbacks; the last one to answer finishes the call.
   struct Pending {

@@ -287,9 +287,13 @@ class SharedConfigurationTest(GatewayPairTest):
     def names(self, gw):
         return sorted(t["name"] for t in gw.ctl_json("target", "list").get("targets", []))
 
-    def served_within(self, gw, want, seconds=1.0):
+    def served_within(self, gw, want, seconds=5.0):
         """Waits (at most `seconds`) until `gw` lists exactly the targets `want`; returns the
-        time it took."""
+        time it took. A change reaches the other gateways by the object's notify, in tens of
+        milliseconds; without it only by the reread every kSharedRereadSeconds (30 s,
+        state_store.h). 5 s tells the two apart (a change missed by the notify would pass one
+        check by chance at most one time in six, never the several in each test) and leaves a
+        loaded machine seconds of room."""
         want = sorted(harness.IQN_PREFIX + n for n in want)
         started = time.monotonic()
         while self.names(gw) != want:
