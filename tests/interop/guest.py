@@ -45,30 +45,51 @@ class GuestFailed(AssertionError):
     pass
 
 
-class Guest:
-    """One boot of the guest running tests/interop/scenarios/SCENARIO.sh with ENV."""
+def write_scenario(directory, scenario, env):
+    """The files a scenario's run directory starts with: its name and its variables."""
+    with open(os.path.join(directory, "scenario"), "w") as f:
+        f.write(scenario)
+    with open(os.path.join(directory, "env"), "w") as f:
+        for k, v in env.items():
+            f.write(f"{k}={shlex.quote(str(v))}\n")
+        f.write("export " + " ".join(env) + "\n")
 
-    def __init__(self, scenario, env, memory_mb=1024, cpus=2, bin_dir=None, forward=()):
+
+def boot_env(env, bin_dir):
+    env = dict(env)
+    env.setdefault("INITIATOR_NAME", GUEST_IQN)
+    env["GATEWAY_HOST"] = HOST_FROM_GUEST
+    if bin_dir:
+        env["BIN_SHARE"] = "/opt/iscsigw/bin"
+    return env
+
+
+class Guest:
+    """One boot of the guest running tests/interop/scenarios/SCENARIO.sh with ENV; or, made by
+    GuestSeries.guest, one scenario of a series on a boot that serves several in turn."""
+
+    def __init__(self, scenario, env, memory_mb=1024, cpus=2, bin_dir=None, forward=(),
+                 series=None):
         """bin_dir: a host directory the guest sees read-only at /opt/iscsigw/bin (the build
         tree's binaries, for a program that must run in the guest). forward: guest TCP ports
         the host reaches on 127.0.0.1 (QEMU hostfwd); self.forwards maps each to its host port."""
         self.scenario = scenario
+        self.series = series
+        self.proc = None
+        self.started = None
+        self.passed = False
+        env = boot_env(env, bin_dir)
+        if series is not None:
+            self.run_dir = series.next_dir()
+            self.env = env
+            self.console_path = series.console_path
+            return
         self.image = guest_image()
         self.run_dir = tempfile.mkdtemp(prefix=f"iscsigw-interop-{scenario}-")
-        with open(os.path.join(self.run_dir, "scenario"), "w") as f:
-            f.write(scenario)
-        env = dict(env)
-        env.setdefault("INITIATOR_NAME", "iqn.2026-11.io.iscsigw.interop:guest")
-        env["GATEWAY_HOST"] = HOST_FROM_GUEST
-        if bin_dir:
-            env["BIN_SHARE"] = "/opt/iscsigw/bin"
+        write_scenario(self.run_dir, scenario, env)
         self.forwards = {port: free_port() for port in forward}
         netdev = "user,id=n0" + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
                                         for guest, host in self.forwards.items())
-        with open(os.path.join(self.run_dir, "env"), "w") as f:
-            for k, v in env.items():
-                f.write(f"{k}={shlex.quote(str(v))}\n")
-            f.write("export " + " ".join(env) + "\n")
         self.console_path = os.path.join(self.run_dir, "console.log")
         self.args = [
             "qemu-system-x86_64", "-accel", "tcg", "-machine", "q35", "-cpu", "max",
@@ -87,8 +108,6 @@ class Guest:
             self.args += ["-virtfs", f"local,path={bin_dir},mount_tag=bin,security_model=none,"
                                      "readonly=on"]
         self.args = [a for a in self.args if a != "-nographic"]
-        self.proc = None
-        self.started = None
 
     def __enter__(self):
         self.start()
@@ -99,6 +118,9 @@ class Guest:
 
     def start(self):
         self.started = time.monotonic()
+        if self.series is not None:
+            self.proc = self.series.run(self)
+            return self
         self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         return self
@@ -139,13 +161,26 @@ class Guest:
         return go
 
     def wait(self, timeout=600):
-        """Waits for the guest to power off; raises GuestFailed unless the scenario passed."""
+        """Waits for the guest to power off (in a series: for the scenario to end); raises
+        GuestFailed unless the scenario passed."""
+        if self.series is not None:
+            deadline = time.monotonic() + timeout
+            while not os.path.exists(self._path("result")):
+                if self.proc.poll() is not None:
+                    raise GuestFailed(self.report("guest ended in the middle of the scenario"))
+                if time.monotonic() > deadline:
+                    raise GuestFailed(self.report(f"scenario still running after {timeout}s"))
+                time.sleep(0.1)
+            return self._result()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             raise GuestFailed(self.report(f"guest still running after {timeout}s"))
+        return self._result()
+
+    def _result(self):
         try:
             with open(self._path("result")) as f:
                 rc = int(f.read().strip())
@@ -154,6 +189,7 @@ class Guest:
             raise GuestFailed(self.report(f"guest stopped without a result (qemu: {err[-2000:]})"))
         if rc != 0:
             raise GuestFailed(self.report(f"scenario {self.scenario} exited {rc}"))
+        self.passed = True
         return time.monotonic() - self.started
 
     def shell(self, command, timeout=300):
@@ -182,6 +218,12 @@ class Guest:
         return self.wait(timeout)
 
     def close(self):
+        if self.series is not None:
+            # A scenario that failed or was left half-way may have left anything behind: the
+            # next one boots afresh.
+            if not self.passed:
+                self.series.close(kill=True)
+            return
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -191,6 +233,64 @@ class Guest:
             print(f"guest run directory kept: {self.run_dir}", file=sys.stderr)
         else:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class GuestSeries:
+    """One boot of the guest serving several scenarios in turn (guest_init.sh, "series"): each
+    guest() is a Guest whose scenario runs on this boot, in a run directory of its own. A boot
+    costs the TCG guest seconds of kernel, udev and iscsid; the scenarios of one test file share
+    one. After a scenario that did not pass the boot is discarded and the next one boots afresh."""
+
+    def __init__(self, memory_mb=1024, cpus=2, bin_dir=None, env=None):
+        self.options = dict(memory_mb=memory_mb, cpus=cpus, bin_dir=bin_dir)
+        self.env = boot_env(env or {}, bin_dir)
+        self.boot = None   # the Guest whose process serves the series, while one runs
+        self.n = 0
+        self.boots = 0
+
+    @property
+    def console_path(self):
+        return self.boot.console_path if self.boot else os.devnull
+
+    def guest(self, scenario, env):
+        env = boot_env(env, self.options["bin_dir"])
+        if env["INITIATOR_NAME"] != self.env["INITIATOR_NAME"]:
+            raise ValueError("a series' scenarios share the boot's initiator name")
+        if self.boot is None or self.boot.proc.poll() is not None:
+            self.close()
+            self.boot = Guest("series", self.env, **self.options).start()
+            self.boots += 1
+            self.n = 0
+        return Guest(scenario, env, series=self)
+
+    def next_dir(self):
+        d = os.path.join(self.boot.run_dir, f"s{self.n}")
+        self.n += 1
+        return d
+
+    def run(self, guest):
+        """Hands the guest's scenario to the boot; returns the boot's process."""
+        tmp = guest.run_dir + ".tmp"
+        os.mkdir(tmp)
+        write_scenario(tmp, guest.scenario, guest.env)
+        os.rename(tmp, guest.run_dir)
+        return self.boot.proc
+
+    def close(self, kill=False):
+        """Powers the boot off after its last scenario; kill: at once, whatever it is doing."""
+        boot, self.boot = self.boot, None
+        if boot is None:
+            return
+        if not kill and boot.proc.poll() is None:
+            try:
+                d = os.path.join(boot.run_dir, f"s{self.n}")
+                os.mkdir(d + ".tmp")
+                write_scenario(d + ".tmp", "poweroff", {})
+                os.rename(d + ".tmp", d)
+                boot.proc.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        boot.close()
 
 
 class GatewayOnKnownPorts(harness.Daemon):
@@ -218,7 +318,26 @@ def file_lun(path, size, lun_id=0, block_size=512, **extra):
 
 
 class InteropTestCase(unittest.TestCase):
-    """A gateway per test (start_gateway) with its LUN files in a temporary directory."""
+    """A gateway per test (start_gateway) with its LUN files in a temporary directory; guest()
+    runs a scenario, on one boot for all of the class's tests when SERIES is set."""
+    SERIES = False
+
+    @classmethod
+    def setUpClass(cls):
+        cls.series = GuestSeries() if cls.SERIES else None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.series is not None:
+            boots = cls.series.boots
+            cls.series.close()
+            print(f"{cls.__name__}: its scenarios ran on {boots} boot(s) of the guest",
+                  file=sys.stderr)
+
+    def guest(self, scenario, env, **kw):
+        if self.series is not None and not kw:
+            return self.series.guest(scenario, env)
+        return Guest(scenario, env, **kw)
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="iscsigw-interop-luns-")

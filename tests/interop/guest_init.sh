@@ -6,6 +6,12 @@
 # The host shares two directories over 9p: /suite (tests/interop, read-only) and /run/interop
 # (this run's directory: `scenario` names the script, `env` sets its variables; the guest writes
 # `result`, `dmesg` and the step files of lib.sh there).
+#
+# A series (`scenario` says "series", guest.py GuestSeries): one boot serves several scenarios in
+# turn, each in a directory of its own that the host creates when it wants it run: s0, s1, ...
+# with the same files (`scenario`, `env`; the guest writes `result`, `dmesg` and the steps
+# there, lib.sh's $R). "poweroff" as a scenario ends the series. Between two scenarios every
+# session is logged out and every node record deleted, as on a node after its last volume left.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root
 R=/run/interop
@@ -43,6 +49,33 @@ echo "InitiatorName=$INITIATOR_NAME" >/etc/iscsi/initiatorname.iscsi
 # Node-like timeouts from iscsid.conf; scenarios change them per record with iscsiadm.
 iscsid || finish 90
 scenario=$(cat "$R/scenario")
-echo "interop: scenario $scenario starting"
-sh -eu "/suite/scenarios/$scenario.sh"
-finish $?
+if [ "$scenario" != series ]; then
+  echo "interop: scenario $scenario starting"
+  sh -eu "/suite/scenarios/$scenario.sh"
+  finish $?
+fi
+
+n=0
+while :; do
+  S=$R/s$n
+  until [ -e "$S/scenario" ]; do sleep 0.05; done
+  scenario=$(cat "$S/scenario")
+  [ "$scenario" != poweroff ] || finish 0
+  echo "interop: scenario $scenario starting (series, $n)"
+  rc=0
+  (
+    . "$S/env"
+    export R=$S
+    exec sh -eu "/suite/scenarios/$scenario.sh"
+  ) || rc=$?
+  echo "interop: scenario $scenario exited $rc"
+  # What a scenario may leave behind that the next one must not meet.
+  for m in $(awk '$2 ~ /^\/mnt\// { print $2 }' /proc/mounts); do umount -l "$m" || true; done
+  iscsiadm -m node --logoutall=all >/dev/null 2>&1 || true
+  iscsiadm -m node -o delete >/dev/null 2>&1 || true
+  iscsiadm -m discoverydb -t sendtargets -o delete >/dev/null 2>&1 || true
+  dmesg -c >"$S/dmesg" 2>&1
+  sync
+  echo "$rc" >"$S/result"
+  n=$((n + 1))
+done

@@ -1,6 +1,7 @@
 # Shell helpers for the guest-side scenario scripts (tests/interop/scenarios/*.sh), which run with
-# `sh -eu` inside the guest. The run directory $R is shared with the host test over 9p.
-R=/run/interop
+# `sh -eu` inside the guest. The run directory $R is shared with the host test over 9p (in a
+# series of scenarios on one boot, each scenario's own directory: guest_init.sh).
+R=${R:-/run/interop}
 
 say() { echo "interop: $*"; }
 fail() {

@@ -13,6 +13,8 @@ MIB = 1 << 20
 
 
 class FileSystemsTest(g.InteropTestCase):
+    SERIES = True  # its scenarios share one boot of the guest
+
     def env(self, gw, **kw):
         return dict(kw, PORTAL=gw.guest_portals()[0], TARGET=g.TARGET)
 
@@ -20,7 +22,7 @@ class FileSystemsTest(g.InteropTestCase):
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "b0.img"), 512 * MIB),
                                  g.file_lun(os.path.join(self.tmp, "b1.img"), 512 * MIB, lun_id=1,
                                             block_size=4096)])
-        with g.Guest("filesystems", self.env(gw, FIO_SIZE="48M")) as vm:
+        with self.guest("filesystems", self.env(gw, FIO_SIZE="48M")) as vm:
             vm.wait(timeout=900)
 
     def allocated(self, gw):
@@ -28,7 +30,7 @@ class FileSystemsTest(g.InteropTestCase):
 
     def test_c_fstrim_unmaps(self):
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "c.img"), 512 * MIB)])
-        with g.Guest("discard", self.env(gw)) as vm:
+        with self.guest("discard", self.env(gw)) as vm:
             vm.step("written")()
             written = self.allocated(gw)
             vm.step("trimmed")()
@@ -41,7 +43,7 @@ class FileSystemsTest(g.InteropTestCase):
     def test_d_online_resize(self):
         old, new = 256 * MIB, 768 * MIB
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "d.img"), old)])
-        with g.Guest("resize", self.env(gw, OLD_BYTES=old, NEW_BYTES=new)) as vm:
+        with self.guest("resize", self.env(gw, OLD_BYTES=old, NEW_BYTES=new)) as vm:
             go = vm.step("grow")
             gw.ctl("lun", "resize", g.TARGET, "0", str(new))
             go()

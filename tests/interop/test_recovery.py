@@ -25,6 +25,8 @@ TMF = "iscsigw_iscsi_task_management_requests_total"
 
 
 class RecoveryTest(g.InteropTestCase):
+    SERIES = True  # its scenarios share one boot of the guest
+
     def metric_or_zero(self, gw, name, labels):
         """A counter whose series appears with its first occurrence: absent reads as 0."""
         try:
@@ -44,7 +46,7 @@ class RecoveryTest(g.InteropTestCase):
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES)])
         # At 250 IOPS the 16 MiB write phase lasts about 16 s: the stall falls inside it.
         env = self.env(gw, FIO_SIZE="16M", FIO_RATE=250)
-        with g.Guest("recovery_stall", env) as vm:
+        with self.guest("recovery_stall", env) as vm:
             go = vm.step("writing")
             logins = gw.metric(LOGINS, {"result": "success"})
             stopped = time.monotonic()
@@ -74,7 +76,7 @@ class RecoveryTest(g.InteropTestCase):
     def test_killed_gateway_restarted_under_mounted_ext4(self):
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES)])
         env = self.env(gw, FIO_SIZE="16M", FIO_RATE=250)
-        with g.Guest("recovery_restart", env) as vm:
+        with self.guest("recovery_restart", env) as vm:
             go = vm.step("writing")
             self.assertEqual(gw.stop(signal.SIGKILL), -signal.SIGKILL)
             gw.start()
@@ -101,7 +103,7 @@ class RecoveryTest(g.InteropTestCase):
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES,
                                             fault=fault)])
         env = self.env(gw, SCSI_TIMEOUT=2, ABORT_TIMEOUT=10, FIO_SIZE="3M")
-        with g.Guest("command_timeouts", env) as vm:
+        with self.guest("command_timeouts", env) as vm:
             go = vm.step("fio-done", timeout=480)
             try:
                 done = {"target": g.TARGET, "response": "function_complete"}
