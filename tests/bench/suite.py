@@ -434,12 +434,13 @@ def abuse_table(status, tail, records):
     rows = [f"tests/integration/test_abuse.py: {'passed' if status == 0 else 'FAILED'} "
             f"({' / '.join(tail)}).", "",
             "| abuse | session IOPS alone | under the abuse | kept | p99 alone ms | p99 under ms "
-            "| peak RSS MiB |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "| peak RSS MiB | the abuse (its last run) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in records:
         rows.append(f"| {r['what']} | {fmt(statistics.median(r['alone']))} | "
                     f"{fmt(statistics.median(r['under']))} | {r['kept']:.0%} | "
-                    f"{r['p99_alone']:.2f} | {r['p99_under']:.2f} | {r['peak_rss']:.0f} |")
+                    f"{r['p99_alone']:.2f} | {r['p99_under']:.2f} | {r['peak_rss']:.0f} | "
+                    + ", ".join(f"{k} {v}" for k, v in r["counts"].items()) + " |")
     return "\n".join(rows)
 
 

@@ -41,8 +41,9 @@ CLUSTER = TestCluster()
 AO, ANO = 0x0, 0x1
 ACCESS_STATE_CHANGED = (0x6, 0x2A, 0x06)
 # What the lock watch needs at most to see a change (500 ms) and the gateway to report it once it
-# has held 4 s (looks 250 ms apart), with room for a loaded machine.
-STATE_SETTLES = 9.0
+# has held 4 s (looks 250 ms apart): about 4.5 s. The bound is only there against a hang: what is
+# checked is that the unit attention comes and that it is the only one.
+STATE_SETTLES = 30.0
 
 
 def setUpModule():
@@ -248,9 +249,10 @@ class TwoGatewaysTest(GatewayPairTest):
         failover = time.monotonic() - started
         print(f"\nwrite through gateway 2 waited {failover:.3f} s for the killed holder's lock")
         # The lock watch: 2 s of no progress, then 2 s for the dead client to answer a notify;
-        # far below the OSDs' 30 s watch timeout that librbd alone would wait for.
+        # far below the OSDs' 30 s watch timeout that librbd alone would wait for. Measured 6 s;
+        # 20 s leaves a loaded machine room and still tells the lock watch from the 30 s.
         log = self.gateways[1].read_log()
-        self.assertLess(failover, 12.0, log[-3000:])
+        self.assertLess(failover, 20.0, log[-3000:])
         self.assertIn("broke the exclusive lock", self.gateways[1].read_log())
         self.wait_change(b, AO, "gateway 2 once it holds the lock")
         self.assertEqual(b.read(0, 0, 72), (0, before + after, b""))
@@ -323,8 +325,8 @@ class SharedConfigurationTest(GatewayPairTest):
         b.ctl("acl", "add", "one", harness.INITIATOR)
         b.ctl("acl", "allow-any", "one", "off")
         harness.wait_for(lambda: len(a.ctl_json("target", "get", "one")["luns"]) == 2 and
-                         a.ctl_json("target", "get", "one").get("acl"), 1.0,
-                         what="gateway 1 serving LUN 1 and the ACL")
+                         a.ctl_json("target", "get", "one").get("acl"), 5.0,
+                         what="gateway 1 serving LUN 1 and the ACL")  # as served_within
         t = a.ctl_json("target", "get", "one")
         self.assertFalse(t.get("allow_any_initiator", False))
         self.assertEqual([e["initiator"] for e in t["acl"]], [harness.INITIATOR])
@@ -422,7 +424,7 @@ class SharedConfigurationTest(GatewayPairTest):
         # One copy in the object: a change through either gateway is seen by the other.
         self.gateways[1].ctl("acl", "add", "boot", harness.INITIATOR)
         harness.wait_for(lambda: self.gateways[0].ctl_json("target", "get", "boot").get("acl"),
-                         1.0, what="gateway 1 serving the ACL set through gateway 2")
+                         5.0, what="gateway 1 serving the ACL set through gateway 2")
 
 
 if __name__ == "__main__":

