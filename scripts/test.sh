@@ -13,9 +13,9 @@
 #   the unit tests, the fuzz seed replays and the functional integration tests; the release tree
 #   what the sanitizers distort, the kernel initiator, conformance, Ceph and the static checks.
 #   The two trees' tests run at the same time, each tree one daemon at a time (ctest's daemon_cpu
-#   lock), so at most two daemons share the two cores; the brief fuzzing runs beside them at a
-#   low priority, mostly on what the tests leave idle. Tests that measure (label `alone`) run last, with
-#   nothing else on the machine. A failing build stops the run; a failing test stage does not stop
+#   lock) and the release tree one kernel-initiator guest beside it (the lock guest); the brief
+#   fuzzing runs beside them at a low priority, mostly on what the tests leave idle. Tests that
+#   measure (label `alone`) run last, with nothing else on the machine. A failing build stops the run; a failing test stage does not stop
 #   the next one.
 set -euo pipefail
 cd "$(dirname "$0")/.."

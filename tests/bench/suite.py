@@ -427,7 +427,7 @@ def run_abuse(args, log):
     for r in records:
         r["kept"] = statistics.median(r["under"]) / statistics.median(r["alone"])
         log(f"abuse {r['what']}: kept {r['kept']:.0%} of the session's IOPS")
-    return p.returncode, p.stderr.strip().splitlines()[-3:], records
+    return p.returncode, [line for line in p.stderr.splitlines() if line.strip()][-2:], records
 
 
 def abuse_table(status, tail, records):
