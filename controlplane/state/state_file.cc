@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -181,6 +182,13 @@ Status ToFaultSpec(const iscsigw::v1::FaultInjection& f, const std::string& who,
                            " is outside [0, 1]");
   }
   out->probability = f.probability() == 0 ? 1.0 : f.probability();
+  if (f.offset() > UINT64_MAX - f.length()) {
+    return InvalidArgument(who + "offset " + std::to_string(f.offset()) + " + length " +
+                           std::to_string(f.length()) + " overflows");
+  }
+  out->offset = f.offset();
+  out->length = f.length();
+  out->max_faults = f.max_faults();
   return Status::Ok();
 }
 

@@ -1,8 +1,8 @@
 // FaultStore: a BackingStore for tests that wraps another and makes its calls slow or failing, the
 // way a sick disk or a full thin pool does (leveldb's SpecialEnv idea). Configured per LUN:
 //   - which calls: reads, writes (Write, WriteAtomic, ReadModifyWrite, CompareAndWrite, Unmap)
-//     and/or flushes, after the first `after_ops` of those have gone through, each with a
-//     probability;
+//     and/or flushes, optionally only those touching a byte range, after the first `after_ops`
+//     of those have gone through, each with a probability, and at most `max_faults` of them;
 //   - what happens to them: started `delay` later (so their data lands later too), on the same
 //     reactor, without blocking it; and/or failed with an errno (EIO, ENOSPC, EROFS).
 // Calls not chosen go straight through.
@@ -35,6 +35,11 @@ struct FaultSpec {
   bool flushes = true;
   uint64_t after_ops = 0;    // matching calls that succeed before failures start
   double probability = 1.0;  // of each matching call failing after that
+  // Only calls whose bytes overlap [offset, offset + length) match; length 0: every call. With a
+  // range, flushes (which have none) never match.
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t max_faults = 0;  // calls delayed or failed at most; 0: no limit
 
   bool active() const { return delay.count() > 0 || error != 0; }
   friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
@@ -88,14 +93,17 @@ class FaultStore final : public BackingStore {
 
  private:
   enum class Op : uint8_t { kRead, kWrite, kFlush };
-  bool Selected(Op op);  // whether this call is delayed or failed
+  // Whether this call, on bytes [offset, offset + len) (len 0: a flush), is delayed or failed.
+  bool Selected(Op op, uint64_t offset, uint64_t len);
   // Runs `call` now or after the delay; a failing call completes `done` with its errno instead.
-  void Run(unsigned slot, Op op, IoCompletion done, std::function<void()> call);
+  void Run(unsigned slot, Op op, uint64_t offset, uint64_t len, IoCompletion done,
+           std::function<void()> call);
 
   const std::shared_ptr<BackingStore> inner_;
   const FaultSpec spec_;
   const DeferFn defer_;
   std::atomic<uint64_t> matching_{0};
+  std::atomic<uint64_t> faulted_{0};
   std::atomic<uint64_t> failures_{0};
 };
 

@@ -94,12 +94,15 @@ class RecoveryTest(g.InteropTestCase):
         self.assertEqual(isids[0], isids[1], isids)
 
     def test_command_timeouts_escalate_to_lun_reset(self):
-        # One write in ten after the first hundred is held 10 s. With a 2 s SCSI timeout the
-        # kernel aborts it after its third timer expiry (6 to 9 s: libiscsi grants a command that
-        # made progress another period and pings the connection in the next), and the abort is
-        # answered once the write has landed: within the 10 s abort timeout. About one retry in
-        # ten is held again; its second timeout goes to the error handler's LOGICAL UNIT RESET.
-        fault = {"delayMs": 10000, "ops": ["write"], "afterOps": "100", "probability": 0.1}
+        # The write of the block at 1 MiB and its first retry are held 10 s each (the first two
+        # writes touching that byte; fio writes every block of the 3 MiB once). With a 2 s SCSI
+        # timeout the kernel aborts the write after its third timer expiry (6 to 9 s: libiscsi
+        # grants a command that made progress another period and pings the connection in the
+        # next), and the abort is answered once the write has landed: within the 10 s abort
+        # timeout. The retry is held again; its second timeout goes to the error handler's
+        # LOGICAL UNIT RESET, answered once it has landed too; the next retry goes through.
+        fault = {"delayMs": 10000, "ops": ["write"], "offset": str(1 << 20), "length": "1",
+                 "maxFaults": "2"}
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES,
                                             fault=fault)])
         env = self.env(gw, SCSI_TIMEOUT=2, ABORT_TIMEOUT=10, FIO_SIZE="3M")

@@ -610,5 +610,24 @@ TEST(ToConfig, RbdBackingBecomesAnRbdLunSpec) {
   EXPECT_TRUE(ToConfig(st).ok()) << ToConfig(st).status().message();
 }
 
+TEST(FaultSpec, RangeAndCapAreCarriedAndAnOverflowingRangeRefused) {
+  iscsigw::v1::FaultInjection f;
+  f.set_delay_ms(10000);
+  f.add_ops("write");
+  f.set_offset(1 << 20);
+  f.set_length(4096);
+  f.set_max_faults(2);
+  backing::FaultSpec spec;
+  ASSERT_TRUE(ToFaultSpec(f, "lun 0: fault: ", &spec).ok());
+  EXPECT_EQ(spec.offset, 1u << 20);
+  EXPECT_EQ(spec.length, 4096u);
+  EXPECT_EQ(spec.max_faults, 2u);
+  EXPECT_FALSE(spec.reads);
+  f.set_offset(UINT64_MAX - 10);
+  const Status s = ToFaultSpec(f, "lun 0: fault: ", &spec);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overflows"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace iscsigw::state

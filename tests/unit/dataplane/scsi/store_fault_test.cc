@@ -230,5 +230,30 @@ TEST(StoreFault, DelayFallsOnlyOnTheChosenCalls) {
   EXPECT_EQ(never, 0);
 }
 
+// A byte range and a cap make the choice deterministic: the first two writes touching block 3
+// are delayed (a command and its retry), nothing else ever is.
+TEST(StoreFault, ARangeAndACapChooseExactlyTheseCalls) {
+  backing::FaultSpec f;
+  f.delay = std::chrono::milliseconds(10000);
+  f.reads = false;
+  f.offset = 3 * kBlock + 100;  // inside block 3: a call overlapping any of it matches
+  f.length = 1;
+  f.max_faults = 2;
+  std::vector<uint64_t> deferred;
+  uint64_t next = 0;
+  FaultyLun lun(f, [&](unsigned, std::chrono::milliseconds, std::function<void()> fn) {
+    deferred.push_back(next);
+    fn();
+  });
+  for (uint32_t lba : {0u, 2u, 4u, 3u, 5u, 3u, 3u, 3u}) {
+    next = lba;
+    EXPECT_EQ(lun.Write10(lba).status, ScsiStatus::kGood);
+  }
+  EXPECT_EQ(lun.SyncCache().status, ScsiStatus::kGood);  // flushes have no range: never chosen
+  next = 3;
+  EXPECT_EQ(lun.Read10(3).status, ScsiStatus::kGood);  // reads are not chosen
+  EXPECT_EQ(deferred, (std::vector<uint64_t>{3, 3}));
+}
+
 }  // namespace
 }  // namespace iscsigw::scsi
