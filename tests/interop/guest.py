@@ -149,6 +149,9 @@ class Guest:
         while not os.path.exists(ready):
             if self.proc.poll() is not None:
                 raise GuestFailed(self.report(f"guest ended before step {name}"))
+            if self.series is not None and os.path.exists(self._path("result")):
+                raise GuestFailed(self.report(f"scenario {self.scenario} ended before step "
+                                              f"{name}"))
             if time.monotonic() > deadline:
                 raise GuestFailed(self.report(f"guest did not reach step {name} in {timeout}s"))
             time.sleep(0.1)
