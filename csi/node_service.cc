@@ -1162,6 +1162,9 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
   });
   auto probe = [call, path, stat = stat_volume_, probes = stats_probes_] {
     auto got = stat(path);
+    // The probe has returned: its slot is free before the caller hears of it, so that a next
+    // call never finds it still counted among the hung ones.
+    probes->fetch_sub(1);
     if (!got.ok()) {
       call->Answer(ToGrpcStatus(got.status()), nullptr);
     } else {
@@ -1181,7 +1184,6 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
       }
       call->Answer(grpc::Status::OK, &out);
     }
-    probes->fetch_sub(1);
   };
   try {
     std::thread(std::move(probe)).detach();
