@@ -15,8 +15,8 @@
 #   The two trees' tests run at the same time, each tree one daemon at a time (ctest's daemon_cpu
 #   lock) and the release tree one kernel-initiator guest beside it (the lock guest); the brief
 #   fuzzing runs beside them at a low priority, mostly on what the tests leave idle. Tests that
-#   measure (label `alone`) run last, with nothing else on the machine. A failing build stops the run; a failing test stage does not stop
-#   the next one.
+#   measure (label `alone`) run last, with nothing else on the machine. A failing build stops
+#   the run; a failing test stage does not stop the next one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 readonly BUDGET_S=3600

@@ -256,8 +256,7 @@ class GuestSeries:
         return self.boot.console_path if self.boot else os.devnull
 
     def guest(self, scenario, env):
-        env = boot_env(env, self.options["bin_dir"])
-        if env["INITIATOR_NAME"] != self.env["INITIATOR_NAME"]:
+        if env.get("INITIATOR_NAME", GUEST_IQN) != self.env["INITIATOR_NAME"]:
             raise ValueError("a series' scenarios share the boot's initiator name")
         if self.boot is None or self.boot.proc.poll() is not None:
             self.close()
@@ -271,12 +270,17 @@ class GuestSeries:
         self.n += 1
         return d
 
+    @staticmethod
+    def hand(directory, scenario, env):
+        """Makes DIRECTORY with its scenario files in one step (a rename), so that the guest,
+        which waits for DIRECTORY/scenario, never reads it half written."""
+        os.mkdir(directory + ".tmp")
+        write_scenario(directory + ".tmp", scenario, env)
+        os.rename(directory + ".tmp", directory)
+
     def run(self, guest):
         """Hands the guest's scenario to the boot; returns the boot's process."""
-        tmp = guest.run_dir + ".tmp"
-        os.mkdir(tmp)
-        write_scenario(tmp, guest.scenario, guest.env)
-        os.rename(tmp, guest.run_dir)
+        self.hand(guest.run_dir, guest.scenario, guest.env)
         return self.boot.proc
 
     def close(self, kill=False):
@@ -286,10 +290,7 @@ class GuestSeries:
             return
         if not kill and boot.proc.poll() is None:
             try:
-                d = os.path.join(boot.run_dir, f"s{self.n}")
-                os.mkdir(d + ".tmp")
-                write_scenario(d + ".tmp", "poweroff", {})
-                os.rename(d + ".tmp", d)
+                self.hand(os.path.join(boot.run_dir, f"s{self.n}"), "poweroff", {})
                 boot.proc.wait(30)
             except (OSError, subprocess.TimeoutExpired):
                 pass
