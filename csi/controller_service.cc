@@ -18,12 +18,12 @@ namespace gw = iscsigw::v1;
 using ::csi::v1::ControllerServiceCapability;
 using ::csi::v1::VolumeContentSource;
 using Stub = gw::GatewayService::Stub;
-using grpc::StatusCode;
+using GrpcCode = grpc::StatusCode;
 
 // Gateway pages are read at their largest: a listing needs every target to filter and sort.
 constexpr int kGatewayPage = 1000;
 
-grpc::Status Invalid(const std::string& msg) { return {StatusCode::INVALID_ARGUMENT, msg}; }
+grpc::Status Invalid(const std::string& msg) { return {GrpcCode::INVALID_ARGUMENT, msg}; }
 
 // A gateway error as the CSI error of the call that made it (CSI spec, the error tables of each
 // RPC): the codes the gateway shares with CSI pass through (INVALID_ARGUMENT, NOT_FOUND,
@@ -34,23 +34,23 @@ grpc::Status FromGateway(const std::string& what, const grpc::Status& s) {
   if (s.ok()) return s;
   const std::string msg = "gateway " + what + ": " + s.error_message();
   switch (s.error_code()) {
-    case StatusCode::INVALID_ARGUMENT:
-    case StatusCode::NOT_FOUND:
-    case StatusCode::ALREADY_EXISTS:
-    case StatusCode::OUT_OF_RANGE:
-    case StatusCode::RESOURCE_EXHAUSTED:
-    case StatusCode::FAILED_PRECONDITION:
-    case StatusCode::DEADLINE_EXCEEDED:
+    case GrpcCode::INVALID_ARGUMENT:
+    case GrpcCode::NOT_FOUND:
+    case GrpcCode::ALREADY_EXISTS:
+    case GrpcCode::OUT_OF_RANGE:
+    case GrpcCode::RESOURCE_EXHAUSTED:
+    case GrpcCode::FAILED_PRECONDITION:
+    case GrpcCode::DEADLINE_EXCEEDED:
       return {s.error_code(), msg};
-    case StatusCode::UNAVAILABLE:
-    case StatusCode::CANCELLED:
-    case StatusCode::UNAUTHENTICATED:
-    case StatusCode::PERMISSION_DENIED:
-      return {StatusCode::UNAVAILABLE, "cannot reach the " + msg};
-    case StatusCode::UNIMPLEMENTED:
-      return {StatusCode::FAILED_PRECONDITION, msg + " (a gateway older than this plugin?)"};
+    case GrpcCode::UNAVAILABLE:
+    case GrpcCode::CANCELLED:
+    case GrpcCode::UNAUTHENTICATED:
+    case GrpcCode::PERMISSION_DENIED:
+      return {GrpcCode::UNAVAILABLE, "cannot reach the " + msg};
+    case GrpcCode::UNIMPLEMENTED:
+      return {GrpcCode::FAILED_PRECONDITION, msg + " (a gateway older than this plugin?)"};
     default:
-      return {StatusCode::INTERNAL, msg};
+      return {GrpcCode::INTERNAL, msg};
   }
 }
 
@@ -58,9 +58,9 @@ grpc::Status Guarded(const std::function<grpc::Status()>& fn) {
   try {
     return fn();
   } catch (const std::exception& e) {
-    return {StatusCode::INTERNAL, std::string("internal error: ") + e.what()};
+    return {GrpcCode::INTERNAL, std::string("internal error: ") + e.what()};
   } catch (...) {
-    return {StatusCode::INTERNAL, "internal error"};
+    return {GrpcCode::INTERNAL, "internal error"};
   }
 }
 
@@ -74,8 +74,8 @@ std::string NodeIdOf(const gw::AclEntry& e) {
 // A gateway call whose outcome is not known: it may have been done, or may still be under way
 // (a copy goes on past its caller's deadline), or may never have arrived.
 bool Unsettled(const grpc::Status& s) {
-  return s.error_code() == StatusCode::DEADLINE_EXCEEDED ||
-         s.error_code() == StatusCode::UNAVAILABLE || s.error_code() == StatusCode::CANCELLED;
+  return s.error_code() == GrpcCode::DEADLINE_EXCEEDED || s.error_code() == GrpcCode::UNAVAILABLE ||
+         s.error_code() == GrpcCode::CANCELLED;
 }
 
 // The answer to a CreateVolume whose gateway create is not settled: a code the CO retries on
@@ -83,10 +83,10 @@ bool Unsettled(const grpc::Status& s) {
 // reachable), never a rollback of what may be, or become, the volume.
 grpc::Status Pending(const std::string& what, const std::string& call, const grpc::Status& s) {
   const std::string msg = what + " (gateway " + call + ": " + s.error_message() + "); retry";
-  if (s.error_code() == StatusCode::UNAVAILABLE || s.error_code() == StatusCode::CANCELLED) {
-    return {StatusCode::UNAVAILABLE, msg};
+  if (s.error_code() == GrpcCode::UNAVAILABLE || s.error_code() == GrpcCode::CANCELLED) {
+    return {GrpcCode::UNAVAILABLE, msg};
   }
-  return {StatusCode::ABORTED, msg};
+  return {GrpcCode::ABORTED, msg};
 }
 
 // The target `t` found under volume_id is the volume this request makes: the same name from
@@ -96,14 +96,14 @@ grpc::Status CheckOwner(const gw::Target& t, const std::string& volume_id, const
   if (t.alias() == alias) return grpc::Status::OK;
   const std::string mine = std::string(kVolumeAliasPrefix) + name;
   if (t.alias() == mine || t.alias().starts_with(mine + " <")) {
-    return {StatusCode::ALREADY_EXISTS,
+    return {GrpcCode::ALREADY_EXISTS,
             "volume " + volume_id + " (" + name + ") exists as '" + t.alias() +
                 "'; this request, with another content source or CHAP scheme, would make '" +
                 alias + "'"};
   }
-  return {StatusCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " + t.name() +
-                                          " (alias '" + t.alias() + "'), which is not volume " +
-                                          name};
+  return {GrpcCode::ALREADY_EXISTS, "volume_id " + volume_id + " is taken by target " + t.name() +
+                                        " (alias '" + t.alias() + "'), which is not volume " +
+                                        name};
 }
 
 // What nodes are told to log in to: --advertise, else the portals the gateway listens on.
@@ -122,16 +122,16 @@ grpc::Status CheckPortals(const gw::GatewayInfo& info) {
   for (const auto& p : Portals(info)) {
     if (!IsUnspecifiedPortal(p)) continue;
     if (info.advertised().empty()) {
-      return {StatusCode::FAILED_PRECONDITION,
+      return {GrpcCode::FAILED_PRECONDITION,
               "the gateway listens on " + p +
                   " and advertises nothing: start iscsigwd with --advertise"};
     }
-    return {StatusCode::FAILED_PRECONDITION,
+    return {GrpcCode::FAILED_PRECONDITION,
             "the gateway advertises " + p +
                 ", an unspecified address: give iscsigwd --advertise the address nodes reach"};
   }
   if (Portals(info).empty()) {
-    return {StatusCode::FAILED_PRECONDITION, "the gateway has no iSCSI portal to hand out"};
+    return {GrpcCode::FAILED_PRECONDITION, "the gateway has no iSCSI portal to hand out"};
   }
   return grpc::Status::OK;
 }
@@ -166,7 +166,7 @@ grpc::Status Page(const std::vector<T>& sorted, IdOf id_of, const std::string& t
   if (!token.empty()) {
     auto after = ParsePageToken(token);
     // CSI spec: ABORTED for a starting_token the plugin cannot use.
-    if (!after) return {StatusCode::ABORTED, "starting_token '" + token + "' is not one of ours"};
+    if (!after) return {GrpcCode::ABORTED, "starting_token '" + token + "' is not one of ours"};
     it = std::upper_bound(sorted.begin(), sorted.end(), *after,
                           [&](const std::string& a, const T& v) { return a < id_of(v); });
   }
@@ -224,25 +224,25 @@ ControllerService::Reactor* ControllerService::Queued(Ctx* ctx, const char* rpc,
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
-      r->Finish({StatusCode::UNAVAILABLE, "the plugin is shutting down"});
+      r->Finish({GrpcCode::UNAVAILABLE, "the plugin is shutting down"});
       return r;
     }
     if (queue_.size() >= options_.max_queued_calls) {
       log::Ctl().warn("{}: refused: {} calls are already queued", rpc, queue_.size());
-      r->Finish({StatusCode::RESOURCE_EXHAUSTED,
+      r->Finish({GrpcCode::RESOURCE_EXHAUSTED,
                  std::to_string(queue_.size()) + " calls are already queued; retry later"});
       return r;
     }
     queue_.push_back([this, ctx, r, rpc, fn = std::move(fn)](bool run) {
       if (!run) {
-        r->Finish({StatusCode::UNAVAILABLE, "the plugin is shutting down"});
+        r->Finish({GrpcCode::UNAVAILABLE, "the plugin is shutting down"});
         return;
       }
       // The caller gave up while the call waited: nothing asks for the answer any more, and
       // the CO retries with a fresh call.
       if (ctx->IsCancelled() || ctx->deadline() < std::chrono::system_clock::now()) {
         log::Ctl().info("{}: the caller gave up while the call was queued", rpc);
-        r->Finish({StatusCode::DEADLINE_EXCEEDED, "the call waited past its deadline"});
+        r->Finish({GrpcCode::DEADLINE_EXCEEDED, "the call waited past its deadline"});
         return;
       }
       call_deadline_ = ctx->deadline();
@@ -273,13 +273,13 @@ grpc::Status ControllerService::GetVolumeTarget(const std::string& volume_id, gw
   // Only names this plugin makes are looked up: anything else (a full IQN, a control character)
   // cannot be one of its volumes.
   if (!IsPlainVolumeName(volume_id)) {
-    return {StatusCode::NOT_FOUND, "volume " + volume_id + " not found"};
+    return {GrpcCode::NOT_FOUND, "volume " + volume_id + " not found"};
   }
   gw::GetTargetRequest req;
   req.set_name(volume_id);
   grpc::Status s = gateway_->GetTarget(GatewayCtx().get(), req, target);
-  if (s.error_code() == StatusCode::NOT_FOUND || (s.ok() && !IsVolume(*target))) {
-    return {StatusCode::NOT_FOUND, "volume " + volume_id + " not found"};
+  if (s.error_code() == GrpcCode::NOT_FOUND || (s.ok() && !IsVolume(*target))) {
+    return {GrpcCode::NOT_FOUND, "volume " + volume_id + " not found"};
   }
   return FromGateway("GetTarget " + volume_id, s);
 }
@@ -375,7 +375,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       filter.set_name(id);
       if (grpc::Status s = ListAllSnapshots(filter, &found); !s.ok()) return s;
     }
-    if (found.empty()) return {StatusCode::NOT_FOUND, "source snapshot " + id + " not found"};
+    if (found.empty()) return {GrpcCode::NOT_FOUND, "source snapshot " + id + " not found"};
     source_block_size = found[0].block_size();
     v.source_bytes = found[0].size_bytes();
     source_what = "snapshot " + id;
@@ -384,12 +384,12 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     if (id.empty()) return Invalid("volume_content_source.volume.volume_id is empty");
     gw::Target src;
     grpc::Status s = GetVolumeTarget(id, &src);
-    if (s.error_code() == StatusCode::NOT_FOUND) {
-      return {StatusCode::NOT_FOUND, "source volume " + id + " not found"};
+    if (s.error_code() == GrpcCode::NOT_FOUND) {
+      return {GrpcCode::NOT_FOUND, "source volume " + id + " not found"};
     }
     if (!s.ok()) return s;
     const gw::Lun* l = Lun0(src);
-    if (l == nullptr) return {StatusCode::NOT_FOUND, "source volume " + id + " has no LUN 0"};
+    if (l == nullptr) return {GrpcCode::NOT_FOUND, "source volume " + id + " has no LUN 0"};
     source_block_size = l->block_size() ? l->block_size() : 512;
     v.source_bytes = l->size_bytes();
     source_what = "volume " + id;
@@ -412,7 +412,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     return FromGateway("GetGatewayInfo", s);
   }
   if (info.lun_dir().empty()) {
-    return {StatusCode::FAILED_PRECONDITION,
+    return {GrpcCode::FAILED_PRECONDITION,
             "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
   }
   if (grpc::Status s = CheckPortals(info); !s.ok()) return s;
@@ -429,7 +429,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       if (grpc::Status o = CheckOwner(target, v.volume_id, v.name, v.alias); !o.ok()) return o;
       if (Lun0(target) != nullptr) return AnswerExisting(v, target, resp);
       have_target = true;
-    } else if (s.error_code() != StatusCode::NOT_FOUND) {
+    } else if (s.error_code() != GrpcCode::NOT_FOUND) {
       return FromGateway("GetTarget " + v.volume_id, s);
     }
   }
@@ -438,15 +438,15 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   if (v.has_source) {
     const int64_t limit = v.range ? v.range->limit_bytes() : 0;
     if (limit > 0 && v.source_bytes > static_cast<uint64_t>(limit)) {
-      return {StatusCode::OUT_OF_RANGE,
+      return {GrpcCode::OUT_OF_RANGE,
               "source " + source_what + " has " + std::to_string(v.source_bytes) +
                   " bytes, over capacity_range.limit_bytes " + std::to_string(limit)};
     }
     if (v.size != 0 && v.size < v.source_bytes) {
-      return {StatusCode::OUT_OF_RANGE,
-              "capacity_range.required_bytes " + std::to_string(v.range->required_bytes()) +
-                  " is smaller than the " + std::to_string(v.source_bytes) + " bytes of source " +
-                  source_what};
+      return {GrpcCode::OUT_OF_RANGE, "capacity_range.required_bytes " +
+                                          std::to_string(v.range->required_bytes()) +
+                                          " is smaller than the " + std::to_string(v.source_bytes) +
+                                          " bytes of source " + source_what};
     }
   }
 
@@ -477,17 +477,17 @@ grpc::Status ControllerService::MakeTarget(const NewVolume& v, gw::Target* targe
   get.set_name(v.volume_id);
   for (int attempt = 0;; ++attempt) {
     grpc::Status s = gateway_->CreateTarget(GatewayCtx().get(), create, target);
-    if (s.error_code() == StatusCode::UNAVAILABLE) {
+    if (s.error_code() == GrpcCode::UNAVAILABLE) {
       s = gateway_->CreateTarget(GatewayCtx().get(), create, target);  // same request_id
     }
-    if (s.error_code() == StatusCode::INVALID_ARGUMENT && !create.request_id().empty()) {
+    if (s.error_code() == GrpcCode::INVALID_ARGUMENT && !create.request_id().empty()) {
       // The gateway remembers the ids of creates it did; this id may be a deleted volume's of
       // the same name whose secrets were others (they are not in the id). Without an id the
       // request stands on its own: a real refusal comes back as it is.
       create.clear_request_id();
       continue;
     }
-    if (!s.ok() && s.error_code() != StatusCode::ALREADY_EXISTS && !Unsettled(s)) {
+    if (!s.ok() && s.error_code() != GrpcCode::ALREADY_EXISTS && !Unsettled(s)) {
       return FromGateway("CreateTarget " + v.volume_id, s);
     }
     // Made, made by an earlier call, or not known: what the gateway has now decides.
@@ -497,7 +497,7 @@ grpc::Status ControllerService::MakeTarget(const NewVolume& v, gw::Target* targe
       *created = s.ok();
       return grpc::Status::OK;
     }
-    if (r.error_code() == StatusCode::NOT_FOUND && s.ok() && attempt == 0) {
+    if (r.error_code() == GrpcCode::NOT_FOUND && s.ok() && attempt == 0) {
       // An answer remembered from a deleted volume of the same name and request: make it anew.
       log::Ctl().info("CreateVolume {}: the gateway answered from an earlier volume; again", v.who);
       create.clear_request_id();
@@ -536,10 +536,10 @@ grpc::Status ControllerService::MakeLun(const NewVolume& v, bool created_target,
   for (int attempt = 0;; ++attempt) {
     gw::Lun lun;
     grpc::Status s = gateway_->CreateLun(GatewayCtx(timeout).get(), create, &lun);
-    if (s.error_code() == StatusCode::UNAVAILABLE) {
+    if (s.error_code() == GrpcCode::UNAVAILABLE) {
       s = gateway_->CreateLun(GatewayCtx(timeout).get(), create, &lun);  // same request_id
     }
-    if (!s.ok() && s.error_code() != StatusCode::ALREADY_EXISTS && !Unsettled(s)) {
+    if (!s.ok() && s.error_code() != GrpcCode::ALREADY_EXISTS && !Unsettled(s)) {
       // The gateway refused it: no LUN was made. A target this call made for it goes again, so
       // that nothing is left of a refused volume; an earlier call's target is left for the retry
       // (or for DeleteVolume): that call may have a LUN on its way to it.
@@ -548,7 +548,7 @@ grpc::Status ControllerService::MakeLun(const NewVolume& v, bool created_target,
         del.set_name(v.volume_id);
         gw::DeleteTargetResponse out;
         grpc::Status d = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
-        if (!d.ok() && d.error_code() != StatusCode::NOT_FOUND) {
+        if (!d.ok() && d.error_code() != GrpcCode::NOT_FOUND) {
           log::Ctl().warn("CreateVolume {}: target not removed after the refused LUN: {}", v.who,
                           d.error_message());
         }
@@ -576,7 +576,7 @@ grpc::Status ControllerService::MakeLun(const NewVolume& v, bool created_target,
       create.clear_request_id();
       continue;
     }
-    if (s.ok()) s = r.ok() ? grpc::Status(StatusCode::INTERNAL, "LUN 0 is not there") : r;
+    if (s.ok()) s = r.ok() ? grpc::Status(GrpcCode::INTERNAL, "LUN 0 is not there") : r;
     return Pending(v.who + ": its LUN 0 is not made yet" +
                        (v.has_source ? std::string(" (the copy of its source may still run)") : ""),
                    "CreateLun", s);
@@ -591,7 +591,7 @@ grpc::Status ControllerService::AnswerExisting(const NewVolume& v, const gw::Tar
   const bool size_ok = CapacityFits(have->size_bytes(), v.range);
   if (!size_ok || have_bs != v.params.block_size || have->file().thick() != v.params.thick ||
       have->file().direct() != v.params.direct) {
-    return {StatusCode::ALREADY_EXISTS,
+    return {GrpcCode::ALREADY_EXISTS,
             v.who + " exists with " + std::to_string(have->size_bytes()) + " bytes, block size " +
                 std::to_string(have_bs) + ", " + (have->file().thick() ? "thick" : "thin") +
                 (have->file().direct() ? ", direct" : "") + ": incompatible with this request"};
@@ -625,15 +625,15 @@ grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   gw::Target target;
   grpc::Status s = GetVolumeTarget(id, &target);
   // CSI spec: deleting a volume that is not there is success (the call is idempotent).
-  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (s.error_code() == GrpcCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return s;
   // A node that still has the volume would lose what it writes: a CO unpublishes before it
   // deletes (CSI spec: FAILED_PRECONDITION for a volume in use).
   if (!target.acl().empty()) {
     std::string nodes;
     for (const auto& e : target.acl()) nodes += (nodes.empty() ? "" : ", ") + NodeIdOf(e);
-    return {StatusCode::FAILED_PRECONDITION, "volume " + id + " is published to node " + nodes +
-                                                 ": ControllerUnpublishVolume it first"};
+    return {GrpcCode::FAILED_PRECONDITION, "volume " + id + " is published to node " + nodes +
+                                               ": ControllerUnpublishVolume it first"};
   }
   gw::ListSessionsRequest ls;
   ls.set_target(id);
@@ -642,7 +642,7 @@ grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   if (!s.ok()) return FromGateway("ListSessions " + id, s);
   for (const auto& session : sessions.sessions()) {
     if (session.discovery()) continue;
-    return {StatusCode::FAILED_PRECONDITION,
+    return {GrpcCode::FAILED_PRECONDITION,
             "volume " + id + " has a session from " + session.initiator_name() + " (tsih " +
                 std::to_string(session.tsih()) + "): it is in use; log the node out first"};
   }
@@ -652,7 +652,7 @@ grpc::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   // (FAILED_PRECONDITION) rather than drop it.
   gw::DeleteTargetResponse out;
   s = gateway_->DeleteTarget(GatewayCtx().get(), del, &out);
-  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (s.error_code() == GrpcCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return FromGateway("DeleteTarget " + id, s);
   log::Ctl().info("DeleteVolume: volume {} ({}) deleted, {} file(s) removed", id, target.alias(),
                   out.backing_files_removed());
@@ -685,9 +685,9 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   // Every supported access mode is single-node: a second node writing the same file system
   // would corrupt it (CSI spec: FAILED_PRECONDITION, published to another node).
   if (same == nullptr && !target.acl().empty()) {
-    return {StatusCode::FAILED_PRECONDITION,
-            "volume " + req.volume_id() + " is published to node " + NodeIdOf(target.acl(0)) +
-                "; unpublish it there first"};
+    return {GrpcCode::FAILED_PRECONDITION, "volume " + req.volume_id() + " is published to node " +
+                                               NodeIdOf(target.acl(0)) +
+                                               "; unpublish it there first"};
   }
   if (same != nullptr) {
     // The same initiator name from other addresses: the node's address changed, or its plugin
@@ -696,7 +696,7 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
     std::string elsewhere;
     if (grpc::Status s = SessionElsewhere(req.volume_id(), *node, &elsewhere); !s.ok()) return s;
     if (!elsewhere.empty()) {
-      return {StatusCode::FAILED_PRECONDITION,
+      return {GrpcCode::FAILED_PRECONDITION,
               "volume " + req.volume_id() + " is published to node " + NodeIdOf(*same) +
                   ", which has a session from " + elsewhere + "; unpublish it there first"};
     }
@@ -708,7 +708,7 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
     rm.set_drop_sessions(false);
     gw::RemoveAclEntryResponse out;
     grpc::Status s = gateway_->RemoveAclEntry(GatewayCtx().get(), rm, &out);
-    if (!s.ok() && s.error_code() != StatusCode::NOT_FOUND) {
+    if (!s.ok() && s.error_code() != GrpcCode::NOT_FOUND) {
       return FromGateway("RemoveAclEntry " + req.volume_id(), s);
     }
   }
@@ -720,17 +720,17 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   for (const auto& a : node->addresses) add.mutable_entry()->add_sources(a);
   gw::AclEntry out;
   grpc::Status s = gateway_->AddAclEntry(GatewayCtx().get(), add, &out);
-  if (s.error_code() == StatusCode::ALREADY_EXISTS) {
+  if (s.error_code() == GrpcCode::ALREADY_EXISTS) {
     // An earlier call's add that outlived its caller: published already if it added this.
     if (grpc::Status g = GetVolumeTarget(req.volume_id(), &target); !g.ok()) return g;
     for (const auto& e : target.acl()) {
       if (NodeIdOf(e) == wanted) return grpc::Status::OK;
     }
-    return {StatusCode::ABORTED, "volume " + req.volume_id() + ": the ACL entry of " +
-                                     node->initiator + " changed meanwhile; retry"};
+    return {GrpcCode::ABORTED, "volume " + req.volume_id() + ": the ACL entry of " +
+                                   node->initiator + " changed meanwhile; retry"};
   }
-  if (s.error_code() == StatusCode::NOT_FOUND) {
-    return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " not found"};
+  if (s.error_code() == GrpcCode::NOT_FOUND) {
+    return {GrpcCode::NOT_FOUND, "volume " + req.volume_id() + " not found"};
   }
   if (!s.ok()) return FromGateway("AddAclEntry " + req.volume_id(), s);
   log::Ctl().info("ControllerPublishVolume: volume {} published to {}{}", req.volume_id(), wanted,
@@ -767,7 +767,7 @@ grpc::Status ControllerService::DoUnpublish(
   gw::Target target;
   grpc::Status s = GetVolumeTarget(req.volume_id(), &target);
   // CSI spec: a volume or a node that is gone is unpublished already.
-  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (s.error_code() == GrpcCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return s;
   std::vector<std::string> nodes;
   if (!req.node_id().empty()) {
@@ -802,7 +802,7 @@ grpc::Status ControllerService::DoUnpublish(
     rm.set_drop_sessions(true);
     gw::RemoveAclEntryResponse out;
     s = gateway_->RemoveAclEntry(GatewayCtx().get(), rm, &out);
-    if (s.error_code() == StatusCode::NOT_FOUND) continue;
+    if (s.error_code() == GrpcCode::NOT_FOUND) continue;
     if (!s.ok()) return FromGateway("RemoveAclEntry " + req.volume_id(), s);
     log::Ctl().info("ControllerUnpublishVolume: volume {} unpublished from {} ({} session(s))",
                     req.volume_id(), node, out.sessions_dropped());
@@ -844,8 +844,7 @@ grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
     return Invalid("max_entries " + std::to_string(req.max_entries()) + " is negative");
   }
   if (!req.starting_token().empty() && !ParsePageToken(req.starting_token())) {
-    return {StatusCode::ABORTED,
-            "starting_token '" + req.starting_token() + "' is not one of ours"};
+    return {GrpcCode::ABORTED, "starting_token '" + req.starting_token() + "' is not one of ours"};
   }
   std::vector<gw::Target> all;
   if (grpc::Status s = ListAllTargets(&all); !s.ok()) return s;
@@ -894,8 +893,8 @@ grpc::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityReques
   }
   gw::Capacity cap;
   grpc::Status s = gateway_->GetCapacity(GatewayCtx().get(), {}, &cap);
-  if (s.error_code() == StatusCode::FAILED_PRECONDITION) {
-    return {StatusCode::FAILED_PRECONDITION,
+  if (s.error_code() == GrpcCode::FAILED_PRECONDITION) {
+    return {GrpcCode::FAILED_PRECONDITION,
             "the gateway has no LUN directory for volume files: start iscsigwd with --lun-dir"};
   }
   if (!s.ok()) return FromGateway("GetCapacity", s);
@@ -917,8 +916,8 @@ grpc::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshot
   }
   gw::Target source;
   if (grpc::Status s = GetVolumeTarget(req.source_volume_id(), &source); !s.ok()) {
-    if (s.error_code() != StatusCode::NOT_FOUND) return s;
-    return {StatusCode::NOT_FOUND, "source volume " + req.source_volume_id() + " not found"};
+    if (s.error_code() != GrpcCode::NOT_FOUND) return s;
+    return {GrpcCode::NOT_FOUND, "source volume " + req.source_volume_id() + " not found"};
   }
   gw::CreateSnapshotRequest create;
   create.set_name(SnapshotIdForName(req.name()));
@@ -950,7 +949,7 @@ grpc::Status ControllerService::DoDeleteSnapshot(const ::csi::v1::DeleteSnapshot
   del.set_name(id);
   gw::DeleteSnapshotResponse out;
   grpc::Status s = gateway_->DeleteSnapshot(GatewayCtx().get(), del, &out);
-  if (s.error_code() == StatusCode::NOT_FOUND) return grpc::Status::OK;
+  if (s.error_code() == GrpcCode::NOT_FOUND) return grpc::Status::OK;
   if (!s.ok()) return FromGateway("DeleteSnapshot " + id, s);
   log::Ctl().info("DeleteSnapshot: snapshot {} deleted", id);
   return grpc::Status::OK;
@@ -962,8 +961,7 @@ grpc::Status ControllerService::DoListSnapshots(const ::csi::v1::ListSnapshotsRe
     return Invalid("max_entries " + std::to_string(req.max_entries()) + " is negative");
   }
   if (!req.starting_token().empty() && !ParsePageToken(req.starting_token())) {
-    return {StatusCode::ABORTED,
-            "starting_token '" + req.starting_token() + "' is not one of ours"};
+    return {GrpcCode::ABORTED, "starting_token '" + req.starting_token() + "' is not one of ours"};
   }
   // CSI spec: filters that match nothing give an empty list, not an error.
   if (!req.snapshot_id().empty() && !IsCsiSnapshotId(req.snapshot_id())) {
@@ -1011,15 +1009,15 @@ grpc::Status ControllerService::DoExpand(const ::csi::v1::ControllerExpandVolume
   gw::Target target;
   if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
   const gw::Lun* l = Lun0(target);
-  if (l == nullptr) return {StatusCode::NOT_FOUND, "volume " + req.volume_id() + " has no LUN 0"};
+  if (l == nullptr) return {GrpcCode::NOT_FOUND, "volume " + req.volume_id() + " has no LUN 0"};
   const uint32_t bs = l->block_size() ? l->block_size() : 512;
   const uint64_t current = l->size_bytes();
   const auto want = RoundUp(static_cast<uint64_t>(range.required_bytes()), bs);
   const uint64_t limit = static_cast<uint64_t>(range.limit_bytes());
   if (!want || (limit > 0 && *want > limit)) {
-    return {StatusCode::OUT_OF_RANGE, "required_bytes " + std::to_string(range.required_bytes()) +
-                                          " rounded up to the block size " + std::to_string(bs) +
-                                          " exceeds limit_bytes " + std::to_string(limit)};
+    return {GrpcCode::OUT_OF_RANGE, "required_bytes " + std::to_string(range.required_bytes()) +
+                                        " rounded up to the block size " + std::to_string(bs) +
+                                        " exceeds limit_bytes " + std::to_string(limit)};
   }
   uint64_t size = current;
   if (*want > current) {
@@ -1037,9 +1035,9 @@ grpc::Status ControllerService::DoExpand(const ::csi::v1::ControllerExpandVolume
   } else if (limit > 0 && current > limit) {
     // CSI spec: a volume already at least as large is success, unless it exceeds the limit;
     // a LUN never shrinks.
-    return {StatusCode::OUT_OF_RANGE, "volume " + req.volume_id() + " has " +
-                                          std::to_string(current) + " bytes, over limit_bytes " +
-                                          std::to_string(limit) + "; volumes do not shrink"};
+    return {GrpcCode::OUT_OF_RANGE, "volume " + req.volume_id() + " has " +
+                                        std::to_string(current) + " bytes, over limit_bytes " +
+                                        std::to_string(limit) + "; volumes do not shrink"};
   }
   resp->set_capacity_bytes(ToInt64(size));
   // Always: the node's initiator must rescan its sessions to see the new size, block volume or

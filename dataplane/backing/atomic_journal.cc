@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
-#include <system_error>
 #include <vector>
 
 #include "dataplane/backing/posix_io.h"
@@ -39,8 +38,6 @@ boost::asio::thread_pool& JournalPool() {
   static boost::asio::thread_pool pool(4);
   return pool;
 }
-
-std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
 int SyncFd(int fd) { return ::fdatasync(fd) == 0 ? 0 : errno; }
 

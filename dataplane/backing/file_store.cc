@@ -16,7 +16,6 @@
 #include <cerrno>
 #include <mutex>
 #include <string>
-#include <system_error>
 #include <utility>
 
 #include "dataplane/backing/op_pool.h"
@@ -28,8 +27,6 @@ namespace iscsigw::backing {
 namespace {
 
 namespace asio = boost::asio;
-
-std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
 Status OpenError(const std::string& path, std::string_view what, int err) {
   return IoError("file store " + path + ": " + std::string(what) + ": " + ErrnoText(err));

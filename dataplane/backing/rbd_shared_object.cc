@@ -7,15 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <string_view>
-#include <system_error>
 #include <utility>
 
 #include "dataplane/base/log.h"
 
 namespace iscsigw::backing {
 namespace {
-
-std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
 // "<origin> <version> <data length>\n<data><events>": the notify payload. The origin names the
 // notifying object, so that it does not apply its own notify (another object of the same image in

@@ -17,7 +17,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -29,8 +28,6 @@ namespace iscsigw::backing {
 namespace {
 
 namespace asio = boost::asio;
-
-std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
 // Read-modify-writes, writes that wait behind one, and object map queries block a thread of this
 // pool (shared by every rbd store), never a reactor.

@@ -1,5 +1,7 @@
 #include "dataplane/base/status.h"
 
+#include <system_error>
+
 namespace iscsigw {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -37,5 +39,7 @@ std::string Status::ToString() const {
   s += message_;
   return s;
 }
+
+std::string ErrnoText(int err) { return std::error_code(err, std::system_category()).message(); }
 
 }  // namespace iscsigw

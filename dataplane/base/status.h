@@ -58,6 +58,8 @@ inline Status PermissionDenied(std::string msg) {
   return Status(StatusCode::kPermissionDenied, std::move(msg));
 }
 inline Status IoError(std::string msg) { return Status(StatusCode::kIoError, std::move(msg)); }
+// The system's text for an errno value (strerror's, but thread-safe), for error messages.
+std::string ErrnoText(int err);
 inline Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
 
 // Result<T>: a value or an error Status. Access value() only when ok().

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "dataplane/scsi/engine.h"
+#include "dataplane/scsi/sense.h"
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi::internal {
@@ -35,6 +36,12 @@ using Handler = Disposition (*)(const Command& cmd);
 // Copies min(len, alloc_len, task.buf_cap) bytes of parameter data into task.buf as the Data-In
 // (SPC-4 4.2.5.6: the device server truncates to the allocation length without error).
 void ReturnData(Task& task, const uint8_t* data, size_t len, size_t alloc_len);
+
+// INVALID FIELD IN PARAMETER LIST at parameter byte `byte` (SPC-4 4.5.2); the command is done.
+inline Disposition BadParameter(Task& task, uint16_t byte) {
+  SetInvalidFieldInParameterList(task, byte);
+  return Disposition::kDone;
+}
 
 // SPC-4 commands (spc.cc).
 Disposition TestUnitReady(const Command& cmd);

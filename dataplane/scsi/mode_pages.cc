@@ -234,12 +234,6 @@ Disposition ModeSense(const Command& cmd, bool ten) {
   return Disposition::kDone;
 }
 
-// INVALID FIELD IN PARAMETER LIST at parameter byte `byte`; the command is done.
-Disposition BadParameter(Task& task, uint16_t byte) {
-  SetInvalidFieldInParameterList(task, byte);
-  return Disposition::kDone;
-}
-
 void ParameterListLengthError(Task& task) {
   SetCheckCondition(task, SenseKey::kIllegalRequest, Asc::kParameterListLengthError);
 }

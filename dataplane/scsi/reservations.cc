@@ -297,12 +297,6 @@ void RaiseForRegistrants(ProutEffects& fx, const std::vector<Reservations::Regis
   }
 }
 
-// INVALID FIELD IN PARAMETER LIST at parameter byte `byte`; the command is done.
-Disposition BadParameter(Task& task, uint16_t byte) {
-  SetInvalidFieldInParameterList(task, byte);
-  return Disposition::kDone;
-}
-
 void PersistDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
   // The change took effect but could not be made durable: say so instead of GOOD, since APTPL
