@@ -7,16 +7,18 @@
 # Stages, each timed (the table at the end; a warning past BUDGET_S):
 #   builds first, so that no test holds a lock while compiling: the release tree (build), the
 #   ASan/UBSan tree (build/asan, scripts/sanitized.sh) and the fuzzers (build/fuzz, clang,
-#   scripts/fuzz.sh), all through ccache; the kernel initiator's guest image beside them (it is
-#   debootstrap and dpkg, mostly waiting). Then the tests. Every behaviour runs once, in the
-#   strictest build that can run it (ctest labels, tests/CMakeLists.txt): the sanitized tree runs
-#   the unit tests, the fuzz seed replays and the functional integration tests; the release tree
-#   what the sanitizers distort, the kernel initiator, conformance, Ceph and the static checks.
-#   The two trees' tests run at the same time, each tree one daemon at a time (ctest's daemon_cpu
-#   lock) and the release tree one kernel-initiator guest beside it (the lock guest); the brief
-#   fuzzing runs beside them at a low priority, mostly on what the tests leave idle. Tests that
-#   measure (label `alone`) run last, with nothing else on the machine. A failing build stops
-#   the run; a failing test stage does not stop the next one.
+#   scripts/fuzz.sh), all through ccache and in unity batches (cmake/unity_build.cmake); the
+#   kernel initiator's guest image beside them (it is debootstrap and dpkg, mostly waiting).
+#   Every behaviour runs once, in the strictest build that can run it (ctest labels,
+#   tests/CMakeLists.txt): the sanitized tree runs the unit tests, the fuzz seed replays and the
+#   functional integration tests; the release tree what the sanitizers distort, the kernel
+#   initiator, conformance, Ceph and the static checks. The kernel initiator's tests (one guest at
+#   a time, the longest chain) start once the release tree and the guest image are built, beside
+#   the other builds; the rest of both trees' tests after the builds, each tree one daemon at a
+#   time (ctest's daemon_cpu lock); the brief fuzzing beside them at a low priority, mostly on
+#   what the tests leave idle. Tests that measure (label `alone`) run last, with nothing else on
+#   the machine. A failing build stops the run (after the kernel initiator's tests, if they had
+#   started); a failing test stage does not stop the next one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 readonly BUDGET_S=3600
@@ -134,17 +136,23 @@ background_stage guest-image sh -c 'tests/interop/guest_image.sh >/dev/null'
 # Line tables only (-g1): a backtrace's file and line, a quarter less compile time than -g.
 stage build-release sh -c 'cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DISCSIGW_FAULT_INJECTION=ON \
-  -DISCSIGW_UNIT_TESTS=OFF >build/configure.log 2>&1 \
+  -DISCSIGW_UNIT_TESTS=OFF -DISCSIGW_UNITY_BUILD=ON >build/configure.log 2>&1 \
   || { cat build/configure.log; exit 1; }; cmake --build build'
+# The kernel initiator's tests (label guest) need only the release tree and the guest image, and
+# are the longest chain of the run (one TCG guest at a time, 20 minutes): they start as soon as
+# both are there, beside the other two builds and then the other tests. The guest image is there
+# once its stage has written its line.
+background_stage tests-guest sh -c 'until grep -q "^guest-image " "$1"; do sleep 1; done
+  exec ctest --test-dir build --output-on-failure --no-tests=error -L "^release\$" -L "^guest\$"' \
+  sh "$logs/stages"
 stage build-sanitized scripts/sanitized.sh --build-dir build/asan --build-only
 stage build-fuzzers scripts/fuzz.sh --build-dir build/fuzz --build-only
 # A test with neither label would run nowhere: refuse it.
 stage labels sh -c 'for d in build build/asan; do
   ctest --test-dir "$d" -N -LE "^(release|sanitized)\$" | grep "Test *#" && exit 1
 done; exit 0' || true
-wait_stages
 background_stage tests-release ctest --test-dir build --output-on-failure --no-tests=error \
-  -j "$(nproc)" -L '^release$' -LE '^alone$'
+  -j "$(nproc)" -L '^release$' -LE '^(alone|guest)$'
 background_stage tests-sanitized scripts/sanitized.sh --build-dir build/asan --no-build
 # Fixed time per target: at nice 10 it takes mostly what the tests leave idle, at the cost of
 # fewer executions than when it runs alone.
