@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --bench
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DISCSIGW_FAULT_INJECTION=ON
+# The binaries as the image builds them: file by file, with full debug info (scripts/test.sh
+# leaves the same tree in unity batches with line tables only).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DISCSIGW_FAULT_INJECTION=ON \
+  -DISCSIGW_UNITY_BUILD=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG"
 cmake --build build
 exec tests/bench/suite.py "$@"
