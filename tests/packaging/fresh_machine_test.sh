@@ -6,20 +6,25 @@
 # takes over an hour, every tree compiled cold (the minbase root is built once and copied for each
 # run; the chroot has a compiler cache of its own, empty).
 #
-#   tests/packaging/fresh_machine_test.sh [--keep] [--command CMD]
+#   tests/packaging/fresh_machine_test.sh [--keep] [--root DIR] [--command CMD]
 #
-# As root. --keep leaves the chroot behind; --command runs CMD (from the tree's root) instead of
-# scripts/test.sh, e.g. "scripts/bench.sh --seconds 1 --repeats 1" for the benchmark suite.
+# As root. --keep leaves the chroot behind; --root DIR runs again in a chroot an earlier --keep
+# left (its packages installed and its compiler cache warm, as on a machine that has run the
+# command before), the tree copied into a new directory as a new clone would be; --command runs
+# CMD (from the tree's root) instead of scripts/test.sh, e.g. "scripts/bench.sh --seconds 1
+# --repeats 1" for the benchmark suite.
 #
 # Output: the test command's output (ending with its table of stages and slowest tests); exit
 # status is the test command's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 keep=0
+reuse=
 command=scripts/test.sh
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
+    --root) reuse=${2:?--root needs a directory}; shift ;;
     --command) command=${2:?--command needs a command}; shift ;;
     *) die "unknown argument $1" ;;
   esac
@@ -43,7 +48,13 @@ if [ ! -f "$base/.complete" ]; then
   touch "$base/.complete"
 fi
 
-root=$(mktemp -d "$pkg_work/fresh-run.XXXXXX")
+if [ -n "$reuse" ]; then
+  [ -d "$reuse/root" ] && [ -x "$reuse/bin/bash" ] || die "--root $reuse: not a chroot an earlier --keep left"
+  root=$reuse
+  keep=1
+else
+  root=$(mktemp -d "$pkg_work/fresh-run.XXXXXX")
+fi
 mounted=()
 cleanup() {
   local i
@@ -51,9 +62,11 @@ cleanup() {
   if [ "$keep" -eq 1 ]; then log "chroot kept at $root"; else rm -rf "$root"; fi
 }
 trap cleanup EXIT
-log "copying the minbase root to $root"
-cp -a "$base/." "$root/"
-rm -f "$root/.complete"
+if [ -z "$reuse" ]; then
+  log "copying the minbase root to $root"
+  cp -a "$base/." "$root/"
+  rm -f "$root/.complete"
+fi
 cat >"$root/etc/apt/sources.list" <<SRC
 deb $mirror bookworm main
 deb $mirror bookworm-updates main
@@ -78,14 +91,18 @@ for m in proc sys dev dev/pts; do
 done
 mount -t tmpfs -o size=4g tmpfs "$root/dev/shm"; mounted+=("$root/dev/shm")
 
-mkdir -p "$root/root/iscsigw"
-git -C "$repo_root" archive HEAD | tar -x -C "$root/root/iscsigw"
-log "$command in the chroot (commit $(git -C "$repo_root" rev-parse --short HEAD))"
+# Each run in a new directory, as CI clones into a new folder each time.
+rev=$(git -C "$repo_root" rev-parse --short HEAD)
+tree=/root/iscsigw
+[ -e "$root$tree" ] && tree=$(mktemp -d -u "/root/iscsigw-$rev.XXXX")
+mkdir -p "$root$tree"
+git -C "$repo_root" archive HEAD | tar -x -C "$root$tree"
+log "$command in the chroot, $tree (commit $rev)"
 start=$SECONDS
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   "${site_env[@]}" \
-  /bin/bash -c "cd /root/iscsigw && $command" 2>&1 | tee "$pkg_work/fresh-run.log"
+  /bin/bash -c "cd $tree && $command" 2>&1 | tee "$pkg_work/fresh-run.log"
 rc=${PIPESTATUS[0]}
 set -e
 log "$command exited $rc after $((SECONDS - start)) s (log: $pkg_work/fresh-run.log)"
