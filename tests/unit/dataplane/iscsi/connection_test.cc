@@ -120,7 +120,7 @@ class ConnectionTest : public ::testing::Test {
     c.targets = {open, acl};
     const Status s = dp_->Apply(c);
     if (!s.ok() && fault.active() && s.message().find("no fault injection") != std::string::npos) {
-      GTEST_SKIP() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
+      GTEST_FAIL() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
     }
     ASSERT_TRUE(s.ok()) << s.message();
     portal_ = dp_->portals().at(0);
@@ -1218,19 +1218,51 @@ TEST_F(ConnectionTest, DataInDigestsHoldWhileAnotherReactorWritesTheSameBlocks) 
 // ---------------------------------------------------------------------------------------------
 // Aborts and reinstatement wait for store I/O in flight (SAM-5 5.6, RFC 7143 6.3.5, 11.6)
 
+// What each test guards is an order: once the response is sent, none of the writes it ends may
+// still land. The store holds every write kDelay but answers reads at once, so an observer session
+// reading the written blocks right after the response sees the store as it is then, and reading
+// them again after kDelay must find the same bytes. A target that answers before the write left the
+// store (at once, or after a grace period shorter than kDelay) fails the second comparison. A slow
+// test thread can only hide such a target, never fail a sound one. Each test also reads the clock
+// before it sends the write, so "answered kDelay after `sent` at the earliest" holds however slowly
+// either side is scheduled.
 class SlowStoreTest : public ConnectionTest {
  protected:
-  // Each test reads the clock before it sends the write the store holds kDelay, so "answered
-  // kDelay after `sent` at the earliest" holds however slowly either side is scheduled.
   static constexpr auto kDelay = 400ms;
+  static constexpr uint16_t kWriteBlocks = 8;
   void SetUp() override {
     backing::FaultSpec slow;
-    slow.delay = kDelay;  // every store call starts 400 ms late: aborts catch writes in flight
+    slow.delay = kDelay;  // every write and flush starts 400 ms late: aborts catch them in flight
+    slow.reads = false;   // reads see the store at once: the observer's view
     StartDataplane(GatewayOptions{}, 1, slow);
   }
+  // Another I_T nexus (its own ISID), which only reads the blocks the tests write.
+  void LoginObserver(TestInitiator& observer) {
+    observer.isid[5] = 9;
+    LoginNormal(observer, SessionKeys({{"InitiatorName", kInitiator2}}));
+  }
+  // The written blocks as the store holds them now; a unit attention (a reset's) is read past.
+  std::vector<uint8_t> Snapshot(TestInitiator& observer) {
+    std::vector<uint8_t> data;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const auto pdus = Read(observer, 0, kWriteBlocks, kWriteBlocks * kBlock, &data);
+      const bool checked = !pdus.empty() && pdus.back().opcode() == Opcode::kScsiResponse &&
+                           pdus.back().scsi_status() == 0x02;
+      if (!checked) return data;
+    }
+    ADD_FAILURE() << "the observer's READ kept answering CHECK CONDITION";
+    return data;
+  }
+  // Call as soon as the response that ends the writes has arrived.
+  void ExpectNoWriteLandsAfterTheResponse(TestInitiator& observer) {
+    const std::vector<uint8_t> at_response = Snapshot(observer);
+    std::this_thread::sleep_for(kDelay + 200ms);
+    EXPECT_EQ(Snapshot(observer), at_response) << "a write landed after the response that ended it";
+  }
   void SendWrite(TestInitiator& ini, uint32_t itt, uint8_t seed) {
-    ASSERT_TRUE(
-        ini.Send(ini.ScsiCommand(Write10Cdb(0, 8), 4096, false, true, itt), Pattern(4096, seed)));
+    ASSERT_TRUE(ini.Send(
+        ini.ScsiCommand(Write10Cdb(0, kWriteBlocks), kWriteBlocks * kBlock, false, true, itt),
+        Pattern(kWriteBlocks * kBlock, seed)));
   }
   static std::chrono::milliseconds Since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
@@ -1241,8 +1273,9 @@ class SlowStoreTest : public ConnectionTest {
 // Regression: the TMF response was queued at once, while the aborted write's store I/O could still
 // land afterwards, over data the initiator wrote after being told the task was gone.
 TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
-  TestInitiator ini;
+  TestInitiator ini, observer;
   LoginNormal(ini);
+  LoginObserver(observer);
   const uint32_t write_sn = ini.cmd_sn;
   const uint32_t witt = ini.NextItt();
   const auto sent = std::chrono::steady_clock::now();
@@ -1250,6 +1283,7 @@ TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
   const uint32_t titt = ini.NextItt();
   ASSERT_TRUE(ini.Send(ini.TaskMgmt(1, titt, witt, write_sn)));
   const Pdu r = Expect(ini, Opcode::kTaskMgmtResponse, 5s);
+  ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.itt(), titt);
   EXPECT_EQ(r.response(), 0);
   EXPECT_GE(Since(sent), kDelay) << "answered before the write's store I/O ended";
@@ -1257,16 +1291,18 @@ TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
 }
 
 TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
-  TestInitiator a, b;
+  TestInitiator a, b, observer;
   LoginNormal(a);
   b.isid[5] = 2;
   LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginObserver(observer);
   const auto sent = std::chrono::steady_clock::now();
   SendWrite(a, a.NextItt(), 9);
   // A TUR behind the write on a's connection: once it is answered the write is in the store.
   EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
   ASSERT_TRUE(b.Send(b.TaskMgmt(5, b.NextItt(), pdu::kReservedTag, b.cmd_sn)));
   const Pdu r = Expect(b, Opcode::kTaskMgmtResponse, 5s);
+  ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.response(), 0);
   EXPECT_GE(Since(sent), kDelay) << "answered before a's write left the store";
   EXPECT_TRUE(a.Quiet(200ms)) << "a response for the write the reset aborted";
@@ -1277,8 +1313,9 @@ TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
 // Regression: a login reinstating a session (same initiator name and ISID) completed while the old
 // session's writes were still running, so an old write could land after the initiator's retry.
 TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites) {
-  TestInitiator old_conn;
+  TestInitiator old_conn, observer;
   LoginNormal(old_conn);
+  LoginObserver(observer);
   const auto sent = std::chrono::steady_clock::now();
   SendWrite(old_conn, old_conn.NextItt(), 11);
   EXPECT_EQ(Command(old_conn, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
@@ -1286,6 +1323,7 @@ TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites)
   ASSERT_TRUE(fresh.Connect(portal_));
   auto login = fresh.Login(SessionKeys());
   ASSERT_TRUE(login.has_value());
+  ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(login->login_status(), 0);
   EXPECT_GE(Since(sent), kDelay) << "login answered while the old write ran";
   std::vector<Pdu> before_close;
@@ -1302,12 +1340,14 @@ TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites)
 
 // RFC 7143 11.14 / SAM-5: after the Logout Response none of the session's writes may still land.
 TEST_F(SlowStoreTest, LogoutIsAnsweredOnlyAfterTheSessionsWrites) {
-  TestInitiator ini;
+  TestInitiator ini, observer;
   LoginNormal(ini);
+  LoginObserver(observer);
   const auto sent = std::chrono::steady_clock::now();
   SendWrite(ini, ini.NextItt(), 13);
   ASSERT_TRUE(ini.Send(ini.Logout(0, ini.NextItt())));
   const Pdu r = Expect(ini, Opcode::kLogoutResponse, 5s);
+  ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.response(), 0);
   EXPECT_GE(Since(sent), kDelay);
 }
