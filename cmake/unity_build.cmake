@@ -10,6 +10,8 @@
 # name each source by its path under the source root, found through the tree-wide include path.
 # Files with options of their own (COMPILE_OPTIONS) compile alone. Names at file scope, even in
 # anonymous namespaces, must be unique within a library: the build of the test command checks it.
+# The unit tests batch too (tests/CMakeLists.txt); each test file keeps its helpers in a namespace
+# named after the file (`namespace engine_test {`), so that files may use the same names.
 option(ISCSIGW_UNITY_BUILD "Compile each library in batches of its sources (test builds)" OFF)
 set(ISCSIGW_UNITY_BATCH 8)
 

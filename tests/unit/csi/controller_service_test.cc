@@ -21,7 +21,7 @@
 #include "csi/volume_model.h"
 
 namespace iscsigw::csi {
-namespace {
+namespace controller_service_test {
 
 namespace gw = iscsigw::v1;
 using ::csi::v1::VolumeCapability;
@@ -493,5 +493,5 @@ TEST_F(ControllerTest, DeleteVolumeRefusesAVolumeWithASession) {
   EXPECT_EQ(gateway_.DeleteTargetCalls(), 0);
 }
 
-}  // namespace
+}  // namespace controller_service_test
 }  // namespace iscsigw::csi

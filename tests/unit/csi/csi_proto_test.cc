@@ -11,7 +11,7 @@
 #include "csi/v1/csi.pb.h"
 
 namespace iscsigw::csi {
-namespace {
+namespace csi_proto_test {
 
 using google::protobuf::Descriptor;
 using google::protobuf::DescriptorPool;
@@ -211,5 +211,5 @@ TEST(CsiProto, SecretsCarryTheCsiSecretOption) {
   }
 }
 
-}  // namespace
+}  // namespace csi_proto_test
 }  // namespace iscsigw::csi

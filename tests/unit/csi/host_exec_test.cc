@@ -8,7 +8,7 @@
 #include <chrono>
 
 namespace iscsigw::csi {
-namespace {
+namespace host_exec_test {
 
 using std::chrono::milliseconds;
 
@@ -203,5 +203,5 @@ TEST(HostExecMode, ParsesTheFlagValues) {
   EXPECT_EQ(ParseHostExecMode("chroot"), std::nullopt);
 }
 
-}  // namespace
+}  // namespace host_exec_test
 }  // namespace iscsigw::csi

@@ -23,7 +23,7 @@
 #include "dataplane/base/log.h"
 
 namespace iscsigw::csi {
-namespace {
+namespace node_service_test {
 
 namespace fs = std::filesystem;
 using ::csi::v1::NodeServiceCapability;
@@ -1226,5 +1226,5 @@ TEST(KeyedWorkQueue, BoundsWhatWaitsAndCancelsItAtTheEnd) {
   EXPECT_EQ(cancelled, 3);
 }
 
-}  // namespace
+}  // namespace node_service_test
 }  // namespace iscsigw::csi

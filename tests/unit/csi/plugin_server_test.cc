@@ -12,7 +12,7 @@
 #include <fstream>
 
 namespace iscsigw::csi {
-namespace {
+namespace plugin_server_test {
 
 namespace fs = std::filesystem;
 
@@ -95,5 +95,5 @@ TEST_F(StaleSocketTest, LeavesAFileThatIsNotASocket) {
   EXPECT_TRUE(fs::exists(path));
 }
 
-}  // namespace
+}  // namespace plugin_server_test
 }  // namespace iscsigw::csi

@@ -7,7 +7,7 @@
 #include <string>
 
 namespace iscsigw::csi {
-namespace {
+namespace volume_model_test {
 
 using ::csi::v1::CapacityRange;
 using ::csi::v1::VolumeCapability;
@@ -338,5 +338,5 @@ TEST(PageToken, RoundTripsAndRefusesForeignTokens) {
   EXPECT_EQ(ParsePageToken("3"), std::nullopt);
 }
 
-}  // namespace
+}  // namespace volume_model_test
 }  // namespace iscsigw::csi

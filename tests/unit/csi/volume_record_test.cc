@@ -11,7 +11,7 @@
 #include <sstream>
 
 namespace iscsigw::csi {
-namespace {
+namespace volume_record_test {
 
 namespace fs = std::filesystem;
 
@@ -174,5 +174,5 @@ TEST_F(RecordStoreTest, DoesNotReadASymlinkAsARecord) {
   EXPECT_NE(got.status().message().find("symlink"), std::string::npos) << got.status().message();
 }
 
-}  // namespace
+}  // namespace volume_record_test
 }  // namespace iscsigw::csi

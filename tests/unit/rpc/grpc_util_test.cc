@@ -7,7 +7,7 @@
 #include <string>
 
 namespace iscsigw::rpc {
-namespace {
+namespace grpc_util_test {
 
 TEST(ToGrpcCode, EveryStatusCodeHasItsGrpcCode) {
   const std::pair<StatusCode, grpc::StatusCode> table[] = {
@@ -46,5 +46,5 @@ TEST(ReadPemFile, NamesTheFlagAndThePath) {
   ::unlink(path);
 }
 
-}  // namespace
+}  // namespace grpc_util_test
 }  // namespace iscsigw::rpc

@@ -13,7 +13,7 @@
 #include "dataplane/runtime/stats.h"
 
 namespace iscsigw::metrics {
-namespace {
+namespace collectors_test {
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
@@ -278,5 +278,5 @@ TEST(ProcessCollector, ReadsProcSelf) {
   EXPECT_GT(FindFamily(fs, "process_start_time_seconds").metric[0].gauge.value, 1.7e9);
 }
 
-}  // namespace
+}  // namespace collectors_test
 }  // namespace iscsigw::metrics

@@ -20,7 +20,7 @@
 #include "dataplane/base/log.h"
 
 namespace iscsigw::service {
-namespace {
+namespace gateway_service_test {
 
 namespace fs = std::filesystem;
 using grpc::StatusCode;
@@ -883,5 +883,5 @@ TEST(StatusMap, EveryCodeMapsToItsGrpcCode) {
   EXPECT_EQ(ToGrpcStatus(NotFound("target x not found")).error_message(), "target x not found");
 }
 
-}  // namespace
+}  // namespace gateway_service_test
 }  // namespace iscsigw::service

@@ -9,7 +9,7 @@
 #include <string>
 
 namespace iscsigw::state {
-namespace {
+namespace lun_files_test {
 
 class LunFilesTest : public ::testing::Test {
  protected:
@@ -152,5 +152,5 @@ TEST_F(LunFilesTest, PrepareMakesTheSnapshotDirectory) {
   EXPECT_LE(cap.value().available_bytes, cap.value().total_bytes);
 }
 
-}  // namespace
+}  // namespace lun_files_test
 }  // namespace iscsigw::state

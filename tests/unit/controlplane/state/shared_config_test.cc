@@ -18,7 +18,7 @@
 #include "tests/common/fake_shared_object.h"
 
 namespace iscsigw::state {
-namespace {
+namespace shared_config_test {
 
 namespace fs = std::filesystem;
 using test::FakeCluster;
@@ -458,5 +458,5 @@ TEST(SharedConfig, LocationIsPoolOrPoolAndNamespace) {
   }
 }
 
-}  // namespace
+}  // namespace shared_config_test
 }  // namespace iscsigw::state

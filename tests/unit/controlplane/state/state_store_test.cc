@@ -16,7 +16,7 @@
 #include "controlplane/state/text_check.h"
 
 namespace iscsigw::state {
-namespace {
+namespace state_store_test {
 
 namespace fs = std::filesystem;
 
@@ -629,5 +629,5 @@ TEST(FaultSpec, RangeAndCapAreCarriedAndAnOverflowingRangeRefused) {
   EXPECT_NE(s.message().find("overflows"), std::string::npos) << s.message();
 }
 
-}  // namespace
+}  // namespace state_store_test
 }  // namespace iscsigw::state

@@ -10,7 +10,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::api {
-namespace {
+namespace instrumented_store_test {
 
 using backing::BackingStore;
 using backing::IoCompletion;
@@ -158,5 +158,5 @@ TEST_F(InstrumentedStoreTest, SlotBeyondTheShardsIsForwardedUnrecorded) {
             0u);
 }
 
-}  // namespace
+}  // namespace instrumented_store_test
 }  // namespace iscsigw::api

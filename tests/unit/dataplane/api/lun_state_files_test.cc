@@ -20,7 +20,7 @@
 #include "dataplane/scsi/engine.h"
 
 namespace iscsigw::api {
-namespace {
+namespace lun_state_files_test {
 
 namespace fs = std::filesystem;
 
@@ -206,5 +206,5 @@ TEST_F(LunStateFilesTest, AptplReservationSurvivesRestartOnDisk) {
   EXPECT_EQ(c.task.in_segs[0].data[21], 0x03);
 }
 
-}  // namespace
+}  // namespace lun_state_files_test
 }  // namespace iscsigw::api

@@ -15,7 +15,7 @@
 #include <thread>
 
 namespace iscsigw::backing {
-namespace {
+namespace allowed_paths_test {
 
 namespace fs = std::filesystem;
 
@@ -193,5 +193,5 @@ TEST(AllowedPathsDevice, OnlyTheNamedDevice) {
   fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace allowed_paths_test
 }  // namespace iscsigw::backing

@@ -20,7 +20,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
-namespace {
+namespace atomic_journal_test {
 
 namespace fs = std::filesystem;
 
@@ -375,5 +375,5 @@ TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen
   EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
-}  // namespace
+}  // namespace atomic_journal_test
 }  // namespace iscsigw::backing

@@ -21,7 +21,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
-namespace {
+namespace file_store_test {
 
 namespace fs = std::filesystem;
 
@@ -515,5 +515,5 @@ TEST_F(FileStoreFixedTest, WithoutRegistrationPoolBuffersGoAsPlainReadsAndWrites
   EXPECT_EQ(store->fixed(0), 0u);
 }
 
-}  // namespace
+}  // namespace file_store_test
 }  // namespace iscsigw::backing

@@ -19,7 +19,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
-namespace {
+namespace provisioning_test {
 
 void WriteOrDie(BackingStore& s, uint64_t offset, const std::vector<uint8_t>& data) {
   Result r;
@@ -280,5 +280,5 @@ TEST_F(FileStoreProvisioningTest, ReadModifyWriteOnThePool) {
   EXPECT_EQ(back, std::vector<uint8_t>(4096, 0x81));
 }
 
-}  // namespace
+}  // namespace provisioning_test
 }  // namespace iscsigw::backing

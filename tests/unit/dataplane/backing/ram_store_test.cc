@@ -11,7 +11,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
-namespace {
+namespace ram_store_test {
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
@@ -197,5 +197,5 @@ TEST(NullStore, ReadZeroesWriteAndFlushSucceed) {
   EXPECT_EQ(f.err, 0);
 }
 
-}  // namespace
+}  // namespace ram_store_test
 }  // namespace iscsigw::backing

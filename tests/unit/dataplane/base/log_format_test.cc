@@ -7,7 +7,7 @@
 #include "dataplane/base/log.h"
 
 namespace iscsigw::log {
-namespace {
+namespace log_format_test {
 
 TEST(LogFormat, PlainMessageIsOneJsonObjectPerLine) {
   EXPECT_EQ(FormatJsonLine("2026-11-29T21:53:25.000001Z", "info", "ctl", "stopped"),
@@ -109,5 +109,5 @@ TEST(LogFormat, SpdlogFormatterWritesUtcMicroseconds) {
             "\"msg\":\"x\\\"y\"}\n");
 }
 
-}  // namespace
+}  // namespace log_format_test
 }  // namespace iscsigw::log

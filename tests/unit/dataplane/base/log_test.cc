@@ -7,7 +7,7 @@
 #include <string>
 
 namespace iscsigw::log {
-namespace {
+namespace log_test {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
@@ -130,5 +130,5 @@ TEST(Log, AsyncSinkLevelsPerLoggerAndShutdownDrains) {
   SetLevel(spdlog::level::warn);
 }
 
-}  // namespace
+}  // namespace log_test
 }  // namespace iscsigw::log

@@ -7,7 +7,7 @@
 #include <utility>
 
 namespace iscsigw {
-namespace {
+namespace unique_fd_test {
 
 bool IsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
 
@@ -58,5 +58,5 @@ TEST(UniqueFd, MoveTransfersAndClosesTheTarget) {
   EXPECT_TRUE(IsOpen(a_raw));
 }
 
-}  // namespace
+}  // namespace unique_fd_test
 }  // namespace iscsigw

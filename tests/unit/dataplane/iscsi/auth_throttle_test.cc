@@ -6,7 +6,7 @@
 #include <string>
 
 namespace iscsigw::iscsi {
-namespace {
+namespace auth_throttle_test {
 
 using std::chrono::seconds;
 using Clock = AuthThrottle::Clock;
@@ -120,5 +120,5 @@ TEST(AuthThrottleTest, IPv6SourcesAreCountedByTheirSlash64) {
   EXPECT_EQ(AuthThrottle::SourcePrefix("192.0.2.7"), "192.0.2.7");
 }
 
-}  // namespace
+}  // namespace auth_throttle_test
 }  // namespace iscsigw::iscsi

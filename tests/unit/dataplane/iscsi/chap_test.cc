@@ -7,7 +7,7 @@
 #include "dataplane/iscsi/gateway.h"
 
 namespace iscsigw::iscsi {
-namespace {
+namespace chap_test {
 
 using Outcome = ChapAuthenticator::Outcome;
 using KV = std::vector<pdu::KeyValue>;
@@ -303,5 +303,5 @@ TEST(ChapCredentialsTest, AMutualSecretIsNoInitiatorSecretAnywhereOnTheGateway) 
   EXPECT_NE(s.message().find("initiator secret of discovery"), std::string::npos) << s.message();
 }
 
-}  // namespace
+}  // namespace chap_test
 }  // namespace iscsigw::iscsi

@@ -19,7 +19,7 @@
 #include "tests/unit/dataplane/iscsi/test_initiator.h"
 
 namespace iscsigw::iscsi {
-namespace {
+namespace connection_test {
 
 using namespace std::chrono_literals;
 using pdu::Opcode;
@@ -1352,5 +1352,5 @@ TEST_F(SlowStoreTest, LogoutIsAnsweredOnlyAfterTheSessionsWrites) {
   EXPECT_GE(Since(sent), kDelay);
 }
 
-}  // namespace
+}  // namespace connection_test
 }  // namespace iscsigw::iscsi

@@ -19,7 +19,7 @@
 #include "tests/unit/dataplane/iscsi/test_initiator.h"
 
 namespace iscsigw::iscsi {
-namespace {
+namespace login_model_test {
 
 using namespace std::chrono_literals;
 using test::Pdu;
@@ -276,5 +276,5 @@ TEST_P(LoginModelTest, StageJumpPastChapIsRefused) {
   EXPECT_TRUE(after.empty());
 }
 
-}  // namespace
+}  // namespace login_model_test
 }  // namespace iscsigw::iscsi

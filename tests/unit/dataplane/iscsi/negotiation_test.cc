@@ -10,7 +10,7 @@
 #include "dataplane/iscsi/login_status.h"
 
 namespace iscsigw::iscsi {
-namespace {
+namespace negotiation_test {
 
 using pdu::KeyValue;
 using KVs = std::vector<KeyValue>;
@@ -661,5 +661,5 @@ TEST(LoginStatus, ClassAndDetailBytes) {
   EXPECT_EQ(LoginStatusName(LoginStatus::kSessionTypeNotSupported), "SessionTypeNotSupported");
 }
 
-}  // namespace
+}  // namespace negotiation_test
 }  // namespace iscsigw::iscsi

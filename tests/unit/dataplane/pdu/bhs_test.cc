@@ -6,7 +6,7 @@
 #include <cstdint>
 
 namespace iscsigw::pdu {
-namespace {
+namespace bhs_test {
 
 TEST(BhsView, ReadsCommonFieldsAtRfcOffsets) {
   std::array<uint8_t, kBhsLength> b{};
@@ -201,5 +201,5 @@ TEST(Lun, UnsupportedAddressingMethodsAreNoLun) {
   EXPECT_EQ(DecodeLun(0xc001000000000000ull), ~uint64_t{0});  // extended
 }
 
-}  // namespace
+}  // namespace bhs_test
 }  // namespace iscsigw::pdu

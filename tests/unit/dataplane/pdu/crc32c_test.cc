@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace iscsigw::pdu {
-namespace {
+namespace crc32c_test {
 
 std::array<uint8_t, 32> Filled(uint8_t v) {
   std::array<uint8_t, 32> a;
@@ -82,5 +82,5 @@ TEST(Crc32c, DigestOfDataFollowedByItsDigestIsTheCrc32cResidue) {
   EXPECT_EQ(Crc32c(d.data(), d.size()), 0x48674bc7u);
 }
 
-}  // namespace
+}  // namespace crc32c_test
 }  // namespace iscsigw::pdu

@@ -8,7 +8,7 @@
 #include "dataplane/pdu/crc32c.h"
 
 namespace iscsigw::pdu {
-namespace {
+namespace frame_test {
 
 struct PduSpec {
   uint8_t ahs_words = 0;
@@ -240,5 +240,5 @@ TEST(ParseFrame, BackToBackPdusAreFramedInTurn) {
   EXPECT_EQ(ParseFrame({stream.data() + pos, 0}, limits, &f).status, FrameStatus::kNeedMore);
 }
 
-}  // namespace
+}  // namespace frame_test
 }  // namespace iscsigw::pdu

@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace iscsigw::pdu {
-namespace {
+namespace text_test {
 
 std::vector<uint8_t> Bytes(std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
@@ -172,5 +172,5 @@ TEST(TextKeys, LongValueKeys) {
   EXPECT_FALSE(IsLongValueKey("TargetName"));
 }
 
-}  // namespace
+}  // namespace text_test
 }  // namespace iscsigw::pdu

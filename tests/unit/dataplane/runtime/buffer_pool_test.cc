@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace iscsigw::runtime {
-namespace {
+namespace buffer_pool_test {
 
 struct ClassRow {
   uint32_t len;
@@ -210,5 +210,5 @@ TEST(BufferPoolArena, SizeZeroMeansNoArena) {
   pool.Put(p, cap);
 }
 
-}  // namespace
+}  // namespace buffer_pool_test
 }  // namespace iscsigw::runtime

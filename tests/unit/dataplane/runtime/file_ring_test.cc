@@ -18,7 +18,7 @@
 #include "dataplane/runtime/buffer_pool.h"
 
 namespace iscsigw::runtime {
-namespace {
+namespace file_ring_test {
 
 constexpr size_t kCache = 32u << 20;
 constexpr size_t kArena = 4u << 20;
@@ -270,5 +270,5 @@ TEST_F(FileRingFixedTest, ALowMemlockLimitRegistersTheFrontOfTheArena) {
   EXPECT_EQ(r.written, std::vector<uint8_t>(4096, 0xC3));
 }
 
-}  // namespace
+}  // namespace file_ring_test
 }  // namespace iscsigw::runtime

@@ -14,7 +14,7 @@
 #include "tests/common/counting_new.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace alloc_test {
 
 TEST(EngineAllocations, ReadWriteOnRamAndNullAllocateNothing) {
   TargetInfo target;
@@ -75,5 +75,5 @@ TEST(EngineAllocations, ReadWriteOnRamAndNullAllocateNothing) {
   EXPECT_EQ(completions, 400);
 }
 
-}  // namespace
+}  // namespace alloc_test
 }  // namespace iscsigw::scsi

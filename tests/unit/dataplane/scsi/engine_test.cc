@@ -19,7 +19,7 @@
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace engine_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBlocks = 4096;  // 2 MiB LUN: spans two RamStore chunks
@@ -1366,5 +1366,5 @@ TEST_F(EngineTest, ModeSenseTruncates) {
   EXPECT_EQ(d[0], 4 + 8 + 72 - 1);  // MODE DATA LENGTH of the full data
 }
 
-}  // namespace
+}  // namespace engine_test
 }  // namespace iscsigw::scsi

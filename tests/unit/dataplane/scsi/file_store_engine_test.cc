@@ -14,7 +14,7 @@
 #include "dataplane/scsi/sense.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace file_store_engine_test {
 
 TEST(EngineOnFileStore, WriteFuaReadBackAndSynchronizeCacheCompleteAsynchronously) {
   char tmpl[] = "/tmp/iscsigw-engine-file-XXXXXX";
@@ -81,5 +81,5 @@ TEST(EngineOnFileStore, WriteFuaReadBackAndSynchronizeCacheCompleteAsynchronousl
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace file_store_engine_test
 }  // namespace iscsigw::scsi

@@ -22,7 +22,7 @@
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace sanitize_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBlocks = 8192;  // 4 MiB: four 1 MiB OVERWRITE pieces
@@ -397,5 +397,5 @@ TEST(ModePagesSwp, SavedSwpRoundTrips) {
   EXPECT_FALSE(c.software_write_protect());
 }
 
-}  // namespace
+}  // namespace sanitize_test
 }  // namespace iscsigw::scsi

@@ -18,7 +18,7 @@
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace sbc_ext_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBlocks = 8192;  // 4 MiB: four RamStore chunks
@@ -592,5 +592,5 @@ TEST_F(SbcExtTest, ReadDefectDataReturnsAnEmptyList) {
   ExpectInvalidField(2);
 }
 
-}  // namespace
+}  // namespace sbc_ext_test
 }  // namespace iscsigw::scsi

@@ -7,7 +7,7 @@
 #include "dataplane/base/endian.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace sense_test {
 
 TEST(Sense, FixedFormatLayout) {
   std::array<uint8_t, kFixedSenseLength> s{};
@@ -72,5 +72,5 @@ TEST(Sense, NamedCodesMatchSpc4) {
   EXPECT_EQ(static_cast<uint8_t>(SenseKey::kMiscompare), 0x0E);
 }
 
-}  // namespace
+}  // namespace sense_test
 }  // namespace iscsigw::scsi

@@ -21,7 +21,7 @@
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace shared_reservations_test {
 
 using test::FakeCluster;
 using test::FakeObject;
@@ -318,5 +318,5 @@ TEST(NexusMatchTest, AnyInitiatorMatchesEveryPortOfItsTargetPort) {
   EXPECT_FALSE(one.Matches("iqn.2026-11.io.example:b,i,0x400000000001", 2));
 }
 
-}  // namespace
+}  // namespace shared_reservations_test
 }  // namespace iscsigw::scsi

@@ -19,7 +19,7 @@
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace spc_state_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBlocks = 2048;
@@ -1075,5 +1075,5 @@ TEST_F(SpcStateTest, WithoutAptplNothingIsSaved) {
   EXPECT_TRUE(Keys(a_).empty());
 }
 
-}  // namespace
+}  // namespace spc_state_test
 }  // namespace iscsigw::scsi

@@ -19,7 +19,7 @@
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace store_fault_test {
 
 constexpr uint32_t kBlock = 512;
 
@@ -255,5 +255,5 @@ TEST(StoreFault, ARangeAndACapChooseExactlyTheseCalls) {
   EXPECT_EQ(deferred, (std::vector<uint64_t>{3, 3}));
 }
 
-}  // namespace
+}  // namespace store_fault_test
 }  // namespace iscsigw::scsi

@@ -17,7 +17,7 @@
 #include "tests/unit/dataplane/scsi/engine_runner.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace xcopy_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBlocks = 8192;  // 4 MiB per LUN
@@ -375,5 +375,5 @@ TEST_F(XcopyTest, OperatingParametersAndVpdPageDescribeTheCopyManager) {
   EXPECT_EQ(types, (std::vector<uint16_t>{0x0001, 0x0004, 0x0008, 0x000C, 0x8001}));
 }
 
-}  // namespace
+}  // namespace xcopy_test
 }  // namespace iscsigw::scsi

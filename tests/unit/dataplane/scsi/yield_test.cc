@@ -17,7 +17,7 @@
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::scsi {
-namespace {
+namespace yield_test {
 
 constexpr uint32_t kBlock = 512;
 constexpr uint64_t kBytes = uint64_t{64} << 20;
@@ -138,5 +138,5 @@ TEST_F(YieldTest, ExtendedCopyOfSixteenMegabytesYields) {
   EXPECT_EQ(Block(blocks + 100), pattern);
 }
 
-}  // namespace
+}  // namespace yield_test
 }  // namespace iscsigw::scsi
