@@ -268,10 +268,10 @@ class DaemonTestCase(unittest.TestCase):
 
 def loop_xfs(test, size=512 << 20):
     """A reflink-capable XFS on a loop device, mounted for `test` (a unittest.TestCase) and
-    unmounted by its cleanup; None when this machine cannot make one (no loop device, no
-    mkfs.xfs: scripts/install-deps.sh installs xfsprogs)."""
+    unmounted by its cleanup; None when this machine has no loop device to mount it on (a
+    container). A missing mkfs.xfs fails the test: scripts/install-deps.sh installs xfsprogs."""
     if shutil.which("mkfs.xfs") is None:
-        return None
+        test.fail("no mkfs.xfs: scripts/install-deps.sh installs xfsprogs")
     if subprocess.run(["losetup", "-f"], capture_output=True).returncode != 0:
         return None
     work = tempfile.mkdtemp(prefix="iscsigw-xfs-")

@@ -160,10 +160,10 @@ class ReservationsTest(unittest.TestCase):
         a = MiniInitiator(self.daemon.portal, TARGET, INITIATOR_1, isid_a)
         a.ready()
         caps = a.prin(0x02)
-        if not caps[2] & 0x01:
-            a.close()
-            self.skipTest("PTPL_C=0: this iscsigwd does not hand --state-dir to the data plane "
-                          "(api::Options::state_dir)")
+        # PTPL_C=1: the daemon runs with a state directory, so APTPL must be offered; 0 is the
+        # regression this test exists for (--state-dir not handed to the data plane), a failure.
+        self.assertTrue(caps[2] & 0x01, "PTPL_C=0: this iscsigwd does not hand --state-dir to "
+                        "the data plane (api::Options::state_dir)")
         self.assertEqual(a.prout(0x00, 0x00, 0, 0xA1A1, flags=0x01), GOOD)  # REGISTER, APTPL
         self.assertEqual(a.prout(0x01, 0x03, 0xA1A1, 0), GOOD)  # RESERVE, Exclusive Access
         a.close()

@@ -25,7 +25,7 @@
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
-namespace {
+namespace rbd_store_test {
 
 namespace fs = std::filesystem;
 
@@ -43,12 +43,21 @@ std::string Shell(const std::string& cmd) {
 // The cluster of this binary: started by the first test that needs it, stopped at exit.
 class Cluster : public ::testing::Environment {
  public:
-  static std::string conf;  // empty: no cluster (the tests skip)
+  static std::string conf;  // empty: no cluster, and every test fails with `error`
+  static std::string error;
   static std::string dir;
   void SetUp() override {
-    if (Shell("command -v ceph-mon ceph-osd").empty()) return;
+    // The README's test command installs the Ceph daemons: without them these tests fail rather
+    // than skip, so that a broken install cannot pass for a tested rbd store.
+    if (Shell("command -v ceph-mon ceph-osd").empty()) {
+      error = "the Ceph daemons (ceph-mon, ceph-osd) are not installed: scripts/install-deps.sh";
+      return;
+    }
     char tmpl[] = "/tmp/iscsigw-rbd-store-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return;
+    if (::mkdtemp(tmpl) == nullptr) {
+      error = "mkdtemp /tmp/iscsigw-rbd-store-XXXXXX failed";
+      return;
+    }
     dir = tmpl;
     const std::string script = std::string(ISCSIGW_SOURCE_DIR) + "/scripts/ceph-test-cluster.sh";
     const std::string out = Shell("bash " + script + " start " + dir + " 2>" + dir + "/start.err");
@@ -56,7 +65,12 @@ class Cluster : public ::testing::Environment {
     std::string last = out;
     while (!last.empty() && last.back() == '\n') last.pop_back();
     last = last.substr(last.find_last_of('\n') + 1);
-    if (!last.empty() && fs::exists(last)) conf = last;
+    if (!last.empty() && fs::exists(last)) {
+      conf = last;
+    } else {
+      error =
+          "scripts/ceph-test-cluster.sh start failed: " + Shell("tail -n 20 " + dir + "/start.err");
+    }
   }
   void TearDown() override {
     if (dir.empty()) return;
@@ -66,6 +80,7 @@ class Cluster : public ::testing::Environment {
   }
 };
 std::string Cluster::conf;
+std::string Cluster::error;
 std::string Cluster::dir;
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Cluster);
@@ -73,7 +88,7 @@ const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Cluster);
 class RbdStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (Cluster::conf.empty()) GTEST_SKIP() << "no Ceph test cluster (ceph-mon, ceph-osd)";
+    if (Cluster::conf.empty()) GTEST_FAIL() << "no Ceph test cluster: " << Cluster::error;
     image_ = std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
   void TearDown() override {
@@ -600,5 +615,5 @@ TEST_F(RbdStoreTest, OfflineStoreDestroyedOnItsReactorLeavesNoThreadBehind) {
   EXPECT_EQ(OfflineRbdStore::JoinRetiredRetries(), 0u);
 }
 
-}  // namespace
+}  // namespace rbd_store_test
 }  // namespace iscsigw::backing
