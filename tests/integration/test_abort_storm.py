@@ -26,8 +26,15 @@ every command it sent before T and has no answer for: the response settles each 
 complete" or "Task does not exist" without a SCSI Response: aborted; a SCSI Response first: it
 completed). At the end every range must read back exactly its last GOOD generation.
 
-Also checked: every TMF is answered (ABORT TASK 0 or 1, LUN RESET 0), no SCSI Response arrives
-for a task after the TMF response that aborted it, no Reject, StatSN advances by one per status.
+Also checked, each a failure: every TMF is answered (ABORT TASK 0 or 1, LUN RESET 0); no SCSI
+Response arrives for a task after the TMF response that aborted it or said it did not exist (RFC
+7143 11.5.1: a task the target has received is never "Task does not exist"); no Reject; StatSN
+advances by one per status on every connection; a session the API kills is dropped within its
+logout timeout when the initiator ignores the request (RFC 7143 11.9.1); a login that reinstates a
+session succeeds the first time (the target answers it once the old session's tasks are gone, it
+does not refuse it). And the storm must have hit: at least SECONDS/6 random ABORT TASKs, and
+SECONDS/12 LUN RESETs and session kills, each ended a write still in flight; with fewer, the
+final checks would hold whether or not aborts work at all.
 ISCSIGW_STORM_SEED reproduces a run's choices; ISCSIGW_STORM_DELAY_MS changes the delay (0: no fault
 injection, for a build without it; the timing check is then off).
 """
@@ -75,6 +82,7 @@ class Storm:
     def __init__(self):
         self.lock = threading.Lock()
         self.counts = {}
+        self.hits = {}
         self.failures = []
         self.failure_count = 0
         self.anomalies = []
@@ -94,6 +102,14 @@ class Storm:
     def get(self, key):
         with self.lock:
             return self.counts.get(key, 0)
+
+    def hit(self, key, what):
+        """Counts `key` once per distinct `what` (a LUN RESET's number)."""
+        with self.lock:
+            seen = self.hits.setdefault(key, set())
+            if what not in seen:
+                seen.add(what)
+                self.counts[key] = self.counts.get(key, 0) + 1
 
     def fail(self, message):
         with self.lock:
@@ -231,6 +247,8 @@ class Writer:
                 return ini
             except (LoginError, OSError, ConnectionError) as e:
                 self.storm.count("login retries")
+                self.storm.fail(f"writer {self.index}: login after {why} failed "
+                                f"({e.__class__.__name__}: {e}); retrying")
                 self.last_login_error = e
                 if ini is not None:
                     ini.close()
@@ -256,6 +274,8 @@ class Writer:
 
     def leave(self, cause, assured_at):
         """Forget this connection; its unanswered writes become suspects of their ranges."""
+        if "session kill" in cause and any(c.kind == "write" for c in self.outstanding.values()):
+            self.storm.count("session kills that ended writes in flight")
         for cmd in self.outstanding.values():
             r = self.ranges[cmd.rng]
             r.busy = None
@@ -278,7 +298,7 @@ class Writer:
                 self.storm.count("TMFs unanswered when the connection went")
         stat_errors = getattr(self.ini, "stat_sn_errors", [])
         for e in stat_errors:
-            self.storm.anomaly(f"writer {self.index} connection {self.conn}: {e}")
+            self.storm.fail(f"writer {self.index} connection {self.conn}: {e}")
         self.storm.count("StatSN out of sequence", len(stat_errors))
         self.ini.close()
         self.outstanding, self.tmfs, self.aborted = {}, {}, {}
@@ -343,8 +363,8 @@ class Writer:
                 break
             self.on_message(msg)
         if self.ignoring_until is not None and now > self.ignoring_until:
-            self.storm.anomaly(f"writer {self.index}: target did not drop connection {self.conn} "
-                               f"after asking for a logout")
+            self.storm.fail(f"writer {self.index}: target did not drop connection {self.conn} "
+                            f"within 10 s of the logout timeout it gave (AsyncEvent 1)")
             raise _Reconnect(f"writer closed connection {self.conn}: the target asked for a "
                              f"logout and did not drop it")
         if self.logout_itt is not None and now > self.logout_deadline:
@@ -487,7 +507,7 @@ class Writer:
                 st.fail(text + ": an aborted task answered")
             else:
                 st.count("responses after 'Task does not exist'")
-                st.anomaly(text)
+                st.fail(text + ": the target said the task did not exist, then answered it")
             return
         r = self.ranges[cmd.rng]
         r.busy = None
@@ -552,6 +572,10 @@ class Writer:
         if a.response == 0 and a.at < cmd.sent + DELAY_MS / 1000.0:
             st.count("ABORT TASK 'Function complete' sooner than the store delay")
         if cmd.kind == "write":
+            if tmf.reset_no is None and a.response == 0:
+                st.count("random ABORT TASKs that ended a write in flight")
+            elif tmf.reset_no is not None:
+                st.hit("LUN RESETs that ended writes in flight", tmf.reset_no)
             cmd.write.outcome = "aborted"
             cmd.write.cause = cause
             cmd.write.done_at = a.at
@@ -706,7 +730,7 @@ class Controller:
                     else:
                         self.unexpected(a)
             for e in getattr(ini, "stat_sn_errors", []):
-                self.storm.anomaly(f"controller: {e}")
+                self.storm.fail(f"controller: {e}")
             ini.close()
         except threading.BrokenBarrierError:
             pass
@@ -855,6 +879,11 @@ class AbortStormTest(unittest.TestCase):
             ("TMF ABORT TASK (after LUN RESET)", c("TMF ABORT TASK issued after a LUN RESET")),
             ("TMF LOGICAL UNIT RESET", c("TMF LOGICAL UNIT RESET issued")),
             ("sessions killed", c("sessions killed")),
+            ("random ABORT TASKs that ended a write in flight",
+             c("random ABORT TASKs that ended a write in flight")),
+            ("LUN RESETs that ended writes in flight", c("LUN RESETs that ended writes in flight")),
+            ("session kills that ended writes in flight",
+             c("session kills that ended writes in flight")),
             ("ranges rewritten", c("ranges rewritten")),
             ("ranges verified", verified),
             ("lost writes", lost),
@@ -877,6 +906,15 @@ class AbortStormTest(unittest.TestCase):
         self.assertEqual(lost, 0)
         self.assertEqual(resurrected + c("resurrected writes"), 0)
         self.assertEqual(verified, WRITERS * RANGES)
+        # The storm hit writes in flight, or the checks above prove nothing about aborts. The
+        # controller acts every 0.14 s on average (70% aborts, 15% resets, 15% kills): a minute
+        # makes about 300 abort requests and 60 each of resets and kills, most of which find
+        # writes in flight (QUEUE_DEPTH per writer, each held DELAY_MS by the store).
+        for key, floor in (("random ABORT TASKs that ended a write in flight", SECONDS / 6),
+                           ("LUN RESETs that ended writes in flight", SECONDS / 12),
+                           ("session kills that ended writes in flight", SECONDS / 12)):
+            self.assertGreaterEqual(c(key), max(1, int(floor)), f"{key}: too few for the storm "
+                                    f"to have tested anything")
 
 
 if __name__ == "__main__":

@@ -1283,10 +1283,11 @@ TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
   const uint32_t titt = ini.NextItt();
   ASSERT_TRUE(ini.Send(ini.TaskMgmt(1, titt, witt, write_sn)));
   const Pdu r = Expect(ini, Opcode::kTaskMgmtResponse, 5s);
+  const auto answered = Since(sent);
   ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.itt(), titt);
   EXPECT_EQ(r.response(), 0);
-  EXPECT_GE(Since(sent), kDelay) << "answered before the write's store I/O ended";
+  EXPECT_GE(answered, kDelay) << "answered before the write's store I/O ended";
   EXPECT_TRUE(ini.Quiet(200ms)) << "a response for the aborted write";
 }
 
@@ -1302,9 +1303,10 @@ TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
   EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
   ASSERT_TRUE(b.Send(b.TaskMgmt(5, b.NextItt(), pdu::kReservedTag, b.cmd_sn)));
   const Pdu r = Expect(b, Opcode::kTaskMgmtResponse, 5s);
+  const auto answered = Since(sent);
   ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.response(), 0);
-  EXPECT_GE(Since(sent), kDelay) << "answered before a's write left the store";
+  EXPECT_GE(answered, kDelay) << "answered before a's write left the store";
   EXPECT_TRUE(a.Quiet(200ms)) << "a response for the write the reset aborted";
   const Pdu t = Command(a, TestUnitReadyCdb(), 0, false, false);
   EXPECT_EQ(test::ParseSense(t), (Sense{0x6, 0x29, 0x03}));
@@ -1323,9 +1325,10 @@ TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites)
   ASSERT_TRUE(fresh.Connect(portal_));
   auto login = fresh.Login(SessionKeys());
   ASSERT_TRUE(login.has_value());
+  const auto answered = Since(sent);
   ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(login->login_status(), 0);
-  EXPECT_GE(Since(sent), kDelay) << "login answered while the old write ran";
+  EXPECT_GE(answered, kDelay) << "login answered while the old write ran";
   std::vector<Pdu> before_close;
   EXPECT_TRUE(old_conn.WaitClosed(5s, &before_close));
   for (const Pdu& p : before_close) {
@@ -1347,9 +1350,10 @@ TEST_F(SlowStoreTest, LogoutIsAnsweredOnlyAfterTheSessionsWrites) {
   SendWrite(ini, ini.NextItt(), 13);
   ASSERT_TRUE(ini.Send(ini.Logout(0, ini.NextItt())));
   const Pdu r = Expect(ini, Opcode::kLogoutResponse, 5s);
+  const auto answered = Since(sent);
   ExpectNoWriteLandsAfterTheResponse(observer);
   EXPECT_EQ(r.response(), 0);
-  EXPECT_GE(Since(sent), kDelay);
+  EXPECT_GE(answered, kDelay);
 }
 
 }  // namespace connection_test
