@@ -6,12 +6,13 @@ import unittest
 from urllib.parse import quote
 
 from harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
-from iscsi_client import Initiator, LoginError, login_status
+from iscsi_client import Initiator, LoginError, chap_response, login_status
 
 OTHER = "iqn.2026-11.io.iscsigw.test:other"
 # The one initiator the CHAP target "chapacl" lists: the name the stage-jump attacker claims.
 JUMPER = "iqn.2026-11.io.iscsigw.test:jumper"
 SECRET = "initiator-secret-1"
+CAROL_SECRET = "carol-secret-4444"  # chapacl's: a secret no other target has
 TARGET_SECRET = "target-secret-22"
 DISCOVERY_SECRET = "discovery-secret-333"
 
@@ -30,7 +31,7 @@ class AclChapTest(unittest.TestCase):
         d.ctl("acl", "add", "drop", INITIATOR)
         d.ctl("acl", "add", "chapacl", JUMPER)
         d.ctl("auth", "set", "chapacl", "--user", "carol", "--secret-file", "-",
-              input=SECRET + "\n")
+              input=CAROL_SECRET + "\n")
         for t in ("chap", "mutual"):
             d.ctl("acl", "allow-any", t, "on")
         d.ctl("auth", "set", "chap", "--user", "alice", "--secret-file", "-", input=SECRET + "\n")
@@ -48,7 +49,7 @@ class AclChapTest(unittest.TestCase):
         cls.d.cleanup()
         if rc != 0:
             raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
-        for secret in (SECRET, TARGET_SECRET):
+        for secret in (SECRET, TARGET_SECRET, CAROL_SECRET):
             if secret in log:
                 raise AssertionError("a CHAP secret appeared in the daemon log")
 
@@ -187,6 +188,112 @@ class AclChapTest(unittest.TestCase):
         self.assertIn("chap.secret is 11 bytes; RFC 7143 requires at least 12", p.stderr)
         self.assertEqual(self.login_status("chap", chap=("alice", SECRET)), 0)  # unchanged
 
+    # ---- logins that must fail, and what they must leave alone. Each test from a loopback
+    # address of its own, and under a new initiator name for each guess after the second, so
+    # that no failure counts towards a lockout (docs/security.md: three per name and source, ten
+    # per source and target) that would decide a later login instead of its credentials.
+    def chap_exchange(self, c, target, user):
+        """Security stage up to the challenge: returns (CHAP_A, CHAP_I, challenge)."""
+        names = [("InitiatorName", c.name), ("SessionType", "Normal"), ("TargetName", target)]
+        _, keys = c._login_pdu(0, 1, False, names + [("AuthMethod", "CHAP")])
+        self.assertEqual(keys.get("AuthMethod"), "CHAP")
+        _, keys = c._login_pdu(0, 1, False, [("CHAP_A", "5")])
+        return int(keys["CHAP_A"]), int(keys["CHAP_I"]), bytes.fromhex(keys["CHAP_C"][2:])
+
+    def test_a_failed_login_with_a_live_sessions_isid_leaves_that_session_alone(self):
+        # RFC 7143 6.3.5: a login with a live session's initiator name and ISID reinstates it,
+        # but only once it has authenticated. A wrong secret, or no CHAP at all, must leave the
+        # live session and its connection as they are.
+        source = "127.0.0.20"
+        live = Initiator(self.d.portal, INITIATOR, source=source)
+        live.login(IQN_PREFIX + "chap", chap=("alice", SECRET))
+        self.assertEqual(live.test_unit_ready(0)[0], 0x02)  # the POWER ON unit attention
+        self.assertEqual(live.test_unit_ready(0)[0], 0)
+        tsihs = {s["tsih"] for s in self.d.ctl_json("session", "list").get("sessions", [])}
+        for attempt in ({"chap": ("alice", "wrong-secret-123")}, {}):
+            c = Initiator(self.d.portal, INITIATOR, source=source)
+            c.isid = live.isid
+            with self.assertRaises(LoginError, msg=str(attempt)) as e:
+                c.login(IQN_PREFIX + "chap", **attempt)
+            self.assertEqual(e.exception.status, 0x0201, attempt)
+            c.close()
+            # Still the same session, on its connection, with no unit attention of a new nexus.
+            self.assertEqual(live.test_unit_ready(0)[0], 0, attempt)
+        self.assertEqual({s["tsih"] for s in self.d.ctl_json("session", "list").get("sessions", [])},
+                         tsihs)
+        self.assertEqual(live.logout(), 0)
+        live.close()
+
+    def test_a_chap_response_replayed_in_a_new_login_is_refused(self):
+        # The response an eavesdropper saw answers that login's challenge only (RFC 7143 9.2.1):
+        # each login gets a challenge of its own, so the replay fails.
+        source = "127.0.0.21"
+        c = Initiator(self.d.portal, OTHER + "-replay", source=source)
+        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "chap", "alice")
+        captured = [("CHAP_N", "alice"),
+                    ("CHAP_R", "0x" + chap_response(alg, ident, SECRET, challenge).hex())]
+        transit, _ = c._login_pdu(0, 1, True, captured)
+        self.assertTrue(transit)  # the honest login got through the security stage
+        c.close()
+        for n in range(3):
+            c = Initiator(self.d.portal, f"{OTHER}-replay-{n}", source=source)
+            _, _, again = self.chap_exchange(c, IQN_PREFIX + "chap", "alice")
+            self.assertNotEqual(again, challenge, "the target repeated a challenge")
+            with self.assertRaises(LoginError) as e:
+                c._login_pdu(0, 1, True, captured)
+            self.assertEqual(e.exception.status, 0x0201)
+            c.close()
+
+    def test_a_wrong_response_to_a_mutual_login_gets_no_target_response(self):
+        # The target answers the initiator's challenge only after the initiator proved it knows
+        # its secret: otherwise anyone could collect the target's responses to challenges of
+        # their choosing and attack the target's secret offline.
+        c = Initiator(self.d.portal, INITIATOR, source="127.0.0.22")
+        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "mutual", "bob")
+        with self.assertRaises(LoginError) as e:
+            c._login_pdu(0, 1, True, [
+                ("CHAP_N", "bob"),
+                ("CHAP_R", "0x" + chap_response(alg, ident, "wrong-secret-123", challenge).hex()),
+                ("CHAP_I", "3"), ("CHAP_C", "0x" + os.urandom(16).hex())])
+        self.assertEqual(e.exception.status, 0x0201)
+        self.assertNotIn("CHAP_R", e.exception.keys)
+        self.assertNotIn("CHAP_N", e.exception.keys)
+        c.close()
+
+    def test_one_targets_credentials_do_not_open_another(self):
+        # Each target's user with its own secret, on the other targets: the name and the secret
+        # are checked together, per target.
+        source = "127.0.0.23"
+        tries = [("mutual", ("alice", SECRET)), ("chap", ("bob", SECRET)),
+                 ("chap", ("carol", CAROL_SECRET)), ("mutual", ("carol", CAROL_SECRET)),
+                 ("chap", ("alice", CAROL_SECRET)), ("chapacl", ("carol", SECRET)),
+                 ("chapacl", ("alice", SECRET))]
+        for n, (target, chap) in enumerate(tries):
+            # chapacl admits JUMPER only: its tries share that name, two of them.
+            initiator = JUMPER if target == "chapacl" else f"{OTHER}-cred-{n}"
+            self.assertEqual(self.login_status(target, initiator, source=source, chap=chap),
+                             0x0201, (target, chap))
+        # And each still opens its own target from that source.
+        for target, chap in (("chap", ("alice", SECRET)), ("chapacl", ("carol", CAROL_SECRET))):
+            initiator = JUMPER if target == "chapacl" else OTHER + "-cred-ok"
+            self.assertEqual(self.login_status(target, initiator, source=source, chap=chap), 0,
+                             target)
+
+    def test_a_wrong_discovery_secret_is_refused(self):
+        d = self.d
+        d.ctl("auth", "set", "--discovery", "--user", "disco", "--secret-file", "-",
+              input=DISCOVERY_SECRET)
+        try:
+            source = "127.0.0.24"
+            for n, chap in enumerate((("disco", "wrong-discovery-secret"), ("disco", SECRET),
+                                      ("alice", SECRET))):
+                self.assertEqual(self.login_status(None, f"{OTHER}-disco-{n}", source=source,
+                                                   chap=chap), 0x0201, chap)
+            self.assertEqual(self.login_status(None, OTHER + "-disco-ok", source=source,
+                                               chap=("disco", DISCOVERY_SECRET)), 0)
+        finally:
+            d.ctl("auth", "clear", "--discovery")
+
     # ---- the stage-jump login (RFC 7143 6.3, 12): CHAP agreed, then straight to the operational
     # stage with T=1 NSG=3 and no CHAP at all. The target is in the security stage (it answered
     # T=0), so a request in the operational stage is refused 0x0200 and the connection closes.
@@ -223,7 +330,7 @@ class AclChapTest(unittest.TestCase):
                          before + 1)
         # No command on the LUN reached it: the honest login still works and sees the first UA.
         c = Initiator(self.d.portal, JUMPER)
-        c.login(target=IQN_PREFIX + "chapacl", chap=("carol", SECRET))
+        c.login(target=IQN_PREFIX + "chapacl", chap=("carol", CAROL_SECRET))
         self.assertEqual(c.test_unit_ready(0)[0], 0x02)  # POWER ON unit attention, first
         c.logout()
 
