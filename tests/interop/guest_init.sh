@@ -17,6 +17,8 @@ export HOME=/root
 R=/run/interop
 exec </dev/null >/dev/ttyS0 2>&1
 
+# Saves the result and powers off. Should the power-off not come, PID 1 exits: the kernel panics
+# (panic=-1 reboots at once) and QEMU, started with -no-reboot, ends. Nothing after a finish runs.
 finish() {
   dmesg >"$R/dmesg" 2>&1
   echo "$1" >"$R/result"
@@ -24,6 +26,7 @@ finish() {
   echo "interop: scenario exited $1"
   echo o >/proc/sysrq-trigger
   sleep 10
+  exit "$1"
 }
 
 hostname iscsigw-guest

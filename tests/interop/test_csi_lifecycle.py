@@ -259,7 +259,10 @@ class CsiLifecycleTest(g.InteropTestCase):
         after = self.stats(volume_id, target)
         self.assertGreater(after[csi_pb2.VolumeUsage.BYTES].total,
                            before[csi_pb2.VolumeUsage.BYTES].total * 3 // 2)
-        self.assertEqual(self.vm.check(f"sha256sum {target}/data | cut -d' ' -f1").strip(), data)
+        # Read past the page cache (O_DIRECT): the blocks as the grown LUN holds them.
+        self.assertEqual(self.vm.check(
+            f"dd if={target}/data bs=1M iflag=direct status=none | sha256sum | cut -d' ' -f1"
+        ).strip(), data)
 
         # A snapshot and a clone keep the data as it was; the volume then moves on.
         self.vm.check(f"sync -f {target}/data")
