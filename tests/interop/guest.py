@@ -187,9 +187,13 @@ class Guest:
         try:
             with open(self._path("result")) as f:
                 rc = int(f.read().strip())
-        except (OSError, ValueError):
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-            raise GuestFailed(self.report(f"guest stopped without a result (qemu: {err[-2000:]})"))
+        except (OSError, ValueError) as e:
+            # qemu's stderr is read only once it has exited: while it runs (a series' boot goes
+            # on after each scenario) the read would never end.
+            err = ""
+            if self.proc.poll() is not None and self.proc.stderr:
+                err = self.proc.stderr.read().decode(errors="replace")
+            raise GuestFailed(self.report(f"no result from the guest ({e}; qemu: {err[-2000:]})"))
         if rc != 0:
             raise GuestFailed(self.report(f"scenario {self.scenario} exited {rc}"))
         self.passed = True

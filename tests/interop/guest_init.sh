@@ -17,11 +17,18 @@ export HOME=/root
 R=/run/interop
 exec </dev/null >/dev/ttyS0 2>&1
 
+# A result file appears whole (written aside, then renamed): the host polls for it over 9p and
+# reads it as soon as it exists.
+put_result() {
+  echo "$2" >"$1/result.tmp"
+  mv "$1/result.tmp" "$1/result"
+}
+
 # Saves the result and powers off. Should the power-off not come, PID 1 exits: the kernel panics
 # (panic=-1 reboots at once) and QEMU, started with -no-reboot, ends. Nothing after a finish runs.
 finish() {
   dmesg >"$R/dmesg" 2>&1
-  echo "$1" >"$R/result"
+  put_result "$R" "$1"
   sync
   echo "interop: scenario exited $1"
   echo o >/proc/sysrq-trigger
@@ -79,6 +86,6 @@ while :; do
   iscsiadm -m discoverydb -t sendtargets -o delete >/dev/null 2>&1 || true
   dmesg -c >"$S/dmesg" 2>&1
   sync
-  echo "$rc" >"$S/result"
+  put_result "$S" "$rc"
   n=$((n + 1))
 done
