@@ -428,9 +428,11 @@ class AbuseTest(DaemonTestCase):
                         b = login_bhs(0, ahs_words=words)
                     # The AHS: random type and length fields.
                     c.sock.sendall(bytes(b) + os.urandom(words * 4))
-                    outcome = garbage_ahs_outcome(c, logged, words)
+                    try:
+                        outcome = garbage_ahs_outcome(c, logged, words)
+                    finally:
+                        c.close()
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                    c.close()
                     n += 1
             counts["connections"] = n
             counts.update(outcomes)

@@ -192,7 +192,7 @@ class AclChapTest(unittest.TestCase):
     # address of its own, and under a new initiator name for each guess after the second, so
     # that no failure counts towards a lockout (docs/security.md: three per name and source, ten
     # per source and target) that would decide a later login instead of its credentials.
-    def chap_exchange(self, c, target, user):
+    def chap_exchange(self, c, target):
         """Security stage up to the challenge: returns (CHAP_A, CHAP_I, challenge)."""
         names = [("InitiatorName", c.name), ("SessionType", "Normal"), ("TargetName", target)]
         _, keys = c._login_pdu(0, 1, False, names + [("AuthMethod", "CHAP")])
@@ -229,7 +229,7 @@ class AclChapTest(unittest.TestCase):
         # each login gets a challenge of its own, so the replay fails.
         source = "127.0.0.21"
         c = Initiator(self.d.portal, OTHER + "-replay", source=source)
-        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "chap", "alice")
+        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "chap")
         captured = [("CHAP_N", "alice"),
                     ("CHAP_R", "0x" + chap_response(alg, ident, SECRET, challenge).hex())]
         transit, _ = c._login_pdu(0, 1, True, captured)
@@ -237,7 +237,7 @@ class AclChapTest(unittest.TestCase):
         c.close()
         for n in range(3):
             c = Initiator(self.d.portal, f"{OTHER}-replay-{n}", source=source)
-            _, _, again = self.chap_exchange(c, IQN_PREFIX + "chap", "alice")
+            _, _, again = self.chap_exchange(c, IQN_PREFIX + "chap")
             self.assertNotEqual(again, challenge, "the target repeated a challenge")
             with self.assertRaises(LoginError) as e:
                 c._login_pdu(0, 1, True, captured)
@@ -249,7 +249,7 @@ class AclChapTest(unittest.TestCase):
         # its secret: otherwise anyone could collect the target's responses to challenges of
         # their choosing and attack the target's secret offline.
         c = Initiator(self.d.portal, INITIATOR, source="127.0.0.22")
-        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "mutual", "bob")
+        alg, ident, challenge = self.chap_exchange(c, IQN_PREFIX + "mutual")
         with self.assertRaises(LoginError) as e:
             c._login_pdu(0, 1, True, [
                 ("CHAP_N", "bob"),
