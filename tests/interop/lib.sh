@@ -3,9 +3,10 @@
 # series of scenarios on one boot, each scenario's own directory: guest_init.sh).
 R=${R:-/run/interop}
 
-say() { echo "interop: $*"; }
+# Each line carries the guest's uptime in seconds: where a scenario spends its time.
+say() { echo "interop: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
 fail() {
-  echo "interop: FAIL: $*"
+  echo "interop: [$(cut -d' ' -f1 /proc/uptime)] FAIL: $*"
   exit 1
 }
 
