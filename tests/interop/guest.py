@@ -96,8 +96,7 @@ class Guest:
             "-smp", str(cpus), "-m", str(memory_mb), "-nographic", "-no-reboot",
             "-kernel", os.path.join(self.image, "vmlinuz"),
             "-initrd", os.path.join(self.image, "initrd.img"),
-            "-append", "root=/dev/vda rw console=ttyS0 init=/sbin/interop-init net.ifnames=0 "
-                       "panic=-1 loglevel=4",
+            "-append", "console=ttyS0 net.ifnames=0 panic=-1 loglevel=4",
             "-drive", f"file={os.path.join(self.image, 'disk.img')},if=virtio,format=raw,snapshot=on",
             "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
             "-virtfs", f"local,path={HERE},mount_tag=suite,security_model=none,readonly=on",

@@ -17,6 +17,9 @@ export HOME=/root
 R=/run/interop
 exec </dev/null >/dev/ttyS0 2>&1
 
+# A line on the console with the guest's uptime (as lib.sh's say).
+say() { echo "interop: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
+
 # A result file appears whole (written aside, then renamed): the host polls for it over 9p and
 # reads it as soon as it exists.
 put_result() {
@@ -30,24 +33,31 @@ finish() {
   dmesg >"$R/dmesg" 2>&1
   put_result "$R" "$1"
   sync
-  echo "interop: scenario exited $1"
+  say "scenario exited $1"
   echo o >/proc/sysrq-trigger
   sleep 10
   exit "$1"
 }
 
+say "init started"
 hostname iscsigw-guest
-ip link set lo up
-ip link set eth0 up
-ip addr add 10.0.2.15/24 dev eth0
-ip route add default via 10.0.2.2
-mkdir -p /run/udev /run/lock /var/lock
-/lib/systemd/systemd-udevd --daemon
-udevadm trigger --action=add
-udevadm settle --timeout=30
+# The modules a scenario needs are loaded by name, not found by a coldplug of every device (the
+# initrd loaded only the root disk's: guest_image.sh).
+modprobe virtio_net
 modprobe iscsi_tcp
 modprobe sg
 modprobe dm_multipath
+ip link set lo up
+ip link set eth0 up || finish 92
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+# udev for what appears from here on (the sd devices of each login, dm-multipath's maps and their
+# /dev/mapper and /dev/disk links); of the devices already there, only the disks and the network
+# interface are announced. Replaying every device's add event costs a TCG guest 4-5 s per boot.
+mkdir -p /run/udev /run/lock /var/lock
+/lib/systemd/systemd-udevd --daemon
+udevadm trigger --action=add --subsystem-match=block --subsystem-match=net
+udevadm settle --timeout=30
 
 . "$R/env"
 # The build tree's binaries, when the test shares them (guest.py Guest bin_dir).
@@ -58,9 +68,10 @@ fi
 echo "InitiatorName=$INITIATOR_NAME" >/etc/iscsi/initiatorname.iscsi
 # Node-like timeouts from iscsid.conf; scenarios change them per record with iscsiadm.
 iscsid || finish 90
+say "iscsid started"
 scenario=$(cat "$R/scenario")
 if [ "$scenario" != series ]; then
-  echo "interop: scenario $scenario starting"
+  say "scenario $scenario starting"
   sh -eu "/suite/scenarios/$scenario.sh"
   finish $?
 fi
@@ -71,14 +82,14 @@ while :; do
   until [ -e "$S/scenario" ]; do sleep 0.05; done
   scenario=$(cat "$S/scenario")
   [ "$scenario" != poweroff ] || finish 0
-  echo "interop: scenario $scenario starting (series, $n)"
+  say "scenario $scenario starting (series, $n)"
   rc=0
   (
     . "$S/env"
     export R=$S
     exec sh -eu "/suite/scenarios/$scenario.sh"
   ) || rc=$?
-  echo "interop: scenario $scenario exited $rc"
+  say "scenario $scenario exited $rc"
   # What a scenario may leave behind that the next one must not meet.
   for m in $(awk '$2 ~ /^\/mnt\// { print $2 }' /proc/mounts); do umount -l "$m" || true; done
   iscsiadm -m node --logoutall=all >/dev/null 2>&1 || true
