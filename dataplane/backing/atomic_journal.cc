@@ -352,8 +352,17 @@ int AtomicJournal::Write(uint64_t offset, std::span<const uint8_t> data) {
         path_, data.size(), offset, ErrnoText(err));
     return err;
   }
-  // 4. Retired, durably, before the write counts as done.
-  return Retire();
+  // 4. Retired, durably, before the write counts as done. A record that could be neither zeroed
+  // nor removed is live: the next open writes it in place again, so from here nothing else may be
+  // written to the LUN, or that replay would undo it. The store stops serving, as after step 3.
+  if (err = Retire(); err != 0) {
+    record_left_.store(true, std::memory_order_release);
+    log::Backing().error(
+        "atomic write journal {}: the record of {} bytes at {} could not be retired: {}; it "
+        "stays for the next open of the LUN",
+        path_, data.size(), offset, ErrnoText(err));
+  }
+  return err;
 }
 
 }  // namespace iscsigw::backing

@@ -24,7 +24,7 @@
 // When step 3 fails the range may be torn: the record stays for Recover to complete at the next
 // open, and the journal reports it (record_left()), so that the store stops serving (NOT READY)
 // until then rather than show the torn range or take writes the replay would undo. When step 4
-// fails the journal file is unlinked instead.
+// fails the journal is unlinked instead; if that fails too, the live record is reported the same.
 //
 // Threading: Submit from any thread; requests run in order on the journal pool and their finish
 // runs there. Recover before the store serves. No exception escapes.

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -266,6 +268,95 @@ TEST_F(AtomicJournalTest, ARecordOutsideTheLunIsAnErrorThatNamesIt) {
   EXPECT_NE(r.status().message().find("lies outside the LUN"), std::string::npos)
       << r.status().ToString();
   EXPECT_NE(r.status().message().find(journal), std::string::npos);
+}
+
+// The directory `dir` made immutable (FS_IMMUTABLE_FL: nothing in it can be created, renamed or
+// removed, by root either) while the guard lives.
+class ImmutableDir {
+ public:
+  explicit ImmutableDir(const fs::path& dir)
+      : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    EXPECT_TRUE(fd_.valid());
+    set_ = Set(true);
+  }
+  ~ImmutableDir() {
+    if (set_) Set(false);
+  }
+  ImmutableDir(const ImmutableDir&) = delete;
+  ImmutableDir& operator=(const ImmutableDir&) = delete;
+  bool set() const { return set_; }
+
+ private:
+  bool Set(bool on) {
+    int flags = 0;
+    if (::ioctl(fd_.get(), FS_IOC_GETFLAGS, &flags) != 0) return false;
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    return ::ioctl(fd_.get(), FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  UniqueFd fd_;
+  bool set_ = false;
+};
+
+// This process's read-write descriptor of `path`, or -1.
+int ReadWriteFdOf(const std::string& path) {
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = fs::read_symlink(e.path(), ec);
+    if (ec || target != fs::path(path)) continue;
+    const int fd = std::stoi(e.path().filename().string());
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR) return fd;
+  }
+  return -1;
+}
+
+TEST_F(AtomicJournalTest, ARecordThatCannotBeRetiredFencesTheJournalUntilTheNextOpen) {
+  // Written in place and durable, its record neither zeroed nor removed (the journal's descriptor
+  // fails its writes and its directory refuses the unlink): the record is live, and the next
+  // open will write it again. Nothing may be written to the LUN before then, or that replay would
+  // undo it (atomic_journal.h).
+  const auto data = Pattern(64 * 1024, 31);
+  std::string journal_path;
+  {
+    UniqueFd fd(::open(lun_.c_str(), O_RDWR | O_CLOEXEC));
+    WriteGate writes, reads;
+    AtomicJournal journal(lun_, fd.get(), {writes, reads}, kMiB);
+    Pending first(0, Pattern(4096, 30));
+    journal.Submit(&first.request);
+    ASSERT_EQ(first.Wait(), 0);  // makes the journal
+    journal_path = journal.path();
+    // The next write is held at the gate, its record durable, while both faults are set up.
+    ASSERT_TRUE(writes.TryEnterShared(0));
+    Pending p(8192, data);
+    journal.Submit(&p.request);
+    ASSERT_TRUE(WaitFor(writes)) << "the write never reached its place";
+    const int journal_fd = ReadWriteFdOf(journal_path);
+    ASSERT_GE(journal_fd, 0);
+    UniqueFd ro(::open(journal_path.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_EQ(::dup2(ro.get(), journal_fd), journal_fd);
+    {
+      ImmutableDir frozen(dir_);
+      if (!frozen.set()) {
+        writes.ExitShared(0);
+        p.Wait();
+        GTEST_FAIL() << "cannot make " << dir_ << " immutable (needs root, on ext4, xfs or tmpfs)";
+      }
+      writes.ExitShared(0);
+      EXPECT_NE(p.Wait(), 0);
+      EXPECT_EQ(ReadRange(lun_, 8192, data.size()), data);
+      EXPECT_TRUE(journal.record_left()) << "a live record, and the journal still serving";
+      Pending later(8192, Pattern(4096, 32));
+      journal.Submit(&later.request);
+      EXPECT_EQ(later.Wait(), EIO);
+    }
+  }
+  // The record stayed: the next open writes it in place, again, and removes the journal.
+  ASSERT_EQ(JournalsOf(lun_), std::vector<std::string>{journal_path});
+  auto r = Recover();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->found, AtomicJournal::Found::kReplayed);
+  EXPECT_EQ(ReadRange(lun_, 8192, data.size()), data);
+  EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
 // Through the file store: limits, durability, the journal's lifetime, Open's recovery, and the
