@@ -358,8 +358,8 @@ int AtomicJournal::Write(uint64_t offset, std::span<const uint8_t> data) {
   if (err = Retire(); err != 0) {
     record_left_.store(true, std::memory_order_release);
     log::Backing().error(
-        "atomic write journal {}: the record of {} bytes at {} could not be retired: {}; it "
-        "stays for the next open of the LUN",
+        "atomic write journal {}: the record of {} bytes at {} could not be retired: {}; it may "
+        "stay, for the next open of the LUN to write in place again",
         path_, data.size(), offset, ErrnoText(err));
   }
   return err;

@@ -89,7 +89,7 @@ class AtomicJournal {
   // Queues a write of request->data at request->offset, all or nothing (steps 1 to 4 above);
   // finish(request, 0 or a positive errno) runs once it is done. data.size() <= max_len.
   void Submit(Request* request);
-  // True once a write failed in place and its record was left for the next open.
+  // True once a write failed in place, or its record could not be retired: a live record.
   bool record_left() const { return record_left_.load(std::memory_order_acquire); }
   // The journal file (empty until the first write made it; read it once a write has finished).
   std::string path() const;

@@ -709,8 +709,9 @@ int FileStore::ready() const {
 
 std::string FileStore::offline_reason() const {
   if (ready() == 0) return {};
-  return "an atomic write failed in place (see the log); its journal record completes it when "
-         "the LUN opens next: restart the gateway once the file can be written";
+  return "an atomic write failed in place or could not retire its journal record (see the log); "
+         "the record is written in place when the LUN opens next: restart the gateway once the "
+         "file and its directory can be written";
 }
 
 void FileStore::Prefetch(uint64_t offset, uint64_t len) {

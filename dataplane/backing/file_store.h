@@ -85,7 +85,7 @@ class FileStore final : public BackingStore {
   FileStore& operator=(const FileStore&) = delete;
 
   std::string_view kind() const override { return "file"; }
-  // ESHUTDOWN once an atomic write failed in place (see WriteAtomic); 0 otherwise.
+  // ESHUTDOWN once an atomic write left a live journal record (see WriteAtomic); 0 otherwise.
   int ready() const override;
   std::string offline_reason() const override;
   uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_relaxed); }

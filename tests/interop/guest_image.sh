@@ -7,9 +7,10 @@
 #   tests/interop/guest_image.sh        as root; prints the image directory on its last line
 #
 # The image is cached outside the build tree, in $ISCSIGW_INTEROP_CACHE (default
-# /var/tmp/iscsigw-interop), under a key made of the package list and the guest's boot stub, so a
-# change to either builds a new one and nothing else does. Guests boot it with -snapshot, so it is
-# never written. Scenarios themselves are not in the image: the guest mounts tests/interop over 9p.
+# /var/tmp/iscsigw-interop), under a key made of the package list, the guest's boot stub and its
+# initrd's /init and modules, so a change to any of them builds a new one and nothing else does.
+# Guests boot it with -snapshot, so it is never written. Scenarios themselves are not in the
+# image: the guest mounts tests/interop over 9p.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -131,8 +132,9 @@ while read -r ko; do
   cp "$root$ko" "$initrd/mods/"
   basename "$ko" >>"$initrd/mods/order"
 done <"$work/modules"
-chroot "$root" /bin/sh -c 'cd /tmp/initrd && find . | /bin/busybox cpio -o -H newc 2>/dev/null' \
-  >"$work/initrd.img"
+chroot "$root" /bin/sh -c 'cd /tmp/initrd && find . | /bin/busybox cpio -o -H newc' \
+  >"$work/initrd.img" 2>>"$log"
+[ -s "$work/initrd.img" ] || { echo "guest_image.sh: no initrd (log: $log)" >&2; exit 1; }
 rm -rf "$initrd"
 
 printf '%s' "$boot_stub" >"$root/sbin/interop-init"

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dataplane/backing/file_store.h"
@@ -280,7 +281,7 @@ class ImmutableDir {
     set_ = Set(true);
   }
   ~ImmutableDir() {
-    if (set_) Set(false);
+    if (set_ && !Set(false)) ADD_FAILURE() << "left immutable: chattr -i it";
   }
   ImmutableDir(const ImmutableDir&) = delete;
   ImmutableDir& operator=(const ImmutableDir&) = delete;
@@ -297,7 +298,23 @@ class ImmutableDir {
   bool set_ = false;
 };
 
-// This process's read-write descriptor of `path`, or -1.
+// A journal write held at its gate (the caller holds `gate` shared), let go at the latest when this
+// goes out of scope: the journal's thread must never wait on a gate that is gone.
+struct HeldWrite {
+  WriteGate& gate;
+  Pending& write;
+  bool held = true;
+  int LetGo() {
+    if (std::exchange(held, false)) gate.ExitShared(0);
+    return write.Wait();
+  }
+  ~HeldWrite() {
+    if (held) LetGo();
+  }
+};
+
+// This process's descriptor of `path` open read-write through the page cache (a store's own, or
+// a journal's), or -1.
 int ReadWriteFdOf(const std::string& path) {
   for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
     std::error_code ec;
@@ -305,7 +322,7 @@ int ReadWriteFdOf(const std::string& path) {
     if (ec || target != fs::path(path)) continue;
     const int fd = std::stoi(e.path().filename().string());
     const int flags = ::fcntl(fd, F_GETFL);
-    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR) return fd;
+    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) return fd;
   }
   return -1;
 }
@@ -329,6 +346,7 @@ TEST_F(AtomicJournalTest, ARecordThatCannotBeRetiredFencesTheJournalUntilTheNext
     ASSERT_TRUE(writes.TryEnterShared(0));
     Pending p(8192, data);
     journal.Submit(&p.request);
+    HeldWrite held{writes, p};
     ASSERT_TRUE(WaitFor(writes)) << "the write never reached its place";
     const int journal_fd = ReadWriteFdOf(journal_path);
     ASSERT_GE(journal_fd, 0);
@@ -336,13 +354,9 @@ TEST_F(AtomicJournalTest, ARecordThatCannotBeRetiredFencesTheJournalUntilTheNext
     ASSERT_EQ(::dup2(ro.get(), journal_fd), journal_fd);
     {
       ImmutableDir frozen(dir_);
-      if (!frozen.set()) {
-        writes.ExitShared(0);
-        p.Wait();
-        GTEST_FAIL() << "cannot make " << dir_ << " immutable (needs root, on ext4, xfs or tmpfs)";
-      }
-      writes.ExitShared(0);
-      EXPECT_NE(p.Wait(), 0);
+      ASSERT_TRUE(frozen.set()) << "cannot make " << dir_
+                                << " immutable (needs root, on ext4, xfs or tmpfs)";
+      EXPECT_NE(held.LetGo(), 0);
       EXPECT_EQ(ReadRange(lun_, 8192, data.size()), data);
       EXPECT_TRUE(journal.record_left()) << "a live record, and the journal still serving";
       Pending later(8192, Pattern(4096, 32));
@@ -407,19 +421,6 @@ TEST_F(FileStoreAtomicTest, WritesAtomicallyAndOpenCompletesAnInterruptedWrite) 
   EXPECT_TRUE(JournalsOf(lun_).empty());
 }
 
-// The store's own descriptor of the LUN file (read-write, through the page cache).
-int StoreFd(const std::string& path) {
-  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    const auto target = fs::read_symlink(e.path(), ec);
-    if (ec || target != fs::path(path)) continue;
-    const int fd = std::stoi(e.path().filename().string());
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) return fd;
-  }
-  return -1;
-}
-
 TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen) {
   const auto data = Pattern(64 * 1024, 29);
   {
@@ -433,7 +434,7 @@ TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen
     store.WriteAtomic(0, 0, std::span(data).first(4096), false, Record(&first));
     RunUntil(first);  // makes the journal
     ASSERT_EQ(first.err, 0);
-    const int fd = StoreFd(lun_);
+    const int fd = ReadWriteFdOf(lun_);
     ASSERT_GE(fd, 0);
     std::vector<uint8_t> buf(4096);
     Result read;
