@@ -3,7 +3,7 @@
 # `debootstrap --variant=minbase bookworm` root (root user, apt only, nothing else installed), the
 # committed tree (git archive HEAD) copied in, then `scripts/test.sh` inside a chroot. It catches
 # what the development machines carry but the install script does not bring. Not part of CI: it
-# takes 40-50 minutes on 2 cores, every tree compiled cold (the minbase root is built once and
+# takes 30-50 minutes on 2 cores, every tree compiled cold (the minbase root is built once and
 # copied for each run; the chroot has a compiler cache of its own, empty).
 #
 #   tests/packaging/fresh_machine_test.sh [--keep] [--root DIR] [--command CMD]
