@@ -92,6 +92,16 @@ std::string InlineDispatchWaits(rados_t h) {
   return {};
 }
 
+// An option as librbd applies it to one image: the image's conf_<option> metadata overrides the
+// handle's value.
+std::string ImageConfGet(rados_t h, rbd_image_t image, const char* option) {
+  char value[64] = {};
+  size_t len = sizeof(value) - 1;
+  const std::string key = std::string("conf_") + option;
+  if (rbd_metadata_get(image, key.c_str(), value, &len) == 0) return std::string(value);
+  return ConfGet(h, option);
+}
+
 // What librbd sends to the cluster as one request to one object, which the OSD applies whole: a
 // stripe unit (the object size unless the image uses fancy striping), provided writes reach the
 // cluster as they were made. Ceph 16's default cache policy (writearound) sends each write on at
@@ -100,15 +110,10 @@ std::string InlineDispatchWaits(rados_t h) {
 uint64_t AtomicUnit(rados_t h, rbd_image_t image) {
   uint64_t unit = 0;
   if (rbd_get_stripe_unit(image, &unit) < 0 || unit == 0 || (unit & (unit - 1)) != 0) return 0;
-  // An image's conf_<option> metadata overrides the option for that image.
-  auto option = [&](const char* name) {
-    char value[64] = {};
-    size_t len = sizeof(value) - 1;
-    const std::string key = std::string("conf_") + name;
-    if (rbd_metadata_get(image, key.c_str(), value, &len) == 0) return std::string(value);
-    return ConfGet(h, name);
-  };
-  if (option("rbd_cache_policy") == "writeback" && option("rbd_cache") != "false") return 0;
+  if (ImageConfGet(h, image, "rbd_cache_policy") == "writeback" &&
+      ImageConfGet(h, image, "rbd_cache") != "false") {
+    return 0;
+  }
   return unit;
 }
 
@@ -715,6 +720,7 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
     store->object_size_ = info.obj_size;
   }
   store->atomic_unit_ = AtomicUnit(store->cluster_->handle, image);
+  store->volatile_cache_ = ImageConfGet(store->cluster_->handle, image, "rbd_cache") == "true";
   uint64_t size = o.size_bytes == 0 ? info.size : o.size_bytes;
   if (size == 0) return InvalidArgument(who + "the image is 0 bytes");
   if (info.size < size) {
@@ -888,7 +894,17 @@ void RbdStore::Run(runtime::CompletionInbox::Item* item) {
     err = 0;
   }
   if (err == ESHUTDOWN) self->NoteFenced();
+  if (op->kind == Op::Kind::kFlush || op->fua_flushing) err = self->FlushError(err);
   self->Finish(op, err);
+}
+
+int RbdStore::FlushError(int err) const {
+  // librbd's cache (write-around by default) acknowledges a write before the OSDs have it and
+  // hands a failed write's error to the next flush that ends, once: whatever the flush's error
+  // (an OSD op past rados_osd_op_timeout, a blocklist), a write already answered GOOD may be
+  // lost, and a retried flush would find nothing left to fail. So it is a write error, never a
+  // NOT READY that the initiator retries into GOOD.
+  return err != 0 && volatile_cache_ ? EIO : err;
 }
 
 void RbdStore::NoteFenced() {
@@ -954,7 +970,9 @@ void RbdStore::RunOnPool(Op* op) {
   auto write = [&](const char* data) -> int64_t {
     ssize_t n = rbd_write(image, op->offset, op->len, data);
     if (n < 0) return n;
-    return op->fua ? rbd_flush(image) : 0;
+    if (!op->fua) return 0;
+    op->fua_flushing = true;  // its error is a flush's (Run)
+    return rbd_flush(image);
   };
   switch (op->work) {
     case Op::PoolWork::kReadModifyWrite: {
@@ -992,6 +1010,7 @@ void RbdStore::RunOnPool(Op* op) {
         op->caw->miscompare = MiscompareIndex(mismatch, op->offset, op->len);
         r = 0;
       } else {
+        op->fua_flushing = n >= 0 && op->fua;
         r = n < 0 ? n : (op->fua ? rbd_flush(image) : 0);
       }
       break;

@@ -55,6 +55,9 @@
 //   librbd's cache (rbd_cache, Ceph 16's default policy writearound) acknowledges a write before
 //   the OSDs have it: that is the volatile write cache the caching mode page reports (WCE=1), and
 //   FUA and SYNCHRONIZE CACHE flush it (LIBRADOS_OP_FLAG_FADVISE_FUA is only a hint to it).
+//   The cache hands a failed write's error to the next flush that ends, once: with the cache on,
+//   a flush (or a FUA write's flush) that fails for any reason completes with EIO, a write error,
+//   never ETIMEDOUT or ESHUTDOWN that an initiator would retry or take to another path into GOOD.
 //   WriteAtomic -> rbd_aio_write of a range inside one stripe unit: one request to one object,
 //   which the OSD applies whole (atomic_limits: max and alignment the stripe unit; none with
 //   rbd_cache_policy writeback, whose cache may write a range back in pieces).
@@ -76,11 +79,12 @@
 // (rbd_aio_create_completion) and request objects for every call; that is inside librbd, and its
 // C API offers no way around it.
 // A cluster that goes away: nothing blocks a reactor; an I/O waits for the OSDs up to
-// rados_osd_op_timeout and then completes with ETIMEDOUT (retryable NOT READY to the initiator). A
-// client the cluster blocklisted (another client broke its exclusive lock, or an operator) gets
-// ESHUTDOWN for everything: the store is fenced (ready()), as is every store sharing that librados
-// handle. Open, CreateImage and RemoveImage that meet ESHUTDOWN mark the handle fenced and try
-// once more on a new one; a fenced handle is never handed out again.
+// rados_osd_op_timeout and then completes with ETIMEDOUT (retryable NOT READY to the initiator;
+// a flush with the cache on: EIO, above). A client the cluster blocklisted (another client broke
+// its exclusive lock, or an operator) gets ESHUTDOWN for everything: the store is fenced (ready()),
+// as is every store sharing that librados handle. Open, CreateImage and RemoveImage that meet
+// ESHUTDOWN mark the handle fenced and try once more on a new one; a fenced handle is never handed
+// out again.
 //
 // Several gateways (options.gateway_id not 0): any number of gateways may open one image. Which of
 // them writes is librbd's exclusive lock (automatic: a live holder hands it over when another
@@ -243,6 +247,7 @@ class RbdStore final : public BackingStore {
   static void Run(runtime::CompletionInbox::Item* item);
   void Finish(Op* op, int err);
   void NoteFenced();
+  int FlushError(int err) const;  // a flush's error as the SCSI layer is to see it
 
   std::shared_ptr<Cluster> cluster_;
   void* ioctx_ = nullptr;  // rados_ioctx_t
@@ -254,6 +259,7 @@ class RbdStore final : public BackingStore {
   uint64_t object_size_ = 4 << 20;
   uint64_t atomic_unit_ = 0;  // bytes; 0: no atomic writes (see WriteAtomic)
   bool use_object_map_ = false;
+  bool volatile_cache_ = false;                  // librbd's cache on for the image (rbd_cache)
   std::shared_ptr<LockWatch> lock_watch_;        // null: no exclusive lock, or read-only
   std::shared_ptr<SharedObject> shared_object_;  // null: not shared
   std::vector<std::unique_ptr<Slot>> slots_;     // slots_[i] used only on reactor i's thread

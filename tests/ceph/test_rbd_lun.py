@@ -11,6 +11,8 @@
   pool names it; no keyring content reaches the log or the API.
 - The OSD stopped (SIGSTOP) for a few seconds while commands run: they wait and then complete,
   the reactor keeps serving another LUN meanwhile, and the daemon serves the rbd LUN afterwards.
+- A write that librbd's cache answered and whose OSD op then timed out: the flush or FUA write
+  that takes its error answers WRITE ERROR, never NOT READY retried into GOOD.
 - The gateway's lock broken by another client (its client blocklisted): NOT READY, MANUAL
   INTERVENTION REQUIRED, the reason in the API, and service again once the LUN is created again.
 """
@@ -46,7 +48,7 @@ def setUpModule():
     # Every conf and keyring the tests below name through the API, as the operator's flags
     # (docs/security.md: an API call names only those the daemon was started with).
     confs = [CONF] + [os.path.join(CLUSTER.dir, n + ".conf") for n in (
-        "plain", "theirs", "throttled", "inline", "dashes", "slow-dead", "dead")]
+        "plain", "theirs", "throttled", "inline", "dashes", "slow-dead", "dead", "optimeout")]
     # (nopool: allowed, and missing from the cluster, for the error that says so.)
     args = ["--reactors", "1", "--rbd-keyring", os.path.join(CLUSTER.dir, "client.gw.keyring"),
             "--rbd-allow", "nopool"]
@@ -61,6 +63,27 @@ def tearDownModule():
 
 rbd = CLUSTER.rbd
 export = CLUSTER.export
+
+
+def osd_threads_stopped(pid):
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(st == "T" for st in states)
+
+
+def stop_osd(pid):
+    """SIGSTOP to the OSD, returning once every thread of it has stopped: the signal takes effect
+    when a thread next enters the kernel, and until then a command could still be answered.
+    The caller sends SIGCONT."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        harness.wait_for(lambda: osd_threads_stopped(pid), 5,
+                         what="every thread of the OSD stopped")
+    except BaseException:
+        os.kill(pid, signal.SIGCONT)
+        raise
 
 
 def pattern(n, seed):
@@ -370,19 +393,8 @@ class RbdLunTest(harness.DaemonTestCase):
         other = self.login()  # a ram LUN on the same (only) reactor
 
         pid = CLUSTER.osd_pid()
-
-        def all_threads_stopped():
-            states = []
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            return all(st == "T" for st in states)
-
-        os.kill(pid, signal.SIGSTOP)
+        stop_osd(pid)
         try:
-            # The signal takes effect when the OSD's threads next enter the kernel: until then a
-            # command could still be answered.
-            harness.wait_for(all_threads_stopped, 5, what="every thread of the OSD stopped")
             # Commands to the rbd LUN wait for the OSD (FUA: librbd's cache may acknowledge a
             # plain write at once, as the caching mode page's WCE=1 allows)...
             itts = [ini.send_command(2, struct.pack(">BBIBHB", 0x2A, 8, 100 + i * 16, 0, 16, 0),
@@ -401,7 +413,7 @@ class RbdLunTest(harness.DaemonTestCase):
             early = b""
             if select.select([ini.sock], [], [], 0)[0]:
                 early = ini.sock.recv(48, socket.MSG_PEEK)
-            stopped = all_threads_stopped()
+            stopped = osd_threads_stopped(pid)
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertTrue(stopped, "the OSD did not stay stopped")
@@ -429,6 +441,68 @@ class RbdLunTest(harness.DaemonTestCase):
         self.assertEqual(status, 0)
         self.assertEqual(back, pattern(16 * 512, 20))
         self.assertIsNone(self.daemon.proc.poll())
+
+
+    def test_a_write_an_osd_op_timeout_lost_is_reported_never_retried_into_good(self):
+        # librbd's cache, on for an image one gateway alone exports, answers a plain write before
+        # the OSD has it (WCE=1 allows that) and hands the error of a write whose OSD op timed
+        # out (rados_osd_op_timeout) to the next flush that ends, once. A flush or FUA write
+        # answered NOT READY, BECOMING READY for it would be retried by the initiator (Linux
+        # retries that sense) and end GOOD, the write gone: the flush that takes the error must
+        # answer it as a write error.
+        conf = os.path.join(CLUSTER.dir, "optimeout.conf")
+        with open(CONF) as src, open(conf, "w") as dst:
+            dst.write(src.read() + "\n[client]\nrados osd op timeout = 3\n")
+        lun = 30
+        self.daemon.ctl("lun", "create", TARGET, lun, "--backing", "rbd", "--pool", "rbd",
+                        "--image", "optimeout", "--ceph-conf", conf, "--create", "--size", "16M")
+        self.addCleanup(self.daemon.ctl, "lun", "delete", TARGET, lun)
+        ini = self.login()
+        write_error, not_ready, good = (2, (3, 0x0C, 0)), (2, (2, 4, 1)), (0, None)
+        # A first write takes the image's exclusive lock while the OSD answers.
+        status, _, sense = self.command(ini, lun, struct.pack(">BBIBHB", 0x2A, 8, 0, 0, 8, 0),
+                                        data=pattern(4096, 1))
+        self.assertEqual(status, 0, sense.hex())
+
+        def answer(cdb, data=b""):
+            status, _, sense = ini._command(lun, cdb, data=data)
+            return status, sense_key_asc(sense) if status == 2 else None
+
+        sync = struct.pack(">BBIBHB", 0x35, 0, 0, 0, 0, 0)
+        fua_write = struct.pack(">BBIBHB", 0x2A, 8, 512, 0, 8, 0)
+        pid = CLUSTER.osd_pid()
+        for name, cdb in (("SYNCHRONIZE CACHE", sync), ("a FUA WRITE", fua_write)):
+            stop_osd(pid)
+            try:
+                # Plain writes, answered by the cache while the OSD cannot take them...
+                for i in range(8):
+                    status, _, sense = ini._command(
+                        lun, struct.pack(">BBIBHB", 0x2A, 0, 64 + i * 8, 0, 8, 0),
+                        data=pattern(4096, 40 + i))
+                    self.assertEqual(status, 0, sense.hex())
+                # ...then the command that flushes them, which waits out the op timeout.
+                t0 = time.monotonic()
+                answers = [answer(cdb, data=pattern(4096, 90) if cdb is fua_write else b"")]
+                waited = time.monotonic() - t0
+                self.assertTrue(osd_threads_stopped(pid), "the OSD did not stay stopped")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.assertGreater(waited, 2.5, f"{name} did not wait for the OSD")
+            # As an initiator would: again while NOT READY (the OSD answers now), then a flush.
+            while answers[-1] == not_ready and len(answers) < 5:
+                answers.append(answer(cdb, data=pattern(4096, 90) if cdb is fua_write else b""))
+            answers.append(answer(sync))
+            # The lost writes are reported before any flush ends GOOD: by the command that took
+            # the error, and (a FUA write having failed too) by the next flush; then it is spent.
+            want = [write_error, good] if cdb is sync else [write_error, write_error]
+            self.assertEqual(answers, want, f"{name}: answers {answers}")
+            self.assertEqual(answer(sync), good)
+        # Served as before: a write and its read back.
+        status, _, sense = self.command(ini, lun, struct.pack(">BBIBHB", 0x2A, 8, 1024, 0, 8, 0),
+                                        data=pattern(4096, 7))
+        self.assertEqual(status, 0, sense.hex())
+        status, back, sense = ini.read(lun, 1024, 8)
+        self.assertEqual((status, back), (0, pattern(4096, 7)), sense.hex())
 
 
 class RbdLunOfflineAtStartTest(unittest.TestCase):
