@@ -818,23 +818,89 @@ void CompleteOnReactor(Lun& lun, Task& task, std::vector<NexusMatch> aborted) {
 // NOT READY, BECOMING READY: initiators retry it.
 void SetNotReady(Task& task) { SetStoreError(task, ETIMEDOUT, false); }
 
+// What a PERSISTENT RESERVE OUT asked: two commands of one nexus with the same key are, as far
+// as the state can tell, one command sent again.
+std::string ProutKey(const ProutRequest& q) {
+  char head[128];
+  std::snprintf(head, sizeof(head), "%02x %02x %016" PRIx64 " %016" PRIx64 " %d%d%d %u %d%d %u ",
+                q.sa, q.type, q.rk, q.sark, q.aptpl ? 1 : 0, q.all_tg_pt ? 1 : 0, q.unreg ? 1 : 0,
+                static_cast<unsigned>(q.move_rel), q.move_to.any_isid ? 1 : 0,
+                q.move_to.any_initiator ? 1 : 0, static_cast<unsigned>(q.move_to.relative_port_id));
+  return head + q.move_to.initiator;
+}
+
+// Hands a change to the other gateways (see SharedObject::Notify), trying twice more when it
+// fails for another reason than a gateway not answering.
+int HandOver(backing::SharedObject& so, uint64_t version, const std::string& data,
+             const std::string& events) {
+  int r = so.Notify(version, data, events, kNotifyTimeout);
+  for (int retry = 0; r < 0 && r != -ETIMEDOUT && retry < 2; ++retry) {
+    r = so.Notify(version, data, events, kNotifyTimeout);
+  }
+  return r;
+}
+
+// The retry of a command whose change was written but not handed over (RunSharedProut): the
+// object's current state, which holds the change (every later version was made from it), goes
+// out with the change's events, and the command ends as it did then (GOOD) once the others have
+// it. A gateway that has had a later version already keeps its state and drops the events (a
+// unit attention of the change may be lost then; its state is not).
+void AnswerFromRecord(Lun& lun, backing::SharedObject& so, Task& task, const std::string& events) {
+  std::string data;
+  uint64_t version = 0;
+  if (int r = so.Read(&data, &version); r < 0) {
+    log::Scsi().warn("lun {}: reading the shared reservations: errno {}", lun.id(), -r);
+    return SetNotReady(task);
+  }
+  if (int r = HandOver(so, version, data, events); r < 0 && r != -ETIMEDOUT) {
+    log::Scsi().error("lun {}: reservation change {} still not handed over: errno {}", lun.id(),
+                      version, -r);
+    return SetNotReady(task);
+  }
+  Reservations& res = lun.reservations();
+  std::lock_guard lock(res.mu());
+  if (version > res.shared_version() || res.unknown()) {
+    res.RestoreShared(data);
+    res.set_shared_version(version);
+  }
+  res.unannounced() = {};
+}
+
 // A PERSISTENT RESERVE OUT on a LUN the gateways share, on the shared object's thread: read the
 // state and its version, apply the command to a copy, write it if the version is unchanged (else
 // again from the read), make it this gateway's state, raise the effects here, and hand state and
 // effects to the other gateways, waiting until they have applied them: when the command completes,
 // a reservation taken through this gateway fences writes through every gateway that answered.
-// Errors: the object not readable or writable, NOT READY (initiators retry; nothing changed, or,
-// when the change was written but could not be handed over, the others reread it once their
-// watch sees the failure); 32 lost compare-and-swaps in a row, BUSY.
+// Errors: the object not readable or writable, NOT READY (initiators retry; nothing changed, or
+// the change was written but could not be handed over: then the nexus's retry of the same command
+// is not applied again but answered from the record, once the hand-over succeeds); 32 lost
+// compare-and-swaps in a row, BUSY.
 void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const ProutRequest& q) {
   const Nexus& me = *task.nexus;
   const bool abort = q.sa == kPreemptAndAbort;
   Reservations scratch;
   std::vector<NexusMatch> aborted;
   uint64_t known = 0;  // the version this gateway has
+  const std::string nexus = me.initiator_port() + "," + std::to_string(me.relative_port_id());
+  const std::string request = ProutKey(q);
+  std::string unannounced_events;  // this command's change, written but not handed over
+  bool retried = false;
   {
     std::lock_guard lock(lun.reservations().mu());
     known = lun.reservations().shared_version();
+    Reservations::UnannouncedChange& u = lun.reservations().unannounced();
+    if (u.nexus == nexus && u.request == request) {
+      retried = true;
+      unannounced_events = u.events;
+    } else if (u.nexus == nexus) {
+      u = {};  // the nexus has moved on to another command: it is not retrying that one
+    }
+  }
+  if (retried) {
+    task.status = ScsiStatus::kGood;
+    task.sense_len = 0;
+    AnswerFromRecord(lun, so, task, unannounced_events);
+    return CompleteOnReactor(lun, task, {});
   }
   for (int attempt = 1;; ++attempt) {
     task.status = ScsiStatus::kGood;
@@ -893,10 +959,7 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
       RaiseEffects(lun, fx, false, &me);
       if (abort) aborted = fx.aborted;
       const std::string events = EncodeEvents(fx, abort);
-      int r = so.Notify(now, after, events, kNotifyTimeout);
-      for (int retry = 0; r < 0 && r != -ETIMEDOUT && retry < 2; ++retry) {
-        r = so.Notify(now, after, events, kNotifyTimeout);
-      }
+      const int r = HandOver(so, now, after, events);
       if (r == -ETIMEDOUT) {
         // A gateway that did not answer is presumed gone (see kNotifyTimeout).
         log::Scsi().warn("lun {}: a gateway did not acknowledge reservation change {} within {} s",
@@ -907,6 +970,9 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
             "gateways: errno {}",
             lun.id(), now, -r);
         SetNotReady(task);
+        // Applying its retry again could apply it twice: the retry is answered from this.
+        std::lock_guard lock(lun.reservations().mu());
+        lun.reservations().unannounced() = {nexus, request, events};
       }
     } else if (version > known) {
       // Nothing changed, but the object is newer than this gateway's copy was: a change whose

@@ -80,6 +80,16 @@ class Reservations {
   // The shared object's version the state came from; 0: none yet.
   uint64_t shared_version() const { return shared_version_; }
   void set_shared_version(uint64_t v) { shared_version_ = v; }
+  // A PERSISTENT RESERVE OUT this gateway wrote to the shared object but could not hand to the
+  // other gateways, so it answered NOT READY: `nexus` sent it, `request` names the command,
+  // `events` are what the others were to learn. Its retry is answered from this record, not
+  // applied to the state a second time (reservations.cc); empty nexus: none.
+  struct UnannouncedChange {
+    std::string nexus;
+    std::string request;
+    std::string events;
+  };
+  UnannouncedChange& unannounced() { return unannounced_; }
 
   static bool AllRegistrantsType(uint8_t type) {
     return type == kPrWriteExclusiveAllRegistrants || type == kPrExclusiveAccessAllRegistrants;
@@ -105,6 +115,7 @@ class Reservations {
   uint32_t generation_ = 0;
   bool aptpl_ = false;
   uint64_t shared_version_ = 0;
+  UnannouncedChange unannounced_;
 };
 
 }  // namespace iscsigw::scsi

@@ -31,6 +31,9 @@ struct FakeCluster {
   // happens all the same (a reply lost).
   int write_err = 0;
   bool write_lands = false;
+  // The next notify_failures notifies answer -notify_err and reach no gateway.
+  int notify_err = 0;
+  int notify_failures = 0;
 };
 
 // One gateway's view of the object. Post runs the job at once (the engine's completion then runs
@@ -69,6 +72,10 @@ class FakeObject final : public backing::SharedObject {
   int Notify(uint64_t version, const std::string& data, const std::string& events,
              std::chrono::milliseconds) override {
     ++notifies;
+    if (c_.notify_failures > 0) {
+      --c_.notify_failures;
+      return -c_.notify_err;
+    }
     for (FakeObject* w : c_.watchers) {
       if (w != this && w->listener_) w->listener_(version, data, events);
     }

@@ -208,6 +208,60 @@ TEST_F(SharedReservationsTest, PreemptionReachesTheOtherGatewaysNexus) {
   EXPECT_EQ(Keys(ra_), std::vector<uint64_t>{0xB1});
 }
 
+// A PREEMPT written to the object whose hand-over to gateway 1 failed answers NOT READY; the
+// initiator's retry is answered from that change (GOOD, once gateway 1 has it), not applied again
+// to a state where the preempted key is gone (RESERVATION CONFLICT).
+TEST_F(SharedReservationsTest, ARetriedPreemptWhoseHandOverFailedIsAnsweredFromItsChange) {
+  ReserveThroughGateway1(0x01);
+  Prout(rb_, 0x00, 0, 0, 0xB1);
+  ExpectGood();
+  cluster_.notify_err = ENOTCONN;
+  cluster_.notify_failures = 3;  // the first try and both of its retries
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);
+  ExpectNotReady();
+  EXPECT_EQ(cluster_.writes, 4);
+  Write(ra_);  // gateway 1 has not learned of it yet
+  ExpectGood();
+
+  cluster_.notify_failures = 3;  // the retry while the hand-over still fails
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);
+  ExpectNotReady();
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);  // and once it succeeds
+  ExpectGood();
+  EXPECT_EQ(cluster_.writes, 4);  // applied once
+  Run(ra_, {0x00});               // with its effects on gateway 1
+  ExpectSense(SenseKey::kUnitAttention, Asc::kRegistrationsPreempted);
+  Write(ra_);
+  ExpectConflict();
+  EXPECT_EQ(Keys(ra_), std::vector<uint64_t>{0xB1});
+  EXPECT_EQ(Keys(rb_), std::vector<uint64_t>{0xB1});
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);  // answered: sent again, it is a new command
+  ExpectConflict();
+}
+
+// The same for REGISTER, whose second application would conflict with the key it registered;
+// another command of the nexus in between ends the record: what follows is applied as sent.
+TEST_F(SharedReservationsTest, ARetriedRegisterIsAppliedOnce) {
+  cluster_.notify_err = EIO;
+  cluster_.notify_failures = 3;
+  Prout(ra_, 0x00, 0, 0, 0xA1);
+  ExpectNotReady();
+  Prout(ra_, 0x00, 0, 0, 0xA1);
+  ExpectGood();
+  EXPECT_EQ(cluster_.writes, 1);
+  EXPECT_EQ(Keys(rb_), std::vector<uint64_t>{0xA1});
+
+  cluster_.notify_failures = 3;
+  Prout(ra_, 0x00, 0, 0xA1, 0xA2);  // REGISTER A1 -> A2
+  ExpectNotReady();
+  Prout(ra_, 0x00, 0, 0xA2, 0xA3);  // another command: A2 -> A3
+  ExpectGood();
+  Prout(ra_, 0x00, 0, 0xA1, 0xA2);  // no longer a retry: A1 is not a's key
+  ExpectConflict();
+  EXPECT_EQ(Keys(rb_), std::vector<uint64_t>{0xA3});
+  EXPECT_EQ(cluster_.writes, 3);
+}
+
 // PREEMPT AND ABORT through gateway 2 aborts the preempted nexus's tasks on gateway 1, where it is
 // logged in; gateway 2 has nothing of it to abort.
 TEST_F(SharedReservationsTest, PreemptAndAbortAbortsOnTheOtherGateway) {
