@@ -559,8 +559,8 @@ Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
   // reread on the object's thread, which waits for this to finish.
   api::SharedObject* raw = obj.get();
   const uint64_t token =
-      obj->SetListener([this, raw](uint64_t, std::string_view,
-                                   std::string_view) { raw->Post([this] { Refresh(); }); },
+      obj->SetListener([this, raw](uint64_t, std::string_view, std::string_view,
+                                   std::shared_ptr<void>) { raw->Post([this] { Refresh(); }); },
                        [] {});
   std::string data;
   uint64_t version = 0;

@@ -15,6 +15,7 @@
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/session.h"
+#include "dataplane/iscsi/task_drain.h"
 
 namespace iscsigw::api {
 
@@ -158,12 +159,19 @@ void LunStateFiles::Remove(const std::shared_ptr<scsi::LunStateStore>& store) {
 }
 
 void GatewayTaskAborter::AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,
-                                    const scsi::Nexus* except) {
-  gateway_.ForEachSession(target_, [lun_id, who, except](iscsi::Session& s) {
+                                    const scsi::Nexus* except, std::shared_ptr<void> until_ended) {
+  // The drain goes once every session's job below has run and every task it aborted with store
+  // I/O in flight has completed; `until_ended` goes with it.
+  std::shared_ptr<iscsi::TaskDrain> drain;
+  if (until_ended) {
+    drain = iscsi::TaskDrain::Create(gateway_.pool().context(0),
+                                     [hold = std::move(until_ended)]() mutable { hold.reset(); });
+  }
+  gateway_.ForEachSession(target_, [lun_id, who, except, drain](iscsi::Session& s) {
     if (&s.nexus() == except) return;
     for (const auto& m : who) {
       if (m.Matches(s.nexus())) {
-        s.AbortTasks(lun_id, nullptr);
+        s.AbortTasks(lun_id, drain);
         return;
       }
     }

@@ -6,7 +6,8 @@
 //                    thread of their own, never on a reactor; the completion is posted back to
 //                    the reactor that asked.
 //   GatewayTaskAborter - PREEMPT AND ABORT's hook: aborts a LUN's tasks on the sessions of a
-//                    target whose I_T nexus is one of the preempted ones.
+//                    target whose I_T nexus is one of the preempted ones, and tells (through a
+//                    TaskDrain) when every one of them has ended.
 //
 // Threading: ForLun and the constructors run on the control-plane thread; the stores they hand out
 // are called from any reactor. Stop() (or the destructor) waits for queued writes.
@@ -63,7 +64,7 @@ class GatewayTaskAborter final : public scsi::TaskAborter {
   GatewayTaskAborter(iscsi::Gateway& gateway, std::string target)
       : gateway_(gateway), target_(std::move(target)) {}
   void AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,
-                  const scsi::Nexus* except) override;
+                  const scsi::Nexus* except, std::shared_ptr<void> until_ended) override;
 
  private:
   iscsi::Gateway& gateway_;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "dataplane/base/log.h"
+#include "dataplane/base/on_release.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -68,6 +69,9 @@ Result<std::shared_ptr<RbdSharedObject>> RbdSharedObject::Open(std::shared_ptr<v
     return Status(r == -ETIMEDOUT ? StatusCode::kUnavailable : StatusCode::kIoError,
                   who + "watching " + o->oid_ + ": " + ErrnoText(-r));
   }
+  o->ack_target_->io = o->io_;
+  o->ack_target_->oid = oid;
+  o->ack_target_->who = who;
   o->thread_ = std::thread([p = o.get()] { p->RunJobs(); });
   return o;
 }
@@ -81,6 +85,10 @@ RbdSharedObject::~RbdSharedObject() {
   jobs_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (io_ == nullptr) return;
+  {
+    std::lock_guard lock(ack_target_->mu);  // acks released from now on are not sent
+    ack_target_->io = nullptr;
+  }
   if (cookie_ != 0) {
     if (int r = rados_unwatch2(io_, cookie_); r < 0 && r != -ENOTCONN) {
       log::Backing().warn("{}unwatching {}: {}", who_, oid_, ErrnoText(-r));
@@ -219,6 +227,15 @@ void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, u
                                void* data, size_t len) {
   auto* self = static_cast<RbdSharedObject*>(arg);
   (void)notifier;
+  // The notifier waits for this: it goes once the listener has run and released it, so that the
+  // change, and what it started, are in effect here.
+  std::shared_ptr<void> ack = OnRelease([t = self->ack_target_, notify_id, cookie] {
+    std::lock_guard lock(t->mu);
+    if (t->io == nullptr) return;  // the object is closing: its watch goes too
+    if (int r = rados_notify_ack(t->io, t->oid.c_str(), notify_id, cookie, nullptr, 0); r < 0) {
+      log::Backing().warn("{}acknowledging a notify on {}: {}", t->who, t->oid, ErrnoText(-r));
+    }
+  });
   std::string origin;
   uint64_t version = 0;
   std::string_view body, events;
@@ -228,13 +245,7 @@ void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, u
                         self->oid_, len);
   } else if (origin != self->origin_) {
     std::lock_guard lock(self->listener_mu_);
-    if (self->listener_) self->listener_(version, body, events);
-  }
-  // The notifier waits for this: it follows the listener, so that the change is in effect here.
-  if (int r = rados_notify_ack(self->io_, self->oid_.c_str(), notify_id, cookie, nullptr, 0);
-      r < 0) {
-    log::Backing().warn("{}acknowledging a notify on {}: {}", self->who_, self->oid_,
-                        ErrnoText(-r));
+    if (self->listener_) self->listener_(version, body, events, std::move(ack));
   }
 }
 
@@ -300,7 +311,7 @@ void RbdSharedObject::Resync() {
   }
   if (lost) log::Backing().info("{}watching {} again (version {})", who_, oid_, version);
   std::lock_guard lock(listener_mu_);
-  if (listener_) listener_(version, data, "");
+  if (listener_) listener_(version, data, "", nullptr);
 }
 
 }  // namespace iscsigw::backing

@@ -8,8 +8,11 @@
 //                   (-ERANGE/-EOVERFLOW/-EEXIST: -ECANCELED)
 //   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
-//                   listener has run (so Notify returns after the others' listeners ran: they
-//                   applied the change, or, for the shared configuration, queued its reread);
+//                   listener has run and released its ack (so Notify returns after the others'
+//                   listeners ran: they applied the change, or, for the shared configuration,
+//                   queued its reread; and the tasks a change aborted there have ended). An ack
+//                   released later than the callback is sent from the thread that releases it
+//                   (rados_notify_ack queues the op and does not wait for the OSD);
 //                   the object's own notifies are acknowledged without running it. A watch error
 //                   (the OSD connection lost: notifies may have been missed) re-establishes the
 //                   watch on the object's thread, retrying each second, then rereads the object
@@ -79,9 +82,19 @@ class RbdSharedObject final : public SharedObject {
   int Watch();
   void RunJobs();
 
+  // What a notify's acknowledgement needs, for acks released after the callback: io is cleared
+  // (under mu) before the destructor destroys it.
+  struct AckTarget {
+    std::mutex mu;
+    rados_ioctx_t io = nullptr;
+    std::string oid;
+    std::string who;
+  };
+
   std::shared_ptr<void> keep_;
   rados_t cluster_ = nullptr;
   rados_ioctx_t io_ = nullptr;
+  std::shared_ptr<AckTarget> ack_target_ = std::make_shared<AckTarget>();
   std::string oid_;
   std::string who_;
   std::string origin_;  // "<librados instance id>.<this>": names this object's notifies

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -20,9 +21,12 @@ class SharedObject {
   // A change another gateway made, or (events empty) the object's data reread after the watch was
   // lost and re-established, when changes may have been missed. `version` orders changes: a
   // listener applies data only when it is newer than what it has. Runs on a librados thread or
-  // the object's thread, never concurrently with itself.
-  using Listener =
-      std::function<void(uint64_t version, std::string_view data, std::string_view events)>;
+  // the object's thread, never concurrently with itself. `ack` (null for a reread): the change's
+  // Notify is answered once the listener has returned and every copy of `ack` is gone; a
+  // listener keeps one while work the change started must end first (tasks it aborted leaving
+  // the store), and must not keep it longer than that.
+  using Listener = std::function<void(uint64_t version, std::string_view data,
+                                      std::string_view events, std::shared_ptr<void> ack)>;
 
   virtual ~SharedObject() = default;
 
@@ -33,9 +37,9 @@ class SharedObject {
   // when the write may or may not have happened.
   virtual int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) = 0;
   // Hands (version, data, events) to every other gateway's listener and waits until each has run
-  // it, for at most `timeout`. 0, -ETIMEDOUT when a gateway did not answer in time (one that died
-  // and whose watch the cluster has not timed out yet, or one cut off from the cluster), or
-  // another -errno.
+  // it and released its ack, for at most `timeout`. 0, -ETIMEDOUT when a gateway did not answer in
+  // time (one that died and whose watch the cluster has not timed out yet, or one cut off from the
+  // cluster), or another -errno.
   virtual int Notify(uint64_t version, const std::string& data, const std::string& events,
                      std::chrono::milliseconds timeout) = 0;
   // Runs fn on the object's thread. Jobs queued when the object goes do not run.

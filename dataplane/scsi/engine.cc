@@ -28,8 +28,9 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
   RestoreState();
   if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
     listener_token_ = so->SetListener(
-        [this](uint64_t version, std::string_view data, std::string_view events) {
-          internal::ApplySharedReservations(*this, version, data, events);
+        [this](uint64_t version, std::string_view data, std::string_view events,
+               std::shared_ptr<void> ack) {
+          internal::ApplySharedReservations(*this, version, data, events, std::move(ack));
         },
         // Changes may be missed until the object is reread (which the object does).
         [this] { MarkSharedStateUnknown(); });
@@ -37,7 +38,7 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
     std::string data;
     uint64_t version = 0;
     if (int r = so->Read(&data, &version); r == 0) {
-      internal::ApplySharedReservations(*this, version, data, "");
+      internal::ApplySharedReservations(*this, version, data, "", nullptr);
     } else {
       // Until the state is known, commands that depend on it are answered NOT READY.
       log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; retrying",

@@ -65,11 +65,11 @@ Disposition PersistentReserveOut(const Command& cmd);
 bool ReservationConflict(Lun& lun, const Nexus* nexus, const uint8_t* cdb);
 // A LUN whose reservations the gateways share (LunConfig::shared_state): applies a change another
 // gateway made (its version, the state, and the unit attentions and aborts it raised) on this
-// one; and tells the other gateways of a LOGICAL UNIT RESET (SAM-5 5.8: BUS DEVICE RESET
-// FUNCTION OCCURRED for every nexus, every task of the logical unit aborted), releasing `hold`
-// once they have it.
+// one, releasing `ack` once the tasks it aborted here have ended; and tells the other gateways of
+// a LOGICAL UNIT RESET (SAM-5 5.8: BUS DEVICE RESET FUNCTION OCCURRED for every nexus, every task
+// of the logical unit aborted), releasing `hold` once they have it and their tasks have ended.
 void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
-                             std::string_view events);
+                             std::string_view events, std::shared_ptr<void> ack);
 void ShareLunReset(Lun& lun, std::shared_ptr<void> hold);
 
 // rsoc.cc: MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES, REPORT SUPPORTED TASK MANAGEMENT

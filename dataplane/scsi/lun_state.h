@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,11 @@ class TaskAborter {
 
   // Aborts every task for LUN `lun_id` that arrived on an I_T nexus matching one of `who`, except
   // on `except` (the nexus that asked). Any thread; returns at once (the aborts run on the
-  // reactors owning those nexuses).
-  virtual void AbortTasks(uint64_t lun_id, const std::vector<NexusMatch>& who,
-                          const Nexus* except) = 0;
+  // reactors owning those nexuses). `until_ended` (may be null) is released, on any thread, once
+  // every task aborted has ended and can no longer change the medium (SAM-5 5.6): what answers
+  // for the abort holds it and waits for that.
+  virtual void AbortTasks(uint64_t lun_id, const std::vector<NexusMatch>& who, const Nexus* except,
+                          std::shared_ptr<void> until_ended) = 0;
 };
 
 }  // namespace iscsigw::scsi

@@ -24,6 +24,7 @@
 
 #include "dataplane/base/endian.h"
 #include "dataplane/base/log.h"
+#include "dataplane/base/on_release.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"
@@ -764,12 +765,25 @@ void ApplyProut(Reservations& res, const ProutRequest& q, const Nexus& me, Task&
   *persist = *persist && (was_aptpl || res.aptpl());
 }
 
+// A hold whose release (the last copy gone, on any thread) runs `then` on the task's reactor.
+std::shared_ptr<void> OnReleaseOnReactor(Lun& lun, Task& task, std::function<void()> then) {
+  return OnRelease([post = lun.config().post, slot = task.slot, then = std::move(then)] {
+    if (post) {
+      post(slot, then);
+    } else {
+      then();  // tests without reactors
+    }
+  });
+}
+
 // Raises the effects of a change on this gateway's nexuses, but not on `except` (the issuer).
-void RaiseEffects(Lun& lun, const ProutEffects& fx, bool abort, const Nexus* except) {
+// With `abort` (PREEMPT AND ABORT) the preempted nexuses' tasks for the LUN are aborted (SPC-4
+// 5.13.11.2.4), and `until_ended` is released once they have ended.
+void RaiseEffects(Lun& lun, const ProutEffects& fx, bool abort, const Nexus* except,
+                  std::shared_ptr<void> until_ended) {
   for (const auto& [ua, who] : fx.uas) lun.RaiseUnitAttentionFor(ua, who, except);
   if (abort && !fx.aborted.empty() && lun.config().task_aborter) {
-    // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
-    lun.config().task_aborter->AbortTasks(lun.id(), fx.aborted, except);
+    lun.config().task_aborter->AbortTasks(lun.id(), fx.aborted, except, std::move(until_ended));
   }
 }
 
@@ -798,13 +812,15 @@ std::string EncodeEvents(const ProutEffects& fx, bool abort) {
 }
 
 // Completes the task on its reactor, after aborting the tasks of the nexuses in `aborted` there
-// (PREEMPT AND ABORT): the transport's sessions are reached from a reactor only, where the task,
-// its nexus and the LUN are still alive.
+// (PREEMPT AND ABORT) and once they have ended: the transport's sessions are reached from a
+// reactor only, where the task, its nexus and the LUN are still alive.
 void CompleteOnReactor(Lun& lun, Task& task, std::vector<NexusMatch> aborted) {
   auto finish = [l = &lun, t = &task, aborted = std::move(aborted)] {
     if (!aborted.empty() && l->config().task_aborter) {
       // SPC-4 5.13.11.4.5: the preempted I_T nexuses' tasks for this LUN are aborted.
-      l->config().task_aborter->AbortTasks(l->id(), aborted, t->nexus);
+      l->config().task_aborter->AbortTasks(l->id(), aborted, t->nexus,
+                                           OnReleaseOnReactor(*l, *t, [t] { t->Complete(); }));
+      return;
     }
     t->Complete();
   };
@@ -956,7 +972,7 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
       }
     }
     if (now != version) {
-      RaiseEffects(lun, fx, false, &me);
+      RaiseEffects(lun, fx, false, &me, nullptr);
       if (abort) aborted = fx.aborted;
       const std::string events = EncodeEvents(fx, abort);
       const int r = HandOver(so, now, after, events);
@@ -999,7 +1015,7 @@ Disposition SharedProut(Lun& lun, Task& task, ProutRequest q) {
 }  // namespace
 
 void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
-                             std::string_view events) {
+                             std::string_view events, std::shared_ptr<void> ack) {
   bool fresh = version == 0;  // version 0: events without state (a LOGICAL UNIT RESET)
   {
     Reservations& res = lun.reservations();
@@ -1040,9 +1056,10 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
   }
   if (!aborted.empty() && lun.config().task_aborter) {
     // On a reactor: this runs on a librados thread, which must not reach the sessions (their
-    // lock, and a LUN whose last reference they may drop). The LUN may be going meanwhile.
-    auto abort = [w = lun.weak_from_this(), aborted = std::move(aborted)] {
-      if (auto l = w.lock()) l->config().task_aborter->AbortTasks(l->id(), aborted, nullptr);
+    // lock, and a LUN whose last reference they may drop). The LUN may be going meanwhile. The
+    // change's sender waits for `ack`: until the aborted tasks have ended here (SAM-5 5.6).
+    auto abort = [w = lun.weak_from_this(), aborted = std::move(aborted), ack = std::move(ack)] {
+      if (auto l = w.lock()) l->config().task_aborter->AbortTasks(l->id(), aborted, nullptr, ack);
     };
     if (lun.config().post) {
       lun.config().post(0, std::move(abort));
@@ -1063,7 +1080,7 @@ void ShareLunReset(Lun& lun, std::shared_ptr<void> hold) {
     if (int r = o->Notify(0, "", events, kNotifyTimeout); r < 0) {
       log::Scsi().warn("lun {}: a gateway did not acknowledge a logical unit reset: {}", id, -r);
     }
-    (void)hold;  // released with this job, once the others have the unit attention
+    (void)hold;  // released with this job: the others have the unit attention, their tasks ended
   });
 }
 
@@ -1171,7 +1188,17 @@ Disposition PersistentReserveOut(const Command& cmd) {
     std::lock_guard lock(res.mu());
     ApplyProut(res, q, me, task, fx, &persist);
   }
-  RaiseEffects(lun, fx, sa == kPreemptAndAbort, &me);
+  if (sa == kPreemptAndAbort && !fx.aborted.empty() && lun.config().task_aborter) {
+    // SPC-4 5.13.11.2.4, SAM-5 5.6: the command ends once the tasks it aborted have ended (none
+    // of their writes can land after its GOOD), and its state is saved (APTPL) after that.
+    RaiseEffects(lun, fx, true, &me, OnReleaseOnReactor(lun, task, [l = &lun, t = &task, persist] {
+                   if (!persist || !l->SaveState(t->slot, backing::IoCompletion{PersistDone, t})) {
+                     t->Complete();
+                   }
+                 }));
+    return Disposition::kPending;
+  }
+  RaiseEffects(lun, fx, false, &me, nullptr);
   if (persist && lun.SaveState(task.slot, backing::IoCompletion{PersistDone, &task})) {
     return Disposition::kPending;
   }

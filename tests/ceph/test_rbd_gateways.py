@@ -34,6 +34,7 @@ import harness  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
 import cu_results  # noqa: E402
 from ceph_cluster import TestCluster  # noqa: E402
+import fence_check  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
 TARGET = harness.IQN_PREFIX + "shared"
@@ -98,15 +99,16 @@ class TwoGatewaysTest(GatewayPairTest):
         self.gateways = [self.start_gateway(i) for i in (1, 2)]
         self.sessions = []
 
-    def start_gateway(self, gateway_id, state_dir=None):
+    def start_gateway(self, gateway_id, state_dir=None, fault=None):
         # An admin socket per process, to ask each gateway's librbd for its options.
         conf = os.path.join(CLUSTER.dir, "gateways.conf")
         sock = os.path.join(CLUSTER.dir, "run", "gw-$pid.asok")
         with open(CLUSTER.conf) as src, open(conf, "w") as dst:
             dst.write(src.read() + f"\n[client]\nadmin socket = {sock}\n")
-        state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [
-            {"id": 0, "blockSize": 512,
-             "rbd": {"pool": "rbd", "image": self.image, "conf": conf}}]}]}
+        lun = {"id": 0, "blockSize": 512, "rbd": {"pool": "rbd", "image": self.image, "conf": conf}}
+        if fault:
+            lun["fault"] = fault
+        state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [lun]}]}
         gw = harness.Daemon(state=state, state_dir=state_dir,
                             extra_args=["--gateway-id", str(gateway_id)])
         gw.start(timeout=60)
@@ -193,6 +195,38 @@ class TwoGatewaysTest(GatewayPairTest):
         status, _, sense = a._command(0, release, data=key + bytes(16))
         self.assertEqual((status, sense), (0, b""))
         self.assertEqual(b.write(0, 8, block), (0, b""))
+
+    def test_a_fence_through_one_gateway_answers_once_the_others_aborted_write_has_landed(self):
+        # SPC-4 5.13.11.2.4 and SAM-5 5.6 across gateways: PREEMPT AND ABORT, and LOGICAL UNIT
+        # RESET, through gateway 2 are answered only once the write of the nexus they abort on
+        # gateway 1, where writes to the first blocks start 1.5 s late, has left its store.
+        delay = 1.5
+        self.gateways[0].stop()
+        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
+        victim, preemptor = self.login(self.gateways[0]), self.login(self.gateways[1])
+        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
+
+        def prout(ini, sa, params):
+            status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]),
+                                            data=params)
+            self.assertEqual((status, sense), (0, b""))
+
+        prout(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
+        prout(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
+        prout(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        answers = [fence_check.check_no_write_lands_after(
+            self, victim, preemptor, lambda: prout(preemptor, 0x05, key_b + key_a + bytes(8)),
+            delay, "PREEMPT AND ABORT")]
+        self.assertEqual(unit_attentions(victim), [(0x6, 0x2A, 0x05)])  # REGISTRATIONS PREEMPTED
+        prout(preemptor, 0x03, key_b + bytes(16))  # CLEAR: the victim writes again
+
+        def lun_reset():
+            self.assertEqual(preemptor.task_management(5, lun=0), 0)  # Function complete
+        answers.append(fence_check.check_no_write_lands_after(
+            self, victim, preemptor, lun_reset, delay, "LOGICAL UNIT RESET"))
+        print(f"answered {answers[0]:.2f} s (PREEMPT AND ABORT) and {answers[1]:.2f} s "
+              f"(LOGICAL UNIT RESET) after the write on the other gateway (store delay "
+              f"{delay} s)", file=sys.stderr)
 
     def test_libiscsi_reservation_suites_through_both_gateways(self):
         # libiscsi's second initiator (its mpath_sd2_get_or_clone) logs in through the second URL:

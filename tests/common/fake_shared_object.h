@@ -1,20 +1,24 @@
 // An in-memory SharedObject (dataplane/backing/shared_object.h) for unit tests: a FakeCluster is
 // the object in the cluster (data, a version every write moves on, its watchers) and each
-// FakeObject one gateway's view of it. Notify runs the other watchers' listeners at once, Post
-// runs its job at once (or when the test says), and a reread after a lost watch happens when the
-// test calls Resync.
+// FakeObject one gateway's view of it. Notify runs the other watchers' listeners at once and
+// waits (up to its timeout) for the acks they keep, Post runs its job at once (or when the test
+// says), and a reread after a lost watch happens when the test calls Resync.
 #pragma once
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dataplane/backing/shared_object.h"
+#include "dataplane/base/on_release.h"
 
 namespace iscsigw::test {
 
@@ -70,16 +74,33 @@ class FakeObject final : public backing::SharedObject {
     return 0;
   }
   int Notify(uint64_t version, const std::string& data, const std::string& events,
-             std::chrono::milliseconds) override {
+             std::chrono::milliseconds timeout) override {
     ++notifies;
     if (c_.notify_failures > 0) {
       --c_.notify_failures;
       return -c_.notify_err;
     }
+    struct Acks {
+      std::mutex mu;
+      std::condition_variable cv;
+      int outstanding = 0;
+    };
+    auto acks = std::make_shared<Acks>();
     for (FakeObject* w : c_.watchers) {
-      if (w != this && w->listener_) w->listener_(version, data, events);
+      if (w == this || !w->listener_) continue;
+      {
+        std::lock_guard lock(acks->mu);
+        ++acks->outstanding;
+      }
+      w->listener_(version, data, events, OnRelease([acks] {
+                     std::lock_guard lock(acks->mu);
+                     --acks->outstanding;
+                     acks->cv.notify_all();
+                   }));
     }
-    return 0;
+    std::unique_lock lock(acks->mu);
+    return acks->cv.wait_for(lock, timeout, [&] { return acks->outstanding == 0; }) ? 0
+                                                                                    : -ETIMEDOUT;
   }
   // Runs the job at once, or with queue_posts keeps it for RunPosted (a job that takes a lock its
   // poster holds, as the object's own thread would run it later).
@@ -102,7 +123,7 @@ class FakeObject final : public backing::SharedObject {
   void Resync() {
     std::string data;
     uint64_t version = 0;
-    if (Read(&data, &version) == 0 && listener_) listener_(version, data, "");
+    if (Read(&data, &version) == 0 && listener_) listener_(version, data, "", nullptr);
   }
   int reloads = 0;
   uint64_t SetListener(Listener l, std::function<void()> lost) override {

@@ -1,5 +1,6 @@
 """Reservations end to end: libiscsi's PERSISTENT RESERVE and RESERVE(6) suites against the real
-iscsigwd, and an APTPL reservation that survives a daemon restart on the same state directory.
+iscsigwd, an APTPL reservation that survives a daemon restart on the same state directory, and
+PREEMPT AND ABORT answered only once the preempted nexus's write in the store has landed.
 
 libiscsi has no PR command-line tool, so the APTPL check speaks iSCSI itself through the tiny
 client below (login without authentication, SCSI commands with immediate data, RFC 7143).
@@ -15,6 +16,8 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance"))
 import harness  # noqa: E402
 import cu_results  # noqa: E402
+import fence_check  # noqa: E402
+from iscsi_client import Initiator  # noqa: E402
 
 INITIATOR_1 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test"
 INITIATOR_2 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test-2"
@@ -215,6 +218,41 @@ class ReservationsTest(unittest.TestCase):
         """Restarts on the persisted state only (the bootstrap would re-add the deleted file LUN)."""
         self.assertEqual(self.daemon.stop(), 0)
         self.daemon = harness.Daemon(state_dir=self.workdir).start()
+
+
+class PreemptAndAbortTest(unittest.TestCase):
+    def test_preempt_and_abort_answers_once_the_aborted_write_has_left_the_store(self):
+        # SPC-4 5.13.11.2.4: the preempted nexus's tasks are aborted, and (SAM-5 5.6) the command
+        # is answered once none of them can change the medium: fence_scsi relies on it.
+        delay = 1.5
+        daemon = harness.Daemon(state={"targets": [{
+            "name": TARGET + "-fence", "allowAnyInitiator": True, "luns": [{
+                "id": 0, "ram": {}, "sizeBytes": str(8 << 20), "blockSize": 512,
+                "fault": fence_check.delayed_writes(delay)}]}]}).start()
+        self.addCleanup(daemon.cleanup)
+        victim, preemptor = (Initiator(daemon.portal, name, timeout=30)
+                             for name in (INITIATOR_1, INITIATOR_2))
+        for ini in (victim, preemptor):
+            self.addCleanup(ini.close)
+            ini.login(TARGET + "-fence")
+            ini.test_unit_ready(0)  # the power-on unit attention
+        prout = bytes([0x5F, 0x00, 0x01, 0, 0, 0, 0, 0, 24, 0])
+        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
+
+        def run(ini, sa, params):
+            status, _, sense = ini._command(0, bytes([0x5F, sa]) + prout[2:], data=params)
+            self.assertEqual((status, sense), (GOOD, b""))
+
+        run(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
+        run(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
+        run(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        answered = fence_check.check_no_write_lands_after(
+            self, victim, preemptor,
+            lambda: run(preemptor, 0x05, key_b + key_a + bytes(8)),  # PREEMPT AND ABORT
+            delay, "PREEMPT AND ABORT")
+        self.assertEqual(daemon.stop(), 0)
+        print(f"PREEMPT AND ABORT answered {answered:.2f} s after the victim's write "
+              f"(store delay {delay} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

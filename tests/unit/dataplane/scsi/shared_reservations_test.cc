@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dataplane/backing/ram_store.h"
@@ -31,10 +35,17 @@ constexpr uint32_t kBlock = 512;
 // Records the aborts a gateway's transport is asked for.
 class FakeAborter final : public TaskAborter {
  public:
-  void AbortTasks(uint64_t, const std::vector<NexusMatch>& who, const Nexus*) override {
+  void AbortTasks(uint64_t, const std::vector<NexusMatch>& who, const Nexus*,
+                  std::shared_ptr<void> until_ended) override {
+    std::lock_guard lock(mu);
     for (const auto& m : who) aborted.push_back(m.any_initiator ? "*" : m.initiator);
+    if (keep_holds) holds.push_back(std::move(until_ended));
   }
+  std::mutex mu;  // the test's thread and the one running a command
   std::vector<std::string> aborted;
+  // With keep_holds the aborted tasks are still in the store until the test clears holds.
+  bool keep_holds = false;
+  std::vector<std::shared_ptr<void>> holds;
 };
 
 // One gateway: its target port (relative port = group = gateway id), its Lun over the shared
@@ -360,6 +371,73 @@ TEST_F(SharedReservationsTest, ALogicalUnitResetReachesTheOtherGateways) {
   ExpectGood();  // the issuer's own nexus gets none
   EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{"*"});
   EXPECT_TRUE(gw1_.aborter->aborted.empty());  // there the task management function aborts them
+}
+
+// Waits (up to 10 s) until `gw`'s aborter holds an abort's hold: its tasks are still in the store.
+bool WaitForHold(Gateway& gw) {
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard lock(gw.aborter->mu);
+      if (!gw.aborter->holds.empty()) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// SPC-4 5.13.11.2.4, SAM-5 5.6: PREEMPT AND ABORT through gateway 2 ends only once the preempted
+// nexus's aborted tasks on gateway 1 have ended; gateway 1 acknowledges the change then, not when
+// it has only started the aborts.
+TEST_F(SharedReservationsTest, PreemptAndAbortWaitsForTheAbortedTasksOnTheOtherGateway) {
+  ReserveThroughGateway1(0x01);
+  Prout(rb_, 0x00, 0, 0, 0xB1);
+  ExpectGood();
+  gw1_.aborter->keep_holds = true;
+  gw2_.object->queue_posts = true;  // the command runs on the object's thread: `worker` here
+  std::vector<uint8_t> p(24, 0);
+  StoreBe64(p.data(), 0xB1);
+  StoreBe64(p.data() + 8, 0xA1);
+  const uint8_t cdb[] = {0x5F, 0x05, 0x01, 0, 0, 0, 0, 0, 24, 0};
+  Task& t = rb_.Start(std::span<const uint8_t>(cdb), 24, p);
+  ASSERT_EQ(gw2_.object->posted.size(), 1u);
+  std::atomic<bool> ran{false};
+  std::thread worker([&] {
+    gw2_.object->RunPosted();
+    ran = true;
+  });
+  ASSERT_TRUE(WaitForHold(gw1_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time to answer too soon
+  EXPECT_FALSE(ran) << "answered while gateway 1's aborted task was in the store";
+  {
+    std::lock_guard lock(gw1_.aborter->mu);
+    gw1_.aborter->holds.clear();  // its last aborted task has ended
+  }
+  worker.join();
+  gw2_.object->queue_posts = false;
+  EXPECT_EQ(rb_.completions(), 1);
+  EXPECT_EQ(t.status, ScsiStatus::kGood);
+  EXPECT_EQ(gw1_.aborter->aborted, std::vector<std::string>{a_.initiator_port()});
+}
+
+// A LOGICAL UNIT RESET through gateway 1 is answered (its hold released) only once gateway 2's
+// tasks of the logical unit have ended.
+TEST_F(SharedReservationsTest, ALogicalUnitResetWaitsForTheOtherGatewaysTasks) {
+  gw2_.aborter->keep_holds = true;
+  gw1_.object->queue_posts = true;
+  std::atomic<bool> released{false};
+  Engine::ResetLun(gw1_.lun(), &a_, OnRelease([&] { released = true; }));
+  ASSERT_EQ(gw1_.object->posted.size(), 1u);
+  std::thread worker([&] { gw1_.object->RunPosted(); });
+  ASSERT_TRUE(WaitForHold(gw2_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(released) << "released while gateway 2's aborted tasks were in the store";
+  {
+    std::lock_guard lock(gw2_.aborter->mu);
+    gw2_.aborter->holds.clear();
+  }
+  worker.join();
+  gw1_.object->queue_posts = false;
+  EXPECT_TRUE(released);
 }
 
 TEST(NexusMatchTest, AnyInitiatorMatchesEveryPortOfItsTargetPort) {

@@ -82,13 +82,17 @@ class FakeStateStore final : public LunStateStore {
 
 class FakeAborter final : public TaskAborter {
  public:
-  void AbortTasks(uint64_t lun_id, const std::vector<NexusMatch>& who,
-                  const Nexus* except) override {
+  void AbortTasks(uint64_t lun_id, const std::vector<NexusMatch>& who, const Nexus* except,
+                  std::shared_ptr<void> until_ended) override {
     last_lun = lun_id;
     last_who = who;
     last_except = except;
     ++calls;
+    if (keep_holds) holds.push_back(std::move(until_ended));
   }
+  // With keep_holds the aborted tasks are still in the store until the test clears holds.
+  bool keep_holds = false;
+  std::vector<std::shared_ptr<void>> holds;
   int calls = 0;
   uint64_t last_lun = ~uint64_t{0};
   std::vector<NexusMatch> last_who;
@@ -130,6 +134,12 @@ class SpcStateTest : public ::testing::Test {
   }
   void Run(Nexus& n, const std::vector<uint8_t>& cdb, const std::vector<uint8_t>& out = {},
            uint32_t expected_length = 65536) {
+    Start(n, cdb, out, expected_length);
+    ASSERT_EQ(completions_, 1);
+  }
+  // Executes the command; completions_ tells whether it has completed.
+  void Start(Nexus& n, const std::vector<uint8_t>& cdb, const std::vector<uint8_t>& out,
+             uint32_t expected_length = 65536) {
     task_ = Task{};
     std::copy(cdb.begin(), cdb.end(), task_.cdb.begin());
     task_.cdb_len = 16;
@@ -146,7 +156,6 @@ class SpcStateTest : public ::testing::Test {
     task_.complete = [](Task*, void* ctx) { ++*static_cast<int*>(ctx); };
     task_.complete_ctx = &completions_;
     Engine::Execute(target_, task_);
-    ASSERT_EQ(completions_, 1);
   }
   // Clears the power-on unit attention of `n`.
   void Login(Nexus& n) {
@@ -202,11 +211,17 @@ class SpcStateTest : public ::testing::Test {
   // PERSISTENT RESERVE OUT with a 24-byte basic parameter list.
   void Prout(Nexus& n, uint8_t sa, uint8_t type, uint64_t rk, uint64_t sark, uint8_t flags = 0,
              uint8_t scope = 0) {
+    Run(n, ProutCdb(sa, type, scope), ProutList(rk, sark, flags));
+  }
+  static std::vector<uint8_t> ProutCdb(uint8_t sa, uint8_t type, uint8_t scope = 0) {
+    return {0x5F, sa, static_cast<uint8_t>((scope << 4) | type), 0, 0, 0, 0, 0, 24, 0};
+  }
+  static std::vector<uint8_t> ProutList(uint64_t rk, uint64_t sark, uint8_t flags = 0) {
     std::vector<uint8_t> p(24, 0);
     StoreBe64(p.data(), rk);
     StoreBe64(p.data() + 8, sark);
     p[20] = flags;
-    Run(n, {0x5F, sa, static_cast<uint8_t>((scope << 4) | type), 0, 0, 0, 0, 0, 24, 0}, p);
+    return p;
   }
   std::vector<uint8_t> Prin(Nexus& n, uint8_t sa) {
     Run(n, {0x5E, sa, 0, 0, 0, 0, 0, 0x10, 0, 0});
@@ -935,6 +950,35 @@ TEST_F(SpcStateTest, PreemptAndAbortAbortsThePreemptedNexuses) {
   EXPECT_EQ(aborter_->last_except, &a_);
   ExpectUa(b_, Asc::kRegistrationsPreempted);
   EXPECT_FALSE(CanWrite(b_));
+}
+
+// SPC-4 5.13.11.2.4, SAM-5 5.6: PREEMPT AND ABORT ends only once the tasks it aborted have ended,
+// so that none of the preempted nexus's writes lands after its GOOD; with APTPL its state is
+// saved after that.
+TEST_F(SpcStateTest, PreemptAndAbortEndsOnceTheAbortedTasksHaveEnded) {
+  for (const bool aptpl : {false, true}) {
+    SCOPED_TRACE(aptpl ? "APTPL" : "no APTPL");
+    NewLun(/*with_state=*/aptpl);
+    Login(a_);
+    Login(b_);
+    const uint8_t flags = aptpl ? 0x01 : 0x00;
+    Prout(a_, 0x00, 0, 0, 0xA, flags);
+    Prout(b_, 0x00, 0, 0, 0xB, flags);
+    Prout(b_, 0x01, kPrWriteExclusive, 0xB, 0);
+    const int saves = state_->saves;
+    aborter_->keep_holds = true;
+    Start(a_, ProutCdb(0x05, kPrWriteExclusive), ProutList(0xA, 0xB, flags));
+    EXPECT_EQ(completions_, 0) << "answered while an aborted task was in the store";
+    EXPECT_EQ(state_->saves, saves);
+    ASSERT_EQ(aborter_->holds.size(), 1u);
+    aborter_->keep_holds = false;
+    aborter_->holds.clear();  // the last aborted task has ended
+    EXPECT_EQ(completions_, 1);
+    ExpectGood();
+    EXPECT_EQ(state_->saves, saves + (aptpl ? 1 : 0));
+    ExpectUa(b_, Asc::kRegistrationsPreempted);
+    EXPECT_FALSE(CanWrite(b_));
+  }
 }
 
 TEST_F(SpcStateTest, PreemptAllRegistrantsWithKeyZero) {
