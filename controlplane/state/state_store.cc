@@ -346,7 +346,9 @@ void StateStore::NotifyOthers() {
   }
   if (version == 0 || obj == nullptr) return;
   // The others acknowledge once they have queued a reread, which they apply within moments.
-  if (int n = obj->Notify(version, "", "", std::chrono::seconds(5)); n < 0) {
+  if (int n =
+          obj->Notify(version, "", "", std::chrono::seconds(5), api::SharedObject::Silent::kReport);
+      n < 0) {
     log::Ctl().warn(
         "shared configuration version {}: not every gateway acknowledged it ({}); "
         "they reread it when their watch is back, or within {} s",

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "dataplane/base/log.h"
 #include "dataplane/base/on_release.h"
@@ -193,19 +194,53 @@ int RbdSharedObject::WriteIfVersion(uint64_t version, const std::string& data, u
 }
 
 int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std::string& events,
-                            std::chrono::milliseconds timeout) {
+                            std::chrono::milliseconds timeout, Silent silent) {
   const std::string msg = Frame(origin_, version, data, events);
   char* reply = nullptr;
   size_t reply_len = 0;
-  std::lock_guard lock(op_mu_);  // it sets the I/O context's last version too
-  const int r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
-                              static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
+  int r = 0;
+  {
+    std::lock_guard lock(op_mu_);  // it sets the I/O context's last version too
+    r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
+                      static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
+  }
   const bool answered = reply != nullptr && reply_len > 0;
-  if (reply != nullptr) rados_buffer_free(reply);
-  // -ETIMEDOUT with the OSD's answer: watchers that did not acknowledge. Without one, this
+  // -ETIMEDOUT with the OSD's answer: the watchers that did not acknowledge. Without one, this
   // client's own request timed out: nobody may have got the notify.
+  std::vector<uint64_t> unanswered;
+  if (r == -ETIMEDOUT && answered) {
+    notify_ack_t* acks = nullptr;
+    notify_timeout_t* timeouts = nullptr;
+    size_t nacks = 0, ntimeouts = 0;
+    if (rados_decode_notify_response(reply, reply_len, &acks, &nacks, &timeouts, &ntimeouts) == 0) {
+      for (size_t i = 0; i < ntimeouts; ++i) unanswered.push_back(timeouts[i].notifier_id);
+      rados_free_notify_response(acks, nacks, timeouts);
+    }
+  }
+  if (reply != nullptr) rados_buffer_free(reply);
   if (r == -ETIMEDOUT && !answered) return -ENOTCONN;
-  return r;
+  if (r != -ETIMEDOUT || silent != Silent::kFence || unanswered.empty()) return r;
+  std::lock_guard lock(fence_mu_);
+  for (const uint64_t gid : unanswered) {
+    const int f = fence_ ? fence_(gid) : -ENOTSUP;
+    if (f < 0) {
+      log::Backing().error(
+          "{}{}: client.{} did not acknowledge a change within {} ms and could "
+          "not be fenced: {}",
+          who_, oid_, gid, timeout.count(), ErrnoText(-f));
+      return -ETIMEDOUT;
+    }
+    log::Backing().error(
+        "{}{}: client.{} did not acknowledge a change within {} ms: "
+        "blocklisted, so that nothing it sends lands any more",
+        who_, oid_, gid, timeout.count());
+  }
+  return 0;
+}
+
+void RbdSharedObject::SetFence(std::function<int(uint64_t gid)> fence) {
+  std::lock_guard lock(fence_mu_);
+  fence_ = std::move(fence);
 }
 
 uint64_t RbdSharedObject::SetListener(Listener listener, std::function<void()> lost) {

@@ -6,7 +6,9 @@
 //                   (a missing object reads as "", version 0)
 //   WriteIfVersion  assert_version (version 0: exclusive create) + write_full in one write op
 //                   (-ERANGE/-EOVERFLOW/-EEXIST: -ECANCELED)
-//   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"
+//   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"; the
+//                   watchers that timed out come from the OSD's reply, and with Silent::kFence
+//                   each is handed to the fence (SetFence)
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
 //                   listener has run and released its ack (so Notify returns after the others'
 //                   listeners ran: they applied the change, or, for the shared configuration,
@@ -59,7 +61,11 @@ class RbdSharedObject final : public SharedObject {
   int Read(std::string* data, uint64_t* version) override;
   int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) override;
   int Notify(uint64_t version, const std::string& data, const std::string& events,
-             std::chrono::milliseconds timeout) override;
+             std::chrono::milliseconds timeout, Silent silent) override;
+  // How Notify fences a silent gateway: blocklists the client with this global id, 0 or -errno.
+  // Set by the owner that can find the client's address (RbdStore: the image's watchers), and
+  // cleared (null) before what it uses goes. Without one, Silent::kFence reports -ETIMEDOUT.
+  void SetFence(std::function<int(uint64_t gid)> fence);
   void Post(std::function<void()> fn) override;
   void Reload() override;
   uint64_t SetListener(Listener listener, std::function<void()> lost) override;
@@ -99,6 +105,8 @@ class RbdSharedObject final : public SharedObject {
   std::string who_;
   std::string origin_;  // "<librados instance id>.<this>": names this object's notifies
   std::mutex op_mu_;    // an op and the rados_get_last_version after it
+  std::mutex fence_mu_;
+  std::function<int(uint64_t gid)> fence_;  // guarded by fence_mu_
   std::mutex watch_mu_;
   uint64_t cookie_ = 0;         // guarded by watch_mu_; 0: no watch
   bool watch_lost_ = false;     // guarded by watch_mu_: its error callback ran

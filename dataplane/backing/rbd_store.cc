@@ -224,6 +224,25 @@ bool OwnerAnswers(rados_ioctx_t io, const std::string& header, uint64_t gid) {
   rados_buffer_free(reply);
   return alive;
 }
+// Blocklists client `gid`, a gateway of the image that did not acknowledge a change of the shared
+// reservations (SharedObject::Silent::kFence): every gateway of the image watches its header
+// through the librados handle its shared object uses, so the header's watchers give the client's
+// address. 0 or -errno (-ENOENT: it watches the header no more).
+int BlocklistWatcher(rados_t cluster, rbd_image_t image, uint64_t gid) {
+  std::vector<rbd_image_watcher_t> watchers(64);
+  size_t n = watchers.size();
+  if (int r = rbd_watchers_list(image, watchers.data(), &n); r < 0) return r;
+  int result = -ENOENT;
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<uint64_t>(watchers[i].id) == gid) {
+      result = rados_blocklist_add(cluster, watchers[i].addr, 0);
+      break;
+    }
+  }
+  rbd_watchers_list_cleanup(watchers.data(), n);
+  return result;
+}
+
 // True when it broke a lock.
 bool BreakDeadLockOwner(rados_t cluster, rados_ioctx_t io, rbd_image_t image, BreakIf when,
                         const std::string& who) {
@@ -755,6 +774,9 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
     auto obj = RbdSharedObject::Open(cluster_, cluster_->handle, io,
                                      std::string("iscsigw_lun.") + id, who);
     if (!obj.ok()) return obj.status();
+    obj.value()->SetFence([cluster = cluster_->handle, image](uint64_t gid) {
+      return BlocklistWatcher(cluster, image, gid);
+    });
     shared_object_ = std::move(obj).value();
   }
   if (lock_watch_ != nullptr) {
@@ -773,7 +795,9 @@ RbdStore::~RbdStore() {
   auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, watch = lock_watch_,
                 shared = std::move(shared_object_), name = name_]() mutable {
     if (watch != nullptr) watch->Stop();  // before the image it looks at goes
-    shared.reset();                       // its watch, before the I/O context's pool goes
+    // Its fence uses the image; its watch goes before the I/O context's pool.
+    if (shared != nullptr) static_cast<RbdSharedObject*>(shared.get())->SetFence(nullptr);
+    shared.reset();
     if (image != nullptr) {
       if (int r = rbd_close(static_cast<rbd_image_t>(image)); r < 0) {
         log::Backing().warn("rbd store {}: close: {}", name, ErrnoText(-r));

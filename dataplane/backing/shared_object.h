@@ -36,12 +36,19 @@ class SharedObject {
   // to the new version. -ECANCELED when another gateway wrote first; another -errno on failure,
   // when the write may or may not have happened.
   virtual int WriteIfVersion(uint64_t version, const std::string& data, uint64_t* out) = 0;
+  // What Notify does about a gateway that does not answer within its timeout (one that died and
+  // whose watch the cluster has not timed out yet, one cut off from the cluster, or one stopped
+  // or stalled while alive).
+  enum class Silent : uint8_t {
+    kReport,  // -ETIMEDOUT
+    // Fence it: its client is blocklisted in the cluster (RbdSharedObject), so that nothing it
+    // sends lands any more, and it counts as answered; -ETIMEDOUT only when one could not be.
+    kFence,
+  };
   // Hands (version, data, events) to every other gateway's listener and waits until each has run
-  // it and released its ack, for at most `timeout`. 0, -ETIMEDOUT when a gateway did not answer in
-  // time (one that died and whose watch the cluster has not timed out yet, or one cut off from the
-  // cluster), or another -errno.
+  // it and released its ack, for at most `timeout`. 0, -ETIMEDOUT (see Silent), or another -errno.
   virtual int Notify(uint64_t version, const std::string& data, const std::string& events,
-                     std::chrono::milliseconds timeout) = 0;
+                     std::chrono::milliseconds timeout, Silent silent) = 0;
   // Runs fn on the object's thread. Jobs queued when the object goes do not run.
   virtual void Post(std::function<void()> fn) = 0;
   // Rereads the data on the object's thread and hands it to the listener (events empty); retried

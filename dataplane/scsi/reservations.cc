@@ -787,10 +787,13 @@ void RaiseEffects(Lun& lun, const ProutEffects& fx, bool abort, const Nexus* exc
   }
 }
 
-// Shared reservations: the other gateways acknowledge a change within this, or are presumed gone
-// (killed, and their watch not timed out yet; or cut off from the cluster, where their writes do
-// not land either: they reread the state when their watch comes back).
+// Shared reservations: the other gateways acknowledge a change within this, or are fenced: a
+// gateway that does not answer (killed, and its watch not timed out yet; cut off from the cluster;
+// or stopped or stalled while alive, still able to admit the writes the change forbids) has its
+// client blocklisted before the command is answered (SharedObject::Silent::kFence). One that
+// cannot be fenced fails the command (NOT READY).
 constexpr auto kNotifyTimeout = std::chrono::seconds(5);
+constexpr auto kFence = backing::SharedObject::Silent::kFence;
 // Compare-and-swap attempts before a PERSISTENT RESERVE OUT gives up on a contended object.
 constexpr int kMaxSharedAttempts = 32;
 
@@ -845,13 +848,13 @@ std::string ProutKey(const ProutRequest& q) {
   return head + q.move_to.initiator;
 }
 
-// Hands a change to the other gateways (see SharedObject::Notify), trying twice more when it
-// fails for another reason than a gateway not answering.
+// Hands a change to the other gateways (see SharedObject::Notify), fencing those that do not
+// answer, and trying twice more when it fails for another reason than a gateway not answering.
 int HandOver(backing::SharedObject& so, uint64_t version, const std::string& data,
              const std::string& events) {
-  int r = so.Notify(version, data, events, kNotifyTimeout);
+  int r = so.Notify(version, data, events, kNotifyTimeout, kFence);
   for (int retry = 0; r < 0 && r != -ETIMEDOUT && retry < 2; ++retry) {
-    r = so.Notify(version, data, events, kNotifyTimeout);
+    r = so.Notify(version, data, events, kNotifyTimeout, kFence);
   }
   return r;
 }
@@ -868,7 +871,7 @@ void AnswerFromRecord(Lun& lun, backing::SharedObject& so, Task& task, const std
     log::Scsi().warn("lun {}: reading the shared reservations: errno {}", lun.id(), -r);
     return SetNotReady(task);
   }
-  if (int r = HandOver(so, version, data, events); r < 0 && r != -ETIMEDOUT) {
+  if (int r = HandOver(so, version, data, events); r < 0) {
     log::Scsi().error("lun {}: reservation change {} still not handed over: errno {}", lun.id(),
                       version, -r);
     return SetNotReady(task);
@@ -975,16 +978,13 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
       RaiseEffects(lun, fx, false, &me, nullptr);
       if (abort) aborted = fx.aborted;
       const std::string events = EncodeEvents(fx, abort);
-      const int r = HandOver(so, now, after, events);
-      if (r == -ETIMEDOUT) {
-        // A gateway that did not answer is presumed gone (see kNotifyTimeout).
-        log::Scsi().warn("lun {}: a gateway did not acknowledge reservation change {} within {} s",
-                         lun.id(), now, kNotifyTimeout.count());
-      } else if (r < 0) {
+      if (const int r = HandOver(so, now, after, events); r < 0) {
+        // Not every other gateway has it, and one that does not may still admit what it forbids.
         log::Scsi().error(
-            "lun {}: reservation change {} written but not handed to the other "
-            "gateways: errno {}",
-            lun.id(), now, -r);
+            "lun {}: reservation change {} written but not handed to the other gateways{}: "
+            "errno {}",
+            lun.id(), now, r == -ETIMEDOUT ? " (one neither answered nor could be fenced)" : "",
+            -r);
         SetNotReady(task);
         // Applying its retry again could apply it twice: the retry is answered from this.
         std::lock_guard lock(lun.reservations().mu());
@@ -993,7 +993,7 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
     } else if (version > known) {
       // Nothing changed, but the object is newer than this gateway's copy was: a change whose
       // hand-over failed (an earlier try of this command, maybe) goes out now.
-      (void)so.Notify(version, data, "", kNotifyTimeout);
+      (void)so.Notify(version, data, "", kNotifyTimeout, kFence);
     }
     break;
   }
@@ -1077,7 +1077,7 @@ void ShareLunReset(Lun& lun, std::shared_ptr<void> hold) {
                 Asc::kBusDeviceReset.ascq);
   // Version 0: no state with it. The object's thread keeps the object alive while it runs.
   so->Post([o = so.get(), id = lun.id(), events = std::string(line), hold = std::move(hold)] {
-    if (int r = o->Notify(0, "", events, kNotifyTimeout); r < 0) {
+    if (int r = o->Notify(0, "", events, kNotifyTimeout, kFence); r < 0) {
       log::Scsi().warn("lun {}: a gateway did not acknowledge a logical unit reset: {}", id, -r);
     }
     (void)hold;  // released with this job: the others have the unit attention, their tasks ended

@@ -22,6 +22,7 @@
 import json
 import os
 import re
+import signal
 import struct
 import sys
 import threading
@@ -227,6 +228,47 @@ class TwoGatewaysTest(GatewayPairTest):
         print(f"answered {answers[0]:.2f} s (PREEMPT AND ABORT) and {answers[1]:.2f} s "
               f"(LOGICAL UNIT RESET) after the write on the other gateway (store delay "
               f"{delay} s)", file=sys.stderr)
+
+    def test_a_gateway_that_does_not_answer_a_reservation_change_is_fenced(self):
+        # Gateway 1 stopped (SIGSTOP) while a PREEMPT is made through gateway 2: it cannot
+        # acknowledge the change, and, alive, it could go on admitting the preempted nexus's
+        # writes. The PREEMPT is answered once its client is blocklisted, so that the write it
+        # admitted before it stopped (waiting 1.5 s in its store) fails when it resumes.
+        delay = 1.5
+        self.gateways[0].stop()
+        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
+        victim, preemptor = self.login(self.gateways[0]), self.login(self.gateways[1])
+        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
+
+        def prout(ini, sa, params):
+            status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]),
+                                            data=params)
+            self.assertEqual((status, sense), (0, b""))
+
+        prout(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
+        prout(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
+        prout(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        before = fence_check.read_blocks(self, preemptor)
+        itt = victim.send_command(0, fence_check.WRITE_10,
+                                  data=os.urandom(fence_check.BLOCKS * 512))
+        time.sleep(0.3)  # admitted, and waiting in gateway 1's store
+        pid = self.gateways[0].proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            prout(preemptor, 0x04, key_b + key_a + bytes(8))  # PREEMPT
+            waited = time.monotonic() - t0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.assertGreater(waited, 4.5, "answered before gateway 1 could have acknowledged")
+        time.sleep(delay + 1.0)  # the write's turn in gateway 1 is overdue: it runs on resuming
+        self.assertTrue(fence_check.read_blocks(self, preemptor) == before,
+                        "the preempted nexus's write landed through the stopped gateway after "
+                        "the PREEMPT was answered")
+        # Gateway 1 is fenced: the write failed NOT READY, MANUAL INTERVENTION REQUIRED.
+        got, status, _, sense = victim.recv_response()
+        self.assertEqual((got, status, sense_key_asc(sense)), (itt, 2, (0x2, 0x04, 0x03)))
+        self.assertIn("blocklisted", self.gateways[1].read_log())
 
     def test_libiscsi_reservation_suites_through_both_gateways(self):
         # libiscsi's second initiator (its mpath_sd2_get_or_clone) logs in through the second URL:

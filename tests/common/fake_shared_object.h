@@ -74,11 +74,21 @@ class FakeObject final : public backing::SharedObject {
     return 0;
   }
   int Notify(uint64_t version, const std::string& data, const std::string& events,
-             std::chrono::milliseconds timeout) override {
+             std::chrono::milliseconds timeout, Silent silent) override {
     ++notifies;
     if (c_.notify_failures > 0) {
       --c_.notify_failures;
       return -c_.notify_err;
+    }
+    // A silent gateway's listener does not run; with kFence it is fenced (when it can be).
+    bool unanswered = false;
+    for (FakeObject* w : c_.watchers) {
+      if (w == this || !w->silent) continue;
+      if (silent == Silent::kFence && w->fence_err == 0) {
+        w->fenced = true;
+      } else {
+        unanswered = true;
+      }
     }
     struct Acks {
       std::mutex mu;
@@ -87,7 +97,7 @@ class FakeObject final : public backing::SharedObject {
     };
     auto acks = std::make_shared<Acks>();
     for (FakeObject* w : c_.watchers) {
-      if (w == this || !w->listener_) continue;
+      if (w == this || !w->listener_ || w->silent) continue;
       {
         std::lock_guard lock(acks->mu);
         ++acks->outstanding;
@@ -99,9 +109,14 @@ class FakeObject final : public backing::SharedObject {
                    }));
     }
     std::unique_lock lock(acks->mu);
-    return acks->cv.wait_for(lock, timeout, [&] { return acks->outstanding == 0; }) ? 0
-                                                                                    : -ETIMEDOUT;
+    const bool acked = acks->cv.wait_for(lock, timeout, [&] { return acks->outstanding == 0; });
+    return acked && !unanswered ? 0 : -ETIMEDOUT;
   }
+  // A gateway stopped or cut off: it answers no notify. Fencing it fails with fence_err (0:
+  // succeeds, and sets fenced).
+  bool silent = false;
+  int fence_err = 0;
+  bool fenced = false;
   // Runs the job at once, or with queue_posts keeps it for RunPosted (a job that takes a lock its
   // poster holds, as the object's own thread would run it later).
   void Post(std::function<void()> fn) override {

@@ -373,6 +373,30 @@ TEST_F(SharedReservationsTest, ALogicalUnitResetReachesTheOtherGateways) {
   EXPECT_TRUE(gw1_.aborter->aborted.empty());  // there the task management function aborts them
 }
 
+// A gateway that does not acknowledge a change (stopped, or cut off from the cluster while alive)
+// could go on admitting the writes the change forbids: it is fenced before the command is
+// answered GOOD; one that cannot be fenced fails the command (NOT READY), whose retry is answered
+// from the change once every gateway has it.
+TEST_F(SharedReservationsTest, ASilentGatewayIsFencedBeforeTheChangeIsAnswered) {
+  gw1_.object->silent = true;
+  Prout(rb_, 0x00, 0, 0, 0xB1);  // REGISTER through gateway 2
+  ExpectGood();
+  EXPECT_TRUE(gw1_.object->fenced);
+
+  gw1_.object->fenced = false;
+  gw1_.object->fence_err = ENOENT;
+  Prout(rb_, 0x01, 0x01, 0xB1, 0);  // RESERVE
+  ExpectNotReady();
+  EXPECT_FALSE(gw1_.object->fenced);
+  EXPECT_EQ(cluster_.writes, 2);
+  gw1_.object->silent = false;  // it answers again
+  Prout(rb_, 0x01, 0x01, 0xB1, 0);
+  ExpectGood();
+  EXPECT_EQ(cluster_.writes, 2);
+  Write(ra_);
+  ExpectConflict();
+}
+
 // Waits (up to 10 s) until `gw`'s aborter holds an abort's hold: its tasks are still in the store.
 bool WaitForHold(Gateway& gw) {
   for (int i = 0; i < 1000; ++i) {
