@@ -197,29 +197,29 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual((status, sense), (0, b""))
         self.assertEqual(b.write(0, 8, block), (0, b""))
 
+    def victim_and_preemptor(self, delay):
+        """Gateway 1 again, its writes to the first blocks starting `delay` s late (fence_check);
+        the victim logged in through it holds a reservation, the preemptor through gateway 2 is
+        registered."""
+        self.gateways[0].stop()
+        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
+        victim, preemptor = self.login(self.gateways[0]), self.login(self.gateways[1])
+        fence_check.victim_reserves(self, victim, preemptor)
+        return victim, preemptor
+
     def test_a_fence_through_one_gateway_answers_once_the_others_aborted_write_has_landed(self):
         # SPC-4 5.13.11.2.4 and SAM-5 5.6 across gateways: PREEMPT AND ABORT, and LOGICAL UNIT
         # RESET, through gateway 2 are answered only once the write of the nexus they abort on
         # gateway 1, where writes to the first blocks start 1.5 s late, has left its store.
         delay = 1.5
-        self.gateways[0].stop()
-        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
-        victim, preemptor = self.login(self.gateways[0]), self.login(self.gateways[1])
-        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
-
-        def prout(ini, sa, params):
-            status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]),
-                                            data=params)
-            self.assertEqual((status, sense), (0, b""))
-
-        prout(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
-        prout(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
-        prout(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        victim, preemptor = self.victim_and_preemptor(delay)
         answers = [fence_check.check_no_write_lands_after(
-            self, victim, preemptor, lambda: prout(preemptor, 0x05, key_b + key_a + bytes(8)),
+            self, victim, preemptor,
+            lambda: fence_check.prout(self, preemptor, 0x05,  # PREEMPT AND ABORT
+                                      fence_check.KEY_B + fence_check.KEY_A + bytes(8)),
             delay, "PREEMPT AND ABORT")]
         self.assertEqual(unit_attentions(victim), [(0x6, 0x2A, 0x05)])  # REGISTRATIONS PREEMPTED
-        prout(preemptor, 0x03, key_b + bytes(16))  # CLEAR: the victim writes again
+        fence_check.prout(self, preemptor, 0x03, fence_check.KEY_B + bytes(16))  # CLEAR
 
         def lun_reset():
             self.assertEqual(preemptor.task_management(5, lun=0), 0)  # Function complete
@@ -235,19 +235,7 @@ class TwoGatewaysTest(GatewayPairTest):
         # writes. The PREEMPT is answered once its client is blocklisted, so that the write it
         # admitted before it stopped (waiting 1.5 s in its store) fails when it resumes.
         delay = 1.5
-        self.gateways[0].stop()
-        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
-        victim, preemptor = self.login(self.gateways[0]), self.login(self.gateways[1])
-        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
-
-        def prout(ini, sa, params):
-            status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]),
-                                            data=params)
-            self.assertEqual((status, sense), (0, b""))
-
-        prout(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
-        prout(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
-        prout(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        victim, preemptor = self.victim_and_preemptor(delay)
         before = fence_check.read_blocks(self, preemptor)
         itt = victim.send_command(0, fence_check.WRITE_10,
                                   data=os.urandom(fence_check.BLOCKS * 512))
@@ -256,7 +244,8 @@ class TwoGatewaysTest(GatewayPairTest):
         os.kill(pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            prout(preemptor, 0x04, key_b + key_a + bytes(8))  # PREEMPT
+            fence_check.prout(self, preemptor, 0x04,  # PREEMPT
+                              fence_check.KEY_B + fence_check.KEY_A + bytes(8))
             waited = time.monotonic() - t0
         finally:
             os.kill(pid, signal.SIGCONT)

@@ -20,6 +20,23 @@ BLOCKS = 8
 WRITE_10 = struct.pack(">BBIBHB", 0x2A, 0, 0, 0, BLOCKS, 0)
 
 
+KEY_A, KEY_B = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
+
+
+def prout(test, ini, sa, params):
+    """PERSISTENT RESERVE OUT, type WRITE EXCLUSIVE, that must answer GOOD."""
+    status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]), data=params)
+    test.assertEqual((status, sense), (0, b""))
+
+
+def victim_reserves(test, victim, preemptor):
+    """The victim registers KEY_A and holds a WRITE EXCLUSIVE reservation; the preemptor registers
+    KEY_B. PREEMPT (AND ABORT) with KEY_B + KEY_A then fences the victim."""
+    prout(test, victim, 0x00, bytes(8) + KEY_A + bytes(8))     # REGISTER
+    prout(test, victim, 0x01, KEY_A + bytes(16))               # RESERVE
+    prout(test, preemptor, 0x00, bytes(8) + KEY_B + bytes(8))  # REGISTER
+
+
 def delayed_writes(delay):
     """The LUN's fault spec (state JSON) that delays writes to the blocks above by `delay` s."""
     return {"delayMs": int(delay * 1000), "ops": ["write"], "offset": 0, "length": BLOCKS * 512}

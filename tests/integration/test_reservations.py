@@ -236,19 +236,11 @@ class PreemptAndAbortTest(unittest.TestCase):
             self.addCleanup(ini.close)
             ini.login(TARGET + "-fence")
             ini.test_unit_ready(0)  # the power-on unit attention
-        prout = bytes([0x5F, 0x00, 0x01, 0, 0, 0, 0, 0, 24, 0])
-        key_a, key_b = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
-
-        def run(ini, sa, params):
-            status, _, sense = ini._command(0, bytes([0x5F, sa]) + prout[2:], data=params)
-            self.assertEqual((status, sense), (GOOD, b""))
-
-        run(victim, 0x00, bytes(8) + key_a + bytes(8))     # REGISTER
-        run(victim, 0x01, key_a + bytes(16))               # RESERVE, WRITE EXCLUSIVE
-        run(preemptor, 0x00, bytes(8) + key_b + bytes(8))  # REGISTER
+        fence_check.victim_reserves(self, victim, preemptor)
         answered = fence_check.check_no_write_lands_after(
             self, victim, preemptor,
-            lambda: run(preemptor, 0x05, key_b + key_a + bytes(8)),  # PREEMPT AND ABORT
+            lambda: fence_check.prout(self, preemptor, 0x05,  # PREEMPT AND ABORT
+                                      fence_check.KEY_B + fence_check.KEY_A + bytes(8)),
             delay, "PREEMPT AND ABORT")
         self.assertEqual(daemon.stop(), 0)
         print(f"PREEMPT AND ABORT answered {answered:.2f} s after the victim's write "
