@@ -804,6 +804,7 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
                 ro, impl_->pool.contexts(), l.block_size,
                 "lun " + std::to_string(l.id) + " of " + t.name + ": " + rs.status().message());
             size = offline->size_bytes();
+            shared_state = offline->shared_object();
             store = offline;
             break;
           }

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "dataplane/backing/deferred_shared_object.h"
 #include "dataplane/backing/op_pool.h"
 #include "dataplane/backing/rbd_shared_object.h"
 #include "dataplane/base/log.h"
@@ -1237,8 +1238,9 @@ struct OfflineRbdStore::State {
   uint32_t block_size = 512;
   uint64_t offline_size = 0;
   std::string name;
-  std::atomic<RbdStore*> live{nullptr};  // set once by the retry thread; owned by `store`
-  std::unique_ptr<RbdStore> store;       // written by the retry thread before `live`
+  std::atomic<RbdStore*> live{nullptr};          // set once by the retry thread; owned by `store`
+  std::unique_ptr<RbdStore> store;               // written by the retry thread before `live`
+  std::shared_ptr<DeferredSharedObject> shared;  // options.shared(); attached before `live`
   // The retry thread has returned. Shared on its own: a retired thread's entry must not keep the
   // state (and the store it holds open) alive.
   std::shared_ptr<std::atomic<bool>> ended = std::make_shared<std::atomic<bool>>(false);
@@ -1259,8 +1261,11 @@ OfflineRbdStore::OfflineRbdStore(RbdStoreOptions options,
   s.slots = std::move(slots);
   s.block_size = block_size;
   s.reason = std::move(first_error);
+  if (s.options.shared()) s.shared = std::make_shared<DeferredSharedObject>();
   log::Backing().warn("rbd store {}: offline, retrying in the background: {}", s.name, s.reason);
 }
+
+std::shared_ptr<SharedObject> OfflineRbdStore::shared_object() const { return state_->shared; }
 
 void OfflineRbdStore::Start(OnOnline on_online, std::chrono::milliseconds first_retry,
                             std::chrono::milliseconds max_retry) {
@@ -1293,6 +1298,7 @@ void OfflineRbdStore::Start(OnOnline on_online, std::chrono::milliseconds first_
         const uint64_t size = r.value()->size_bytes();
         s.store = std::move(r).value();
         s.reason.clear();
+        if (s.shared != nullptr) s.shared->Attach(s.store->shared_object());
         s.live.store(s.store.get(), std::memory_order_release);
         lock.unlock();
         log::Backing().info("rbd store {}: online, {} bytes", s.name, size);

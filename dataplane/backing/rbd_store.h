@@ -276,7 +276,9 @@ class RbdStore final : public BackingStore {
 // RbdStore::Open with a backoff of 1 s doubling to 30 s, and logs each failure at warn when the
 // reason changed or a minute has passed. When the image opens, and its size is a multiple of
 // block_size, the store is published to the reactors (an atomic pointer; from then on every call
-// goes straight to it) and `on_online(offline_size, size)` runs on that thread.
+// goes straight to it) and `on_online(offline_size, size)` runs on that thread. An image other
+// gateways export (options.shared()) has its shared object from the start, a
+// DeferredSharedObject that the open store's object is attached to before the store is published.
 // Until then size_bytes() is the configured size, or one block when the image's size is to be
 // used; GetLun/ListLuns show that size, and offline_reason() says why.
 // Lifetime: the destructor stops the retry and waits for an attempt in progress, except on one of
@@ -296,6 +298,8 @@ class OfflineRbdStore final : public BackingStore {
   void Start(OnOnline on_online, std::chrono::milliseconds first_retry = std::chrono::seconds(1),
              std::chrono::milliseconds max_retry = std::chrono::seconds(30));
   bool online() const { return Live() != nullptr; }
+  // options.shared(): the image's shared object, attached once the image opens; else null.
+  std::shared_ptr<SharedObject> shared_object() const;
   // Why the image is not open (empty once it is). Any thread.
   std::string offline_reason() const override;
   // Joins the retry threads of stores destroyed on a reactor (each returns within one connect

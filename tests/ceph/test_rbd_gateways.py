@@ -259,6 +259,36 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual((got, status, sense_key_asc(sense)), (itt, 2, (0x2, 0x04, 0x03)))
         self.assertIn("blocklisted", self.gateways[1].read_log())
 
+    def test_a_gateway_whose_image_comes_online_later_enforces_the_reservations(self):
+        # Gateway 2 starts while the image does not exist yet (offline, retrying); gateway 1
+        # starts once it does, and a WRITE EXCLUSIVE reservation is taken through it. When the
+        # image opens on gateway 2, gateway 2 has the shared reservations: it refuses the
+        # others' writes and reports the holder, as a gateway that started online does.
+        for gw in self.gateways:
+            gw.stop()
+        self.image += "-late"
+        self.gateways[1] = self.start_gateway(2)
+        b = Initiator(self.gateways[1].portal, harness.INITIATOR, timeout=60)
+        b.login(TARGET)
+        self.sessions.append(b)
+        for _ in range(3):  # past the power-on unit attention
+            status, sense = b.test_unit_ready(0)
+            if status != 2 or sense_key_asc(sense)[0] != 0x6:
+                break
+        self.assertEqual((status, sense_key_asc(sense)), (2, (0x2, 0x04, 0x01)))  # offline
+        CLUSTER.rbd("create", f"rbd/{self.image}", "--size", "64M")
+        self.gateways[0] = self.start_gateway(1)
+        a = self.login(self.gateways[0])
+        fence_check.prout(self, a, 0x00, bytes(8) + fence_check.KEY_A + bytes(8))  # REGISTER
+        fence_check.prout(self, a, 0x01, fence_check.KEY_A + bytes(16))  # RESERVE
+        harness.wait_for(lambda: b.test_unit_ready(0)[0] == 0, timeout=60, interval=0.2,
+                         what="gateway 2's LUN online, with the shared state read")
+        self.assertEqual(b.write(0, 8, pattern(512, 3))[0], 0x18)  # RESERVATION CONFLICT
+        status, data, _ = b._command(0, bytes([0x5E, 0x01, 0, 0, 0, 0, 0, 0, 64, 0]), read_len=64)
+        self.assertEqual(status, 0)
+        self.assertEqual((data[8:16], data[21]), (fence_check.KEY_A, 0x01))
+        self.assertEqual(a.write(0, 8, pattern(512, 4)), (0, b""))
+
     def test_libiscsi_reservation_suites_through_both_gateways(self):
         # libiscsi's second initiator (its mpath_sd2_get_or_clone) logs in through the second URL:
         # the reservation is taken through one gateway, its access and ownership tested through
