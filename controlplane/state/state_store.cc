@@ -24,7 +24,13 @@ Status Errno(const std::string& what) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
+namespace internal {
+int (*fsync_dir)(int fd) = ::fsync;
+}  // namespace internal
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode,
+                           bool* replaced) {
+  if (replaced != nullptr) *replaced = false;
   const std::string tmp = path + ".tmp";
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno(tmp + ": unlink");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
@@ -59,12 +65,13 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents,
     ::unlink(tmp.c_str());
     return s;
   }
+  if (replaced != nullptr) *replaced = true;
   // The rename is durable only once the directory entry is.
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return Errno(dir + ": open");
-  const int rc = ::fsync(dfd);
+  const int rc = internal::fsync_dir(dfd);
   ::close(dfd);
   if (rc != 0) return Errno(dir + ": fsync");
   return Status::Ok();
@@ -141,17 +148,30 @@ Status StateStore::Start() {
 }
 
 Status StateStore::Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
-                          api::Dataplane::ApplyMode mode, const iscsigw::v1::State* to_file) {
+                          api::Dataplane::ApplyMode mode, const iscsigw::v1::State* to_file,
+                          bool* in_effect) {
+  if (in_effect != nullptr) *in_effect = false;
   auto cfg = ToConfig(next);
   if (!cfg.ok()) return cfg.status();
   if (dataplane_ != nullptr) {
     if (Status s = dataplane_->Apply(cfg.value(), mode); !s.ok()) return s;
   }
-  Status written =
-      WriteFileAtomically(path(), StateToJson(to_file != nullptr ? *to_file : next), 0600);
+  bool replaced = false;
+  Status written = WriteFileAtomically(path(), StateToJson(to_file != nullptr ? *to_file : next),
+                                       0600, &replaced);
   {
     std::lock_guard lock(mu_);
     health_ = written;
+  }
+  if (!written.ok() && replaced) {
+    // The file holds the change (a restart serves it), only its directory entry may not survive
+    // a crash: the change stays in effect, and the answer says so, not "nothing changed".
+    log::Ctl().error("the state file holds the change but is not durable: {}", written.message());
+    if (in_effect != nullptr) *in_effect = true;
+    return Status(StatusCode::kIoError,
+                  "changed, and in the state file, but not made durable (a crash may lose the "
+                  "change): " +
+                      written.message());
   }
   if (!written.ok()) {
     log::Ctl().error("cannot persist the state: {}", written.message());
@@ -188,7 +208,13 @@ Status StateStore::Update(const std::function<Status(iscsigw::v1::State*)>& edit
   if (Status s = edit(&next); !s.ok()) return s;
   Normalize(&next);
   if (Status s = CheckLimits(next, *current, limits_); !s.ok()) return s;
-  if (Status s = Commit(next, current.get()); !s.ok()) return s;
+  bool in_effect = false;
+  if (Status s =
+          Commit(next, current.get(), api::Dataplane::ApplyMode::kStrict, nullptr, &in_effect);
+      !s.ok()) {
+    if (in_effect) Publish(std::move(next));
+    return s;
+  }
   Publish(std::move(next));
   return Status::Ok();
 }
@@ -243,14 +269,14 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
       // of its name hid is served again.
       iscsigw::v1::State file = Without(next, shared_names_);
       Merged fin = MergeShared(file, shared_copy_);
-      if (Status s = Commit(fin.state, current.get(), api::Dataplane::ApplyMode::kStrict, &file);
-          !s.ok()) {
-        return s;
-      }
+      bool in_effect = false;
+      Status s =
+          Commit(fin.state, current.get(), api::Dataplane::ApplyMode::kStrict, &file, &in_effect);
+      if (!s.ok() && !in_effect) return s;
       local_ = std::move(file);
       shared_names_ = std::move(fin.shared);
       Publish(std::move(fin.state));
-      return Status::Ok();
+      return s;
     }
     if (shared_obj_ == nullptr) {
       std::lock_guard lock(mu_);
@@ -311,8 +337,9 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     Merged fin = MergeShared(local, shared_copy_);
     shared_names_ = std::move(fin.shared);
     if (!SameState(local, local_)) {  // a target moved into the shared configuration
-      Status f = WriteFileAtomically(path(), StateToJson(local), 0600);
-      if (f.ok()) {
+      bool replaced = false;
+      Status f = WriteFileAtomically(path(), StateToJson(local), 0600, &replaced);
+      if (replaced) {  // the file holds it (durable unless f says otherwise)
         local_ = std::move(local);
       } else {
         // local_ keeps what the file holds: the next change writes it again.

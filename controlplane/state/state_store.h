@@ -48,8 +48,16 @@ namespace iscsigw::state {
 
 // Writes `contents` to `path` atomically: <path>.tmp (mode), fsync, rename, fsync of the directory.
 // The temp file is always a new one (O_EXCL | O_NOFOLLOW, a leftover removed first): a link planted
-// under its name is never followed, nor a file someone else opened written.
-Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode);
+// under its name is never followed, nor a file someone else opened written. *replaced (when given)
+// says whether `path` holds the new contents: an error after the rename (the directory's fsync)
+// leaves them in place, not yet durable.
+Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode,
+                           bool* replaced = nullptr);
+
+namespace internal {
+// The fsync that makes a rename durable (::fsync); tests make it fail, as a failing disk would.
+extern int (*fsync_dir)(int fd);
+}  // namespace internal
 
 // docs/security.md, "The state directory": whether the daemon (euid, egid) may trust a directory
 // whose stat is `st` to hold its state (CHAP secrets, what LUNs exist): a directory, owned by the
@@ -119,10 +127,12 @@ class StateStore {
 
  private:
   // Applies `next` and writes `to_file` (next itself when null) to the state file; the data plane
-  // goes back to `previous` when the write fails.
+  // goes back to `previous` when the write fails. When the file was replaced but its directory
+  // could not be synced, the change stays (the file holds it): *in_effect is set and the error
+  // says so; the caller publishes `next` all the same.
   Status Commit(const iscsigw::v1::State& next, const iscsigw::v1::State* previous,
                 api::Dataplane::ApplyMode mode = api::Dataplane::ApplyMode::kStrict,
-                const iscsigw::v1::State* to_file = nullptr);
+                const iscsigw::v1::State* to_file = nullptr, bool* in_effect = nullptr);
   void Publish(iscsigw::v1::State next);
   // With update_mu_ held.
   // move_in: write the object even when only local rbd targets are waiting to move in.

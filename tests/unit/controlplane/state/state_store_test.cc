@@ -157,6 +157,34 @@ TEST_F(StateDir, FailedEditChangesNothing) {
   EXPECT_EQ(Read("state.json"), before);
 }
 
+// The state file replaced, its directory not synced (a failing disk): the file holds the change,
+// which a restart would serve, so the change stays in effect and the answer says it may not
+// survive a crash, never "nothing changed".
+TEST_F(StateDir, AFailedDirectorySyncAfterTheRenameKeepsTheChangeAndSaysSo) {
+  StateStore store(dir_, OneTarget("iqn.2026-11.io.iscsigw:a"), nullptr);
+  ASSERT_TRUE(store.Start().ok());
+  internal::fsync_dir = [](int) {
+    errno = EIO;
+    return -1;
+  };
+  Status s = store.Update([](v1::State* st) {
+    *st->add_targets() = OneTarget("iqn.2026-11.io.iscsigw:b").targets(0);
+    return Status::Ok();
+  });
+  internal::fsync_dir = ::fsync;
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find("nothing changed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("in the state file, but not made durable"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(store.Get().targets_size(), 2);  // in effect, as the file says
+  auto loaded = LoadStateDir(dir_);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->targets_size(), 2);
+  EXPECT_FALSE(store.health().ok());  // until a write is made durable again
+  ASSERT_TRUE(store.Update([](v1::State*) { return Status::Ok(); }).ok());
+  EXPECT_TRUE(store.health().ok());
+}
+
 TEST_F(StateDir, CorruptFileIsReportedWithItsPathAndLeftAlone) {
   Write("state.json", "{\"targets\": [ {\"name\": ");
   auto st = LoadStateDir(dir_);
