@@ -749,7 +749,18 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
   }
   store->size_bytes_.store(size, std::memory_order_relaxed);
   uint64_t features = 0;
-  if (rbd_get_features(image, &features) == 0) {
+  const int got_features = rbd_get_features(image, &features);
+  if (!o.read_only && o.shared() &&
+      (got_features < 0 || (features & RBD_FEATURE_EXCLUSIVE_LOCK) == 0)) {
+    // Several gateways write it: its exclusive lock is what fences a former writer (its lock
+    // broken, its client blocklisted) so that none of its late writes land.
+    const std::string spec = o.pool + "/" + (o.ns.empty() ? "" : o.ns + "/") + o.image;
+    return FailedPrecondition(who + "image " + spec +
+                              " lacks the exclusive-lock feature, which an image several "
+                              "gateways write needs (rbd feature enable " +
+                              spec + " exclusive-lock)");
+  }
+  if (got_features == 0) {
     store->use_object_map_ =
         (features & RBD_FEATURE_OBJECT_MAP) != 0 && (features & RBD_FEATURE_FAST_DIFF) != 0;
     if (!o.read_only && (features & RBD_FEATURE_EXCLUSIVE_LOCK) != 0) {

@@ -88,7 +88,8 @@
 //
 // Several gateways (options.gateway_id not 0): any number of gateways may open one image. Which of
 // them writes is librbd's exclusive lock (automatic: a live holder hands it over when another
-// client's write asks). A lock watch thread per store (an image with exclusive locking, opened
+// client's write asks); an image without the exclusive-lock feature is refused for writing
+// (FAILED_PRECONDITION), since nothing would fence a former writer's late writes. A lock watch thread per store (an image with exclusive locking, opened
 // for writing) looks every 500 ms: preferred() is false while another client holds the lock,
 // true while this one does; that is the ALUA state the SCSI layer reports (active/optimized or
 // active/non-optimized). A free lock is claimed (see LockWatch::Look). When this gateway's

@@ -289,6 +289,21 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual((data[8:16], data[21]), (fence_check.KEY_A, 0x01))
         self.assertEqual(a.write(0, 8, pattern(512, 4)), (0, b""))
 
+    def test_an_image_without_the_exclusive_lock_feature_is_refused(self):
+        # Nothing would fence a former writer's late writes: the LUN stays offline, saying why,
+        # until the feature is enabled; then it comes online by itself.
+        self.gateways[0].stop()
+        self.image += "-nolock"
+        CLUSTER.rbd("create", f"rbd/{self.image}", "--size", "64M", "--image-feature", "layering")
+        self.gateways[0] = self.start_gateway(1)
+        reason = self.gateways[0].ctl_json("lun", "get", TARGET, 0)["offline_reason"]
+        self.assertIn("lacks the exclusive-lock feature", reason)
+        self.assertIn(f"rbd feature enable rbd/{self.image} exclusive-lock", reason)
+        CLUSTER.rbd("feature", "enable", f"rbd/{self.image}", "exclusive-lock")
+        harness.wait_for(
+            lambda: self.gateways[0].ctl_json("lun", "get", TARGET, 0)["offline_reason"] == "",
+            timeout=60, interval=0.5, what="the LUN online once the feature is enabled")
+
     def test_libiscsi_reservation_suites_through_both_gateways(self):
         # libiscsi's second initiator (its mpath_sd2_get_or_clone) logs in through the second URL:
         # the reservation is taken through one gateway, its access and ownership tested through
