@@ -83,6 +83,10 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--shared-config-keyring", f->shared_config_keyring,
                  "keyring file for --shared-config (empty: what the conf says)")
       ->envname("ISCSIGW_SHARED_CONFIG_KEYRING");
+  app.add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                 "seconds a stop (flushing and closing every LUN) may take before the daemon "
+                 "exits non-zero saying what it waited for (0: no bound)")
+      ->envname("ISCSIGW_SHUTDOWN_TIMEOUT");
   app.add_option("--log-level", f->log_level, "trace|debug|info|warn|error|critical|off")
       ->envname("ISCSIGW_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));

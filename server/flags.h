@@ -35,7 +35,10 @@ struct Flags {
   std::vector<std::string> rbd_allow;
   std::vector<std::string> rbd_conf;
   std::vector<std::string> rbd_keyring;
-  unsigned health_interval_ms = 5000;  // LUN files by relative path and snapshots; empty: none
+  unsigned health_interval_ms = 5000;
+  // How long a stop (flushing and closing every LUN) may take before the daemon exits non-zero
+  // saying what it was blocked on (server/shutdown_bound.h); 0: no bound.
+  unsigned shutdown_timeout_s = 60;  // LUN files by relative path and snapshots; empty: none
   std::string log_level = "info";
   std::string log_format = "text";
   std::string tls_cert;

@@ -26,6 +26,7 @@
 #include "dataplane/api/dataplane.h"
 #include "dataplane/base/log.h"
 #include "server/flags.h"
+#include "server/shutdown_bound.h"
 #include "server/shutdown_signals.h"
 
 namespace iscsigw::server {
@@ -198,6 +199,8 @@ int Run(int argc, char** argv) {
   opts.backing = backing;
   opts.gateway.chap_digests = api::ParseChapDigests(flags.chap_digests).value();  // checked
 
+  // Before the data plane: it outlives it, so the bound covers the stores' closing too.
+  ShutdownBound shutdown_bound;
   auto dp = api::Dataplane::Start(opts);
   if (!dp.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", dp.status().message().c_str());
@@ -326,6 +329,7 @@ int Run(int argc, char** argv) {
   }
 
   ctl.info("signal {}: shutting down", signals.Wait());
+  shutdown_bound.Arm(flags.shutdown_timeout_s);
   metrics_server.value().reset();
   grpc_server.value()->Shutdown();
   store.StopShared();

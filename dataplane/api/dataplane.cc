@@ -28,6 +28,7 @@
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/backing/rbd_store.h"
 #include "dataplane/base/log.h"
+#include "dataplane/base/pending_steps.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/runtime/reactor_pool.h"
@@ -1025,6 +1026,7 @@ void Dataplane::Stop() {
       if (!entry.lun->store().persistent()) continue;
       std::promise<int> done;
       auto* lun = entry.lun.get();
+      const PendingStep step("the flush of lun " + std::to_string(key.second) + " of " + key.first);
       asio::post(impl_->pool.context(0), [lun, &done] {
         lun->store().Flush(
             0, backing::IoCompletion{

@@ -24,6 +24,7 @@
 #include "dataplane/backing/op_pool.h"
 #include "dataplane/backing/rbd_shared_object.h"
 #include "dataplane/base/log.h"
+#include "dataplane/base/pending_steps.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -806,6 +807,7 @@ RbdStore::~RbdStore() {
   // the close goes to the pool (holding the librados handle), so that the reactor does not wait.
   auto close = [image = image_, ioctx = ioctx_, cluster = cluster_, watch = lock_watch_,
                 shared = std::move(shared_object_), name = name_]() mutable {
+    const PendingStep step("closing rbd image " + name + " (its Ceph cluster)");
     if (watch != nullptr) watch->Stop();  // before the image it looks at goes
     // Its fence uses the image; its watch goes before the I/O context's pool.
     if (shared != nullptr) static_cast<RbdSharedObject*>(shared.get())->SetFence(nullptr);

@@ -505,6 +505,40 @@ class RbdLunTest(harness.DaemonTestCase):
         self.assertEqual((status, back), (0, pattern(4096, 7)), sense.hex())
 
 
+class RbdShutdownTest(unittest.TestCase):
+    def test_a_stop_that_the_cluster_does_not_answer_is_bounded(self):
+        # The OSD stopped: the shutdown flush and closing the image (releasing its exclusive
+        # lock) wait for it. The daemon gives up after --shutdown-timeout and exits non-zero
+        # saying what it waited for.
+        image = f"stop-{os.getpid()}"
+        rbd("create", "rbd/" + image, "--size", "8M")
+        self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
+        state = harness.simple_state("rbd-stop", luns=[
+            {"id": 0, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}])
+        daemon = harness.Daemon(state=state, extra_args=["--shutdown-timeout", "3"]).start(
+            timeout=60)
+        self.addCleanup(daemon.cleanup)
+        ini = Initiator(daemon.portal, harness.INITIATOR, timeout=60)
+        ini.login(harness.IQN_PREFIX + "rbd-stop")
+        self.addCleanup(ini.close)
+        ini.test_unit_ready(0)  # the power-on unit attention
+        self.assertEqual(ini.write(0, 0, pattern(4096, 5)), (0, b""))  # takes the lock
+        pid = CLUSTER.osd_pid()
+        stop_osd(pid)
+        try:
+            t0 = time.monotonic()
+            rc = daemon.stop(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        log = daemon.read_log()
+        self.assertEqual(rc, 3, log[-2000:])
+        self.assertLess(took, 30)  # the bound, not rados_osd_op_timeout or forever
+        # Blocked on the shutdown flush (the write went to the stopped OSD) or the close.
+        self.assertRegex(log, r"shutdown did not finish within 3 s .*still waiting for "
+                         rf"(the flush of lun 0 of \S+rbd-stop|closing rbd image rbd/{image})")
+
+
 class RbdLunOfflineAtStartTest(unittest.TestCase):
     """An rbd LUN that cannot open at start (its cluster down, its image missing) does not stop
     the daemon or the other LUNs: it answers NOT READY, BECOMING READY and comes online by itself
