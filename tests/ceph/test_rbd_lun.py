@@ -505,19 +505,25 @@ class RbdLunTest(harness.DaemonTestCase):
         self.assertEqual((status, back), (0, pattern(4096, 7)), sense.hex())
 
 
+def daemon_on_new_image(test, name, extra_args):
+    """A new 16 MiB image "<name>-<pid>" (removed after the test) and a daemon serving it as LUN 0
+    of target rbd-<name>."""
+    image = f"{name}-{os.getpid()}"
+    rbd("create", "rbd/" + image, "--size", "16M")
+    test.addCleanup(rbd, "rm", "rbd/" + image, check=False)
+    state = harness.simple_state("rbd-" + name, luns=[
+        {"id": 0, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}])
+    daemon = harness.Daemon(state=state, extra_args=extra_args).start(timeout=60)
+    test.addCleanup(daemon.cleanup)
+    return image, daemon
+
+
 class RbdShutdownTest(unittest.TestCase):
     def test_a_stop_that_the_cluster_does_not_answer_is_bounded(self):
         # The OSD stopped: the shutdown flush and closing the image (releasing its exclusive
         # lock) wait for it. The daemon gives up after --shutdown-timeout and exits non-zero
         # saying what it waited for.
-        image = f"stop-{os.getpid()}"
-        rbd("create", "rbd/" + image, "--size", "8M")
-        self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
-        state = harness.simple_state("rbd-stop", luns=[
-            {"id": 0, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}])
-        daemon = harness.Daemon(state=state, extra_args=["--shutdown-timeout", "3"]).start(
-            timeout=60)
-        self.addCleanup(daemon.cleanup)
+        image, daemon = daemon_on_new_image(self, "stop", ["--shutdown-timeout", "3"])
         ini = Initiator(daemon.portal, harness.INITIATOR, timeout=60)
         ini.login(harness.IQN_PREFIX + "rbd-stop")
         self.addCleanup(ini.close)
@@ -708,13 +714,7 @@ class RbdLunCrashRestartTest(unittest.TestCase):
     image's exclusive lock."""
 
     def test_first_write_after_kill_9_does_not_wait_for_the_dead_lock(self):
-        image = f"crash-{os.getpid()}"
-        rbd("create", "rbd/" + image, "--size", "16M")
-        self.addCleanup(rbd, "rm", "rbd/" + image, check=False)
-        state = harness.simple_state("rbd-crash", luns=[
-            {"id": 0, "rbd": {"pool": "rbd", "image": image, "conf": CONF}, "blockSize": 512}])
-        daemon = harness.Daemon(state=state, extra_args=["--reactors", "1"]).start()
-        self.addCleanup(daemon.cleanup)
+        image, daemon = daemon_on_new_image(self, "crash", ["--reactors", "1"])
         target = harness.IQN_PREFIX + "rbd-crash"
 
         def first_write(seed):
