@@ -131,6 +131,13 @@ struct FileStore::Slot {
   Op** sync_waiting_tail = &sync_waiting;
   Op* sync_covered = nullptr;
   bool sync_running = false;
+  // The slot's own open file description of the file, for its group fdatasync: Linux reports a
+  // writeback error once per open file description, so each slot's next fdatasync reports every
+  // error, whichever slot's (or FUA write's, or journal's) sync took it first. -1: fd_.
+  int sync_fd = -1;
+  ~Slot() {
+    if (sync_fd >= 0) ::close(sync_fd);
+  }
 };
 
 Result<std::unique_ptr<FileStore>> FileStore::Open(
@@ -269,14 +276,28 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   std::unique_ptr<FileStore> store(new FileStore(path, size, options.read_only, fd.release()));
   store->regular_file_ = S_ISREG(st.st_mode);
   if (store->regular_file_ && !options.read_only) {
-    store->journal_ =
-        std::make_unique<AtomicJournal>(path, store->fd_, store->gates_, kAtomicWriteMaxBytes);
+    // Its in-place writes and their fdatasync through a file description of its own, so that a
+    // writeback error of its pages is reported to it (see Slot::sync_fd).
+    store->journal_fd_ = ReopenFd(store->fd_, O_RDWR);
+    if (store->journal_fd_ < 0) {
+      return IoError("file store " + path +
+                     ": opening it again for atomic writes: " + ErrnoText(errno));
+    }
+    store->journal_ = std::make_unique<AtomicJournal>(path, store->journal_fd_, store->gates_,
+                                                      kAtomicWriteMaxBytes);
   }
   store->direct_fd_ = direct.release();
   store->mem_align_ = mem_align;
   store->offset_align_ = offset_align;
   for (size_t i = 0; i < slots.size(); ++i) {
     store->slots_.push_back(std::make_unique<Slot>(*slots[i], rings[i], static_cast<unsigned>(i)));
+    if (!options.read_only) {
+      store->slots_.back()->sync_fd = ReopenFd(store->fd_, O_RDWR);
+      if (store->slots_.back()->sync_fd < 0) {
+        return IoError("file store " + path +
+                       ": opening it again for its syncs: " + ErrnoText(errno));
+      }
+    }
     if (store->direct_fd_ >= 0 && rings[i] != nullptr) rings[i]->UseFixedBuffers();
   }
   return store;
@@ -311,8 +332,12 @@ int FileStore::Grow(uint64_t new_size_bytes) {
   return 0;
 }
 
+int FileStore::SyncFd(const Slot& slot) const { return slot.sync_fd >= 0 ? slot.sync_fd : fd_; }
+
 FileStore::~FileStore() {
   slots_.clear();
+  journal_.reset();
+  if (journal_fd_ >= 0) ::close(journal_fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
   ::close(fd_);
 }
@@ -405,7 +430,7 @@ void FileStore::Issue(Op* op) {
           SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
       break;
     case Op::Kind::kSync:
-      io_uring_prep_fsync(sqe, fd_, IORING_FSYNC_DATASYNC);
+      io_uring_prep_fsync(sqe, SyncFd(*op->slot), IORING_FSYNC_DATASYNC);
       break;
     case Op::Kind::kUnmap:
       io_uring_prep_fallocate(sqe, fd_, op->mode, static_cast<off_t>(op->offset),
@@ -435,7 +460,7 @@ void FileStore::IssueOnPool(Op* op, int fd, uint8_t* data, size_t piece, uint64_
               SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
           break;
         case Op::Kind::kSync:
-          n = ::fdatasync(fd);
+          n = ::fdatasync(SyncFd(*op->slot));
           break;
         case Op::Kind::kUnmap:
           n = ::fallocate(fd, op->mode, static_cast<off_t>(op->offset),
@@ -570,7 +595,8 @@ void FileStore::Write(unsigned slot, uint64_t offset, std::span<const uint8_t> b
   if (!gate_.TryEnterShared(slot)) {
     // A ReadModifyWrite is active: write on the pool behind it.
     return RunBehindGate(
-        s, gate_, [fd = fd_, offset, buf, fua] { return PwriteAll(fd, offset, buf, fua); }, done);
+        s, gate_, [fd = fd_, offset, buf, fua] { return PwriteAllDurable(fd, offset, buf, fua); },
+        done);
   }
   Op* op = TakeOp(s);
   op->kind = Op::Kind::kWrite;
@@ -660,7 +686,7 @@ void FileStore::ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_
     int err = PreadAll(fd_, offset, scratch);
     if (err == 0) {
       const std::span<const uint8_t> out = modify.fn(modify.ctx, scratch);
-      if (!out.empty()) err = PwriteAll(fd_, offset, out.first(scratch.size()), fua);
+      if (!out.empty()) err = PwriteAllDurable(fd_, offset, out.first(scratch.size()), fua);
     }
     gate_.UnlockExclusive();
     asio::post(*ioc, [done, err] { done(err); });

@@ -153,12 +153,14 @@ class FileStore final : public BackingStore {
   // the gate's mutex.
   void RunBehindGate(Slot& slot, WriteGate& gate, std::function<int()> fn, IoCompletion done);
   static void AtomicDone(AtomicJournal::Request* request, int err);
+  int SyncFd(const Slot& slot) const;  // the slot's own descriptor for fdatasync (Slot::sync_fd)
 
   const std::string path_;
   std::atomic<uint64_t> size_bytes_;
   const bool read_only_;
-  const int fd_;        // owned; through the page cache
-  int direct_fd_ = -1;  // owned; O_DIRECT (-1 without direct)
+  const int fd_;         // owned; through the page cache
+  int direct_fd_ = -1;   // owned; O_DIRECT (-1 without direct)
+  int journal_fd_ = -1;  // owned; the atomic journal's own description of the file (-1: none)
   uint32_t mem_align_ = 0;
   uint32_t offset_align_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i] used only on reactor i's thread

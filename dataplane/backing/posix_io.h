@@ -2,11 +2,13 @@
 // the atomic write journal). Any thread; no exception escapes.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 
 namespace iscsigw::backing {
@@ -38,6 +40,29 @@ inline int PwriteAll(int fd, uint64_t offset, std::span<const uint8_t> buf, bool
     done += static_cast<size_t>(n);
   }
   return 0;
+}
+
+// A new open file description of the file `fd` refers to (through /proc/self/fd), with `flags`.
+// Linux reports a writeback error once to each open file description: a waiter with one of its
+// own learns of every error that happens while it is open, whichever other waiter's sync took the
+// error first. -1 with errno on failure.
+inline int ReopenFd(int fd, int flags) {
+  char path[40];
+  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  return ::open(path, flags | O_CLOEXEC);
+}
+
+// A write that is stable when it returns 0 (fua), through an open file description of its own
+// (ReopenFd), so that a writeback error of its pages is reported to it even when another waiter's
+// sync on `fd` takes that error first; without fua, pwrite on `fd`.
+inline int PwriteAllDurable(int fd, uint64_t offset, std::span<const uint8_t> buf, bool fua) {
+  if (!fua) return PwriteAll(fd, offset, buf, false);
+  const int own = ReopenFd(fd, O_WRONLY);
+  if (own < 0) return errno;
+  int err = PwriteAll(own, offset, buf, false);
+  if (err == 0 && ::fdatasync(own) != 0) err = errno;
+  ::close(own);
+  return err;
 }
 
 }  // namespace iscsigw::backing

@@ -148,12 +148,22 @@ void Nexus::Sync(Lun& lun, PerLun& s) {
     // attention (a new I_T nexus starts from the power-on state, SAM-5 5.14).
     s.synced = true;
     s.seen_epoch = epoch;
+    s.seen_write_errors = lun.write_errors();  // earlier errors were not of its writes
     return;
   }
   if (epoch == s.seen_epoch) return;  // fast path: one acquire load per command
   std::vector<UnitAttention> fresh;   // rare path (resets, capacity changes)
   s.seen_epoch = lun.CollectUnitAttentions(s.seen_epoch, this, &fresh);
   for (const UnitAttention& ua : fresh) PushPending(s, ua);
+}
+
+bool Nexus::TakeWriteErrors(Lun& lun) {
+  PerLun& s = Slot(lun.id());
+  Sync(lun, s);
+  const uint64_t now = lun.write_errors();
+  if (now == s.seen_write_errors) return false;
+  s.seen_write_errors = now;
+  return true;
 }
 
 bool Nexus::PeekUnitAttention(Lun& lun, UnitAttention* ua) {

@@ -134,10 +134,13 @@ class Lun : public std::enable_shared_from_this<Lun> {
   // The sanitize operation state (sanitize.h); a background sanitize holds a shared_ptr to the LUN.
   SanitizeState& sanitize() { return sanitize_; }
   // Store write errors, for SYNCHRONIZE CACHE: a write that failed on the store is never reported
-  // durable by a later flush. NoteWriteError counts one (any thread); TakeWriteErrors is true once
-  // per batch of errors counted since the last call that returned true, as Linux reports a
-  // writeback error to the next fsync.
+  // durable by a later flush. NoteWriteError counts one (any thread). Each I_T nexus learns of the
+  // errors counted since it last did at its next SYNCHRONIZE CACHE (Nexus::TakeWriteErrors), as
+  // Linux reports a writeback error once to each open file: every initiator whose writes may be
+  // among the lost ones hears of it, not only the first to flush. TakeWriteErrors here is the
+  // same for a command without a nexus: true once per batch, LUN-wide.
   void NoteWriteError() { write_errors_.fetch_add(1, std::memory_order_acq_rel); }
+  uint64_t write_errors() const { return write_errors_.load(std::memory_order_acquire); }
   bool TakeWriteErrors() {
     const uint64_t now = write_errors_.load(std::memory_order_acquire);
     uint64_t seen = write_errors_reported_.load(std::memory_order_acquire);
@@ -245,6 +248,9 @@ class Nexus {
   // Clears the pending unit attentions of this nexus for `lun` that equal `ua` (REPORT LUNS and
   // REPORTED LUNS DATA HAS CHANGED, SPC-4 6.33).
   void ClearUnitAttention(Lun& lun, UnitAttention ua);
+  // Whether store write errors were counted on `lun` (Lun::NoteWriteError) since this nexus last
+  // took them, or since it first used the LUN; takes them.
+  bool TakeWriteErrors(Lun& lun);
 
   // EXTENDED COPY records (xcopy.cc). At most kMaxCopies copies run at once per nexus; finished
   // records with held data are kept until reported or until a new copy needs the slot.
@@ -263,8 +269,9 @@ class Nexus {
   static constexpr size_t kMaxPendingUnitAttentions = 8;
   struct PerLun {
     bool power_on_pending = true;
-    bool synced = false;  // seen_epoch taken from the LUN on first use
+    bool synced = false;  // seen_epoch and seen_write_errors taken from the LUN on first use
     uint64_t seen_epoch = 0;
+    uint64_t seen_write_errors = 0;
     std::vector<UnitAttention> pending;  // bounded; reserved once
   };
   void PushPending(PerLun& s, UnitAttention ua);

@@ -112,16 +112,24 @@ void WriteDone(void* ctx, int err) {
   task.Complete();
 }
 
+// Takes the write errors the task's nexus has not heard of (Lun::NoteWriteError).
+bool TakeWriteErrors(Task& task) {
+  if (task.unit == nullptr) return false;
+  return task.nexus != nullptr ? task.nexus->TakeWriteErrors(*task.unit)
+                               : task.unit->TakeWriteErrors();
+}
+
 // SYNCHRONIZE CACHE: a flush that itself succeeded still fails when a write failed on the store
-// since the last flush that reported one, so that no initiator takes a failed write for durable.
+// since this nexus last heard of one, so that no initiator takes a failed write for durable
+// (whichever initiator's flush met the error first).
 void FlushDone(void* ctx, int err) {
   Task& task = *static_cast<Task*>(ctx);
   if (err != 0) {
     SetStoreError(task, err, true);
     // This error is the report of earlier failed writes, unless the initiator retries the flush
     // (NOT READY, BECOMING READY): then the retry reports them.
-    if (task.unit != nullptr && err != ENOTCONN && err != ETIMEDOUT) task.unit->TakeWriteErrors();
-  } else if (task.unit != nullptr && task.unit->TakeWriteErrors()) {
+    if (err != ENOTCONN && err != ETIMEDOUT) (void)TakeWriteErrors(task);
+  } else if (TakeWriteErrors(task)) {
     SetCheckCondition(task, SenseKey::kMediumError, Asc::kWriteError);
   }
   task.Complete();

@@ -313,18 +313,19 @@ struct HeldWrite {
   }
 };
 
-// This process's descriptor of `path` open read-write through the page cache (a store's own, or
-// a journal's), or -1.
-int ReadWriteFdOf(const std::string& path) {
+// This process's descriptors of `path` open read-write through the page cache (a store's own, its
+// slots' and its journal's, or a journal file's).
+std::vector<int> ReadWriteFdsOf(const std::string& path) {
+  std::vector<int> fds;
   for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
     std::error_code ec;
     const auto target = fs::read_symlink(e.path(), ec);
     if (ec || target != fs::path(path)) continue;
     const int fd = std::stoi(e.path().filename().string());
     const int flags = ::fcntl(fd, F_GETFL);
-    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) return fd;
+    if (flags >= 0 && (flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) fds.push_back(fd);
   }
-  return -1;
+  return fds;
 }
 
 TEST_F(AtomicJournalTest, ARecordThatCannotBeRetiredFencesTheJournalUntilTheNextOpen) {
@@ -348,8 +349,9 @@ TEST_F(AtomicJournalTest, ARecordThatCannotBeRetiredFencesTheJournalUntilTheNext
     journal.Submit(&p.request);
     HeldWrite held{writes, p};
     ASSERT_TRUE(WaitFor(writes)) << "the write never reached its place";
-    const int journal_fd = ReadWriteFdOf(journal_path);
-    ASSERT_GE(journal_fd, 0);
+    const std::vector<int> journal_fds = ReadWriteFdsOf(journal_path);
+    ASSERT_EQ(journal_fds.size(), 1u);
+    const int journal_fd = journal_fds[0];
     UniqueFd ro(::open(journal_path.c_str(), O_RDONLY | O_CLOEXEC));
     ASSERT_EQ(::dup2(ro.get(), journal_fd), journal_fd);
     {
@@ -428,14 +430,14 @@ TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     FileStore& store = **opened;
     // An ordinary read in flight holds the write up before it goes in place (after its record
-    // is durable); meanwhile the store's descriptor is swapped for a read-only one, so that the
+    // is durable); meanwhile the store's descriptors are swapped for read-only ones, so that the
     // write in place fails as a failing disk would make it.
     Result first;
     store.WriteAtomic(0, 0, std::span(data).first(4096), false, Record(&first));
     RunUntil(first);  // makes the journal
     ASSERT_EQ(first.err, 0);
-    const int fd = ReadWriteFdOf(lun_);
-    ASSERT_GE(fd, 0);
+    const std::vector<int> fds = ReadWriteFdsOf(lun_);
+    ASSERT_FALSE(fds.empty());
     std::vector<uint8_t> buf(4096);
     Result read;
     store.Read(0, 0, buf, Record(&read));  // submitted, not yet reaped: holds the read gate
@@ -450,7 +452,7 @@ TEST_F(FileStoreAtomicTest, AWriteThatFailsInPlaceFencesTheStoreUntilTheNextOpen
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     UniqueFd ro(::open(lun_.c_str(), O_RDONLY | O_CLOEXEC));
-    ASSERT_EQ(::dup2(ro.get(), fd), fd);
+    for (const int fd : fds) ASSERT_EQ(::dup2(ro.get(), fd), fd);
     RunUntil(read);
     RunUntil(w);
     EXPECT_NE(w.err, 0);

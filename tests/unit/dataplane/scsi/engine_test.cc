@@ -1241,6 +1241,26 @@ TEST_F(FakeStoreTest, SynchronizeCacheErrorAndImmed) {
   EXPECT_EQ(completions_, 1);
 }
 
+// Linux reports a writeback error once per open file; here each I_T nexus learns of a store write
+// error at its next SYNCHRONIZE CACHE, whichever initiator's flush met it first: an initiator
+// whose writes were among the lost ones does not get GOOD because another one flushed first.
+TEST_F(FakeStoreTest, EveryNexusLearnsOfAWriteErrorAtItsNextFlush) {
+  Nexus other{"iqn.1994-05.com.example:other,i,0x000000000002", 1};
+  ClearPowerOn(other, 1);
+  RunCdb({0x2A, 0, 0, 0, 0, 1, 0, 0, 1, 0}, 0, std::vector<uint8_t>(512, 0x11), 1);
+  ExpectGood();  // in the store's volatile cache
+  fake_->flush_err = EIO;
+  Run({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0, {}, &other);
+  ExpectCheck(SenseKey::kMediumError, Asc::kWriteError);  // the other initiator's flush met it
+  fake_->flush_err = 0;
+  RunCdb({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, {}, 1);
+  ExpectCheck(SenseKey::kMediumError, Asc::kWriteError);  // the writer hears of it too
+  RunCdb({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, {}, 1);
+  ExpectGood();  // once
+  Run({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0, {}, &other);
+  ExpectGood();
+}
+
 // A flush the initiator will retry (the store timed out) does not use up the report of an earlier
 // failed write: the retried SYNCHRONIZE CACHE still reports it.
 TEST_F(FakeStoreTest, RetryableFlushErrorKeepsAnEarlierWriteError) {
