@@ -8,11 +8,15 @@ namespace iscsigw::backing {
 namespace {
 // Jobs run at once by an unattached object's Post, on this thread: they see it unattached.
 thread_local int running_unattached = 0;
+// The real object whose thread runs a job posted through a DeferredSharedObject (alive for as
+// long as the job runs: its destructor joins that thread); null elsewhere.
+thread_local SharedObject* running_on = nullptr;
 }  // namespace
 
 void DeferredSharedObject::Attach(const std::shared_ptr<SharedObject>& real) {
   std::lock_guard lock(mu_);
   real_ = real;
+  real_raw_ = real.get();
   if (real != nullptr && listener_) {
     real_token_ = real->SetListener(listener_, lost_);
     real->Reload();  // the listener learns the state now
@@ -22,6 +26,11 @@ void DeferredSharedObject::Attach(const std::shared_ptr<SharedObject>& real) {
 std::shared_ptr<SharedObject> DeferredSharedObject::Real() const {
   if (running_unattached > 0) return nullptr;
   std::lock_guard lock(mu_);
+  // On the real object's own thread: not an owner (aliasing an empty one), so that its last
+  // reference cannot go there; the thread's job keeps it alive.
+  if (running_on != nullptr && running_on == real_raw_) {
+    return std::shared_ptr<SharedObject>(std::shared_ptr<SharedObject>(), running_on);
+  }
   return real_.lock();
 }
 
@@ -43,7 +52,14 @@ int DeferredSharedObject::Notify(uint64_t version, const std::string& data,
 }
 
 void DeferredSharedObject::Post(std::function<void()> fn) {
-  if (auto real = Real()) return real->Post(std::move(fn));
+  if (auto real = Real()) {
+    SharedObject* on = real.get();
+    return real->Post([self = weak_from_this().lock(), on, fn = std::move(fn)] {
+      running_on = on;
+      fn();
+      running_on = nullptr;
+    });
+  }
   ++running_unattached;
   fn();
   --running_unattached;

@@ -9,7 +9,9 @@
 // that a job posted from a reactor never reaches the real object there). Attach hands the
 // listener to the real object and has it reread the object: the listener learns the state and the
 // LUN serves. The real object belongs to whoever opened it (the store), and is held weakly: once
-// it is gone, calls fail as before Attach.
+// it is gone, calls fail as before Attach. A job posted through it runs on the real object's
+// thread holding this object alive, and its calls reach the real object there without owning it
+// (so that the real object's last reference never goes on its own thread).
 // Threading: any thread; a mutex guards the listener and the real object.
 #pragma once
 
@@ -23,7 +25,8 @@
 
 namespace iscsigw::backing {
 
-class DeferredSharedObject final : public SharedObject {
+class DeferredSharedObject final : public SharedObject,
+                                   public std::enable_shared_from_this<DeferredSharedObject> {
  public:
   // Once, when the real object is open.
   void Attach(const std::shared_ptr<SharedObject>& real);
@@ -42,6 +45,7 @@ class DeferredSharedObject final : public SharedObject {
 
   mutable std::mutex mu_;
   std::weak_ptr<SharedObject> real_;  // guarded by mu_
+  SharedObject* real_raw_ = nullptr;  // guarded by mu_: what real_ was set to
   Listener listener_;                 // guarded by mu_
   std::function<void()> lost_;        // guarded by mu_
   uint64_t token_ = 0;                // guarded by mu_

@@ -859,22 +859,31 @@ int HandOver(backing::SharedObject& so, uint64_t version, const std::string& dat
   return r;
 }
 
-// The retry of a command whose change was written but not handed over (RunSharedProut): the
-// object's current state, which holds the change (every later version was made from it), goes
-// out with the change's events, and the command ends as it did then (GOOD) once the others have
-// it. A gateway that has had a later version already keeps its state and drops the events (a
-// unit attention of the change may be lost then; its state is not).
-void AnswerFromRecord(Lun& lun, backing::SharedObject& so, Task& task, const std::string& events) {
+// The retry of a command whose change was written but not handed over (RunSharedProut): while
+// the object is still at the version the change wrote, that state goes out with the change's
+// events, and the command ends as it did then (GOOD) once the others have it. False, with the
+// record dropped, when the object has changed since: what the command did may have been undone
+// (a later PREEMPT), so it is applied again, as a new command would be.
+bool AnswerFromRecord(Lun& lun, backing::SharedObject& so, Task& task,
+                      const Reservations::UnannouncedChange& record) {
   std::string data;
   uint64_t version = 0;
   if (int r = so.Read(&data, &version); r < 0) {
     log::Scsi().warn("lun {}: reading the shared reservations: errno {}", lun.id(), -r);
-    return SetNotReady(task);
+    SetNotReady(task);
+    return true;
   }
+  if (version != record.version) {
+    std::lock_guard lock(lun.reservations().mu());
+    lun.reservations().unannounced() = {};
+    return false;
+  }
+  const std::string& events = record.events;
   if (int r = HandOver(so, version, data, events); r < 0) {
     log::Scsi().error("lun {}: reservation change {} still not handed over: errno {}", lun.id(),
                       version, -r);
-    return SetNotReady(task);
+    SetNotReady(task);
+    return true;
   }
   Reservations& res = lun.reservations();
   std::lock_guard lock(res.mu());
@@ -883,6 +892,7 @@ void AnswerFromRecord(Lun& lun, backing::SharedObject& so, Task& task, const std
     res.set_shared_version(version);
   }
   res.unannounced() = {};
+  return true;
 }
 
 // A PERSISTENT RESERVE OUT on a LUN the gateways share, on the shared object's thread: read the
@@ -902,24 +912,21 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
   uint64_t known = 0;  // the version this gateway has
   const std::string nexus = me.initiator_port() + "," + std::to_string(me.relative_port_id());
   const std::string request = ProutKey(q);
-  std::string unannounced_events;  // this command's change, written but not handed over
-  bool retried = false;
+  Reservations::UnannouncedChange record;  // this command's change, written but not handed over
   {
     std::lock_guard lock(lun.reservations().mu());
     known = lun.reservations().shared_version();
     Reservations::UnannouncedChange& u = lun.reservations().unannounced();
     if (u.nexus == nexus && u.request == request) {
-      retried = true;
-      unannounced_events = u.events;
+      record = u;
     } else if (u.nexus == nexus) {
       u = {};  // the nexus has moved on to another command: it is not retrying that one
     }
   }
-  if (retried) {
+  if (!record.nexus.empty()) {
     task.status = ScsiStatus::kGood;
     task.sense_len = 0;
-    AnswerFromRecord(lun, so, task, unannounced_events);
-    return CompleteOnReactor(lun, task, {});
+    if (AnswerFromRecord(lun, so, task, record)) return CompleteOnReactor(lun, task, {});
   }
   for (int attempt = 1;; ++attempt) {
     task.status = ScsiStatus::kGood;
@@ -988,7 +995,7 @@ void RunSharedProut(Lun& lun, backing::SharedObject& so, Task& task, const Prout
         SetNotReady(task);
         // Applying its retry again could apply it twice: the retry is answered from this.
         std::lock_guard lock(lun.reservations().mu());
-        lun.reservations().unannounced() = {nexus, request, events};
+        lun.reservations().unannounced() = {nexus, request, events, now};
       }
     } else if (version > known) {
       // Nothing changed, but the object is newer than this gateway's copy was: a change whose

@@ -82,12 +82,14 @@ class Reservations {
   void set_shared_version(uint64_t v) { shared_version_ = v; }
   // A PERSISTENT RESERVE OUT this gateway wrote to the shared object but could not hand to the
   // other gateways, so it answered NOT READY: `nexus` sent it, `request` names the command,
-  // `events` are what the others were to learn. Its retry is answered from this record, not
-  // applied to the state a second time (reservations.cc); empty nexus: none.
+  // `events` are what the others were to learn, `version` is the object's version it wrote. Its
+  // retry is answered from this record, not applied to the state a second time, as long as the
+  // object is still at that version (reservations.cc); empty nexus: none.
   struct UnannouncedChange {
     std::string nexus;
     std::string request;
     std::string events;
+    uint64_t version = 0;
   };
   UnannouncedChange& unannounced() { return unannounced_; }
 

@@ -5,6 +5,7 @@ test command installs them (scripts/install-deps.sh), and a suite that reported 
 nothing run would hide a broken install."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,3 +59,24 @@ class TestCluster:
     def osd_pid(self):
         with open(os.path.join(self.dir, "run", "osd.0.pid")) as f:
             return int(f.read().strip())
+
+
+def threads_stopped(pid):
+    """Whether every thread of process `pid` is stopped (state T)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(st == "T" for st in states)
+
+
+def stop_process(pid):
+    """SIGSTOP to `pid` (an OSD, a gateway), returning once every thread of it has stopped: the
+    signal takes effect when a thread next enters the kernel, and until then it could still
+    answer. The caller sends SIGCONT."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        harness.wait_for(lambda: threads_stopped(pid), 5, what=f"every thread of {pid} stopped")
+    except BaseException:
+        os.kill(pid, signal.SIGCONT)
+        raise

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
 import cu_results  # noqa: E402
-from ceph_cluster import TestCluster  # noqa: E402
+from ceph_cluster import TestCluster, stop_process  # noqa: E402
 import fence_check  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
@@ -240,8 +240,17 @@ class TwoGatewaysTest(GatewayPairTest):
         itt = victim.send_command(0, fence_check.WRITE_10,
                                   data=os.urandom(fence_check.BLOCKS * 512))
         time.sleep(0.3)  # admitted, and waiting in gateway 1's store
+        # Both gateways watch the image's reservation object (the premise: one to be told).
+        image_id = json.loads(CLUSTER.rbd("info", f"rbd/{self.image}", "--format",
+                                          "json").stdout)["id"]
+
+        def watchers():
+            return harness.run(["rados", "-c", CLUSTER.conf, "-p", "rbd", "listwatchers",
+                                f"iscsigw_lun.{image_id}"]).stdout.count("watcher=")
+
+        harness.wait_for(lambda: watchers() == 2, 10, what="both gateways watching")
         pid = self.gateways[0].proc.pid
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         try:
             t0 = time.monotonic()
             fence_check.prout(self, preemptor, 0x04,  # PREEMPT
@@ -249,7 +258,10 @@ class TwoGatewaysTest(GatewayPairTest):
             waited = time.monotonic() - t0
         finally:
             os.kill(pid, signal.SIGCONT)
-        self.assertGreater(waited, 4.5, "answered before gateway 1 could have acknowledged")
+        if waited <= 4.5:
+            self.fail(f"answered {waited:.3f} s after, before gateway 1 could have acknowledged; "
+                      "the gateways' logs:\n" + "\n".join(gw.read_log()[-4000:]
+                                                            for gw in self.gateways))
         time.sleep(delay + 1.0)  # the write's turn in gateway 1 is overdue: it runs on resuming
         self.assertTrue(fence_check.read_blocks(self, preemptor) == before,
                         "the preempted nexus's write landed through the stopped gateway after "

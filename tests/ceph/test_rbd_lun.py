@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 import rados  # noqa: E402
 import rbd as rbdlib  # noqa: E402
-from ceph_cluster import TestCluster  # noqa: E402
+from ceph_cluster import TestCluster, stop_process, threads_stopped  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
 TARGET = harness.IQN_PREFIX + "rbd"
@@ -63,27 +63,6 @@ def tearDownModule():
 
 rbd = CLUSTER.rbd
 export = CLUSTER.export
-
-
-def osd_threads_stopped(pid):
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            states.append(f.read().rsplit(")", 1)[1].split()[0])
-    return all(st == "T" for st in states)
-
-
-def stop_osd(pid):
-    """SIGSTOP to the OSD, returning once every thread of it has stopped: the signal takes effect
-    when a thread next enters the kernel, and until then a command could still be answered.
-    The caller sends SIGCONT."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        harness.wait_for(lambda: osd_threads_stopped(pid), 5,
-                         what="every thread of the OSD stopped")
-    except BaseException:
-        os.kill(pid, signal.SIGCONT)
-        raise
 
 
 def pattern(n, seed):
@@ -393,7 +372,7 @@ class RbdLunTest(harness.DaemonTestCase):
         other = self.login()  # a ram LUN on the same (only) reactor
 
         pid = CLUSTER.osd_pid()
-        stop_osd(pid)
+        stop_process(pid)
         try:
             # Commands to the rbd LUN wait for the OSD (FUA: librbd's cache may acknowledge a
             # plain write at once, as the caching mode page's WCE=1 allows)...
@@ -413,7 +392,7 @@ class RbdLunTest(harness.DaemonTestCase):
             early = b""
             if select.select([ini.sock], [], [], 0)[0]:
                 early = ini.sock.recv(48, socket.MSG_PEEK)
-            stopped = osd_threads_stopped(pid)
+            stopped = threads_stopped(pid)
         finally:
             os.kill(pid, signal.SIGCONT)
         self.assertTrue(stopped, "the OSD did not stay stopped")
@@ -472,7 +451,7 @@ class RbdLunTest(harness.DaemonTestCase):
         fua_write = struct.pack(">BBIBHB", 0x2A, 8, 512, 0, 8, 0)
         pid = CLUSTER.osd_pid()
         for name, cdb in (("SYNCHRONIZE CACHE", sync), ("a FUA WRITE", fua_write)):
-            stop_osd(pid)
+            stop_process(pid)
             try:
                 # Plain writes, answered by the cache while the OSD cannot take them...
                 for i in range(8):
@@ -484,7 +463,7 @@ class RbdLunTest(harness.DaemonTestCase):
                 t0 = time.monotonic()
                 answers = [answer(cdb, data=pattern(4096, 90) if cdb is fua_write else b"")]
                 waited = time.monotonic() - t0
-                self.assertTrue(osd_threads_stopped(pid), "the OSD did not stay stopped")
+                self.assertTrue(threads_stopped(pid), "the OSD did not stay stopped")
             finally:
                 os.kill(pid, signal.SIGCONT)
             self.assertGreater(waited, 2.5, f"{name} did not wait for the OSD")
@@ -530,7 +509,7 @@ class RbdShutdownTest(unittest.TestCase):
         ini.test_unit_ready(0)  # the power-on unit attention
         self.assertEqual(ini.write(0, 0, pattern(4096, 5)), (0, b""))  # takes the lock
         pid = CLUSTER.osd_pid()
-        stop_osd(pid)
+        stop_process(pid)
         try:
             t0 = time.monotonic()
             rc = daemon.stop(timeout=60)

@@ -17,7 +17,8 @@ namespace {
 TEST(DeferredSharedObjectTest, FailsUntilAttachedThenServesThroughTheRealObject) {
   test::FakeCluster cluster;
   cluster.data = "state";
-  DeferredSharedObject deferred;
+  auto owned = std::make_shared<DeferredSharedObject>();  // as OfflineRbdStore holds it
+  DeferredSharedObject& deferred = *owned;
   std::vector<std::string> heard;
   int lost = 0;
   const uint64_t token =
@@ -55,8 +56,10 @@ TEST(DeferredSharedObjectTest, FailsUntilAttachedThenServesThroughTheRealObject)
   real->queue_posts = true;
   deferred.Post([&] { ++ran; });
   EXPECT_EQ(real->posted.size(), 1u);  // on the real object's thread
+  EXPECT_EQ(owned.use_count(), 2);     // the queued job keeps it alive
   real->RunPosted();
   EXPECT_EQ(ran, 2);
+  EXPECT_EQ(owned.use_count(), 1);
 
   deferred.ClearListener(token);
   real->Resync();

@@ -273,6 +273,28 @@ TEST_F(SharedReservationsTest, ARetriedRegisterIsAppliedOnce) {
   EXPECT_EQ(cluster_.writes, 3);
 }
 
+// A record is for a retry of nothing newer: once the object has changed since (here the nexus was
+// preempted through the other gateway), the same command is applied again as sent, never answered
+// GOOD for a registration that is no longer there.
+TEST_F(SharedReservationsTest, ARecordGoesStaleOnceTheObjectChanges) {
+  Prout(rb_, 0x00, 0, 0, 0xB1);
+  ExpectGood();
+  cluster_.notify_err = EIO;
+  cluster_.notify_failures = 3;
+  Prout(ra_, 0x06, 0, 0, 0xA1);  // REGISTER AND IGNORE EXISTING KEY, not handed over
+  ExpectNotReady();
+  Prout(rb_, 0x04, 0x01, 0xB1, 0xA1);  // PREEMPT: a's registration goes
+  ExpectGood();
+  EXPECT_EQ(Keys(rb_), std::vector<uint64_t>{0xB1});
+  Run(ra_, {0x00});
+  ExpectSense(SenseKey::kUnitAttention, Asc::kRegistrationsPreempted);
+  Prout(ra_, 0x06, 0, 0, 0xA1);  // the same command again: applied, not answered from the record
+  ExpectGood();
+  auto keys = Keys(rb_);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<uint64_t>{0xA1, 0xB1}));
+}
+
 // PREEMPT AND ABORT through gateway 2 aborts the preempted nexus's tasks on gateway 1, where it is
 // logged in; gateway 2 has nothing of it to abort.
 TEST_F(SharedReservationsTest, PreemptAndAbortAbortsOnTheOtherGateway) {
