@@ -89,15 +89,15 @@
 // Several gateways (options.gateway_id not 0): any number of gateways may open one image. Which of
 // them writes is librbd's exclusive lock (automatic: a live holder hands it over when another
 // client's write asks); an image without the exclusive-lock feature is refused for writing
-// (FAILED_PRECONDITION), since nothing would fence a former writer's late writes. A lock watch thread per store (an image with exclusive locking, opened
-// for writing) looks every 500 ms: preferred() is false while another client holds the lock,
-// true while this one does; that is the ALUA state the SCSI layer reports (active/optimized or
-// active/non-optimized). A free lock is claimed (see LockWatch::Look). When this gateway's
-// writes have made no progress for 2 s while another client holds the lock, that client is
-// probed, and its lock broken when it does not answer (see BreakDeadLockOwner): the failover
-// when the owning gateway dies, without waiting for the OSDs to time its watch out. What belongs
-// to the logical unit rather than to one gateway (its persistent reservations) lives in a
-// SharedObject next to the image (rbd_shared_object.h).
+// (FAILED_PRECONDITION), since nothing would fence a former writer's late writes. A lock watch
+// thread per store (an image with exclusive locking, opened for writing) looks every 500 ms:
+// preferred() is false while another client holds the lock, true while this one does; that is the
+// ALUA state the SCSI layer reports (active/optimized or active/non-optimized). A free lock is
+// claimed (see LockWatch::Look). When this gateway's writes have made no progress for 2 s while
+// another client holds the lock, that client is probed, and its lock broken when it does not answer
+// (see BreakDeadLockOwner): the failover when the owning gateway dies, without waiting for the OSDs
+// to time its watch out. What belongs to the logical unit rather than to one gateway (its
+// persistent reservations) lives in a SharedObject next to the image (rbd_shared_object.h).
 // Lifetime: the io_contexts must outlive the store, and the store must outlive every I/O started on
 // it (the LUN that owns the store is kept alive by the tasks that use it). The destructor closes
 // the image (rbd_close flushes and waits for librbd's requests in flight; with the cluster gone up
