@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "dataplane/api/instrumented_store.h"
+#include "dataplane/api/lun_reopen.h"
 #include "dataplane/api/lun_state_files.h"
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
@@ -144,13 +145,6 @@ bool SameBacking(const LunSpec& a, const LunSpec& b) {
          a.physical_block_size == b.physical_block_size && a.read_only == b.read_only &&
          a.direct == b.direct && a.serial == b.serial && a.device_id == b.device_id &&
          a.fault == b.fault;
-}
-
-// Same LUN except for a larger size: grown online rather than reopened.
-bool IsGrow(const LunSpec& old, const LunSpec& now) {
-  LunSpec same = now;
-  same.size_bytes = old.size_bytes;
-  return SameBacking(old, same) && now.size_bytes > old.size_bytes;
 }
 
 // Creates a missing file-backed LUN's file (thick: every block allocated), or refuses when the
@@ -543,6 +537,9 @@ struct Dataplane::Impl {
   mutable std::mutex conns_mu;
   std::vector<std::pair<unsigned, std::weak_ptr<iscsi::Connection>>> conns;  // guarded
 
+  // How a live LUN's store is reopened (lun_reopen.h); under config_mu.
+  ReopenContext Reopening();
+
   mutable std::mutex config_mu;
   struct LunEntry {
     LunSpec spec;
@@ -607,7 +604,44 @@ backing::RbdStoreOptions RbdOptionsOf(const LunSpec& l, const BackingPolicy& pol
   o.gateway_id = gateway_id;
   return o;
 }
+
+backing::FileStoreOptions FileOptionsOf(const LunSpec& l, const BackingPolicy& policy) {
+  backing::FileStoreOptions fo;
+  fo.path = l.path;
+  fo.size_bytes = l.size_bytes;
+  fo.read_only = l.read_only;
+  fo.direct = l.direct;
+  fo.allowed = policy.paths;
+  return fo;
+}
+
+// A fault wrapper's delays: a steady timer on the reactor.
+backing::DeferFn DeferOn(runtime::ReactorPool* pool) {
+  return [pool](unsigned slot, std::chrono::milliseconds delay, std::function<void()> fn) {
+    auto timer = std::make_shared<asio::steady_timer>(pool->context(slot), delay);
+    timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
+  };
+}
 }  // namespace
+
+ReopenContext Dataplane::Impl::Reopening() {
+  const uint16_t gw = shared_images ? gateway_id : 0;
+  auto open = [this, gw](const LunSpec& l) -> Result<OpenedMedium> {
+    if (l.backing == BackingKind::kFile) {
+      auto fs = backing::FileStore::Open(FileOptionsOf(l, backing), pool.contexts());
+      if (!fs.ok()) return fs.status();
+      return OpenedMedium{std::move(fs).value(), nullptr};
+    }
+    if (l.backing == BackingKind::kRbd) {
+      auto rs = backing::RbdStore::Open(RbdOptionsOf(l, backing, gw), pool.contexts());
+      if (!rs.ok()) return rs.status();
+      std::shared_ptr<backing::SharedObject> shared = rs.value()->shared_object();
+      return OpenedMedium{std::move(rs).value(), std::move(shared)};
+    }
+    return Internal("a ram or null LUN's medium is never reopened");
+  };
+  return ReopenContext{gateway, pool, std::move(open), DeferOn(&pool)};
+}
 
 Status Dataplane::Apply(const Config& config, ApplyMode mode) {
   // The whole configuration is checked first: nothing reaches a cluster for a refused change.
@@ -666,10 +700,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
         for (const auto& l : t.luns) {
           if (l.backing != BackingKind::kRbd) continue;
           auto old = impl_->luns.find({t.name, l.id});
-          if (old != impl_->luns.end() &&
-              (SameBacking(old->second.spec, l) || IsGrow(old->second.spec, l))) {
-            continue;
-          }
+          // A LUN whose settings change reopens its store itself, once the old one has closed.
+          if (old != impl_->luns.end() && IsReopen(old->second.spec, l)) continue;
           wanted.push_back({{t.name, l.id}, l});
         }
       }
@@ -730,32 +762,37 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
     std::set<uint32_t> added;
     for (const auto& l : luns) {
       const auto key = std::make_pair(t.name, l.id);
-      auto old = impl_->luns.find(key);
-      if (old != impl_->luns.end() && SameBacking(old->second.spec, l)) {
-        next[key] = old->second;
-        tc->info.luns.push_back(old->second.lun);
-        continue;
+      const std::string who = "lun " + std::to_string(l.id) + " of " + t.name + ": ";
+      if (l.fault.active() && !kFaultInjectionBuilt) {
+        return InvalidArgument(who +
+                               "fault is for tests; this build has no fault injection "
+                               "(configure with -DISCSIGW_FAULT_INJECTION=ON)");
       }
-      if (old != impl_->luns.end() && IsGrow(old->second.spec, l)) {
-        next[key] = Impl::LunEntry{l, old->second.lun};
-        tc->info.luns.push_back(old->second.lun);
-        grows.push_back({old->second.lun, l.size_bytes,
-                         "lun " + std::to_string(l.id) + " of " + t.name + ": "});
+      auto old = impl_->luns.find(key);
+      if (old != impl_->luns.end() && IsReopen(old->second.spec, l)) {
+        // The same LUN: its state stays. Other store settings reopen its store in place
+        // (lun_reopen.h); a larger size grows it below.
+        Impl::LunEntry& entry = old->second;
+        LunSpec settings = l;
+        settings.size_bytes = entry.spec.size_bytes;
+        if (!SameBacking(entry.spec, settings) || LeftClosed(*entry.lun)) {
+          if (Status s = ReopenLun(impl_->Reopening(), *entry.lun, entry.spec, settings, who);
+              !s.ok()) {
+            return s;
+          }
+          entry.spec = settings;  // what the store is now, whatever else this change meets
+        }
+        next[key] = Impl::LunEntry{l, entry.lun};
+        tc->info.luns.push_back(entry.lun);
+        if (l.size_bytes > entry.spec.size_bytes) grows.push_back({entry.lun, l.size_bytes, who});
         continue;
       }
       if (old == impl_->luns.end()) {
         inventory_changed = true;
         added.insert(l.id);
       }
-      if (l.fault.active() && !kFaultInjectionBuilt) {
-        return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name +
-                               ": fault is for tests; this build has no fault injection "
-                               "(configure with -DISCSIGW_FAULT_INJECTION=ON)");
-      }
       if (l.backing == BackingKind::kFile) {
-        if (Status s = PrepareFile("lun " + std::to_string(l.id) + " of " + t.name + ": ", l,
-                                   *impl_->backing.paths);
-            !s.ok()) {
+        if (Status s = PrepareFile(who, l, *impl_->backing.paths); !s.ok()) {
           return s;
         }
       }
@@ -771,21 +808,14 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           store = backing::NewNullStore(l.size_bytes);
           break;
         case BackingKind::kFile: {
-          backing::FileStoreOptions fo;
-          fo.path = l.path;
-          fo.size_bytes = l.size_bytes;
-          fo.read_only = l.read_only;
-          fo.direct = l.direct;
-          fo.allowed = impl_->backing.paths;
-          auto fs = backing::FileStore::Open(fo, impl_->pool.contexts());
+          auto fs =
+              backing::FileStore::Open(FileOptionsOf(l, impl_->backing), impl_->pool.contexts());
           if (!fs.ok()) {
-            return Status(fs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
-                                                  ": " + fs.status().message());
+            return Status(fs.status().code(), who + fs.status().message());
           }
           size = fs.value()->size_bytes();
           if (size % l.block_size != 0) {
-            return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name + ": file " +
-                                   l.path + " size " + std::to_string(size) +
+            return InvalidArgument(who + "file " + l.path + " size " + std::to_string(size) +
                                    " is not a multiple of block_size " +
                                    std::to_string(l.block_size));
           }
@@ -802,21 +832,18 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
               rs.status().code() != StatusCode::kInvalidArgument) {
             // One unreachable cluster must not keep the daemon, and every other LUN, down.
             offline = std::make_shared<backing::OfflineRbdStore>(
-                ro, impl_->pool.contexts(), l.block_size,
-                "lun " + std::to_string(l.id) + " of " + t.name + ": " + rs.status().message());
+                ro, impl_->pool.contexts(), l.block_size, who + rs.status().message());
             size = offline->size_bytes();
             shared_state = offline->shared_object();
             store = offline;
             break;
           }
           if (!rs.ok()) {
-            return Status(rs.status().code(), "lun " + std::to_string(l.id) + " of " + t.name +
-                                                  ": " + rs.status().message());
+            return Status(rs.status().code(), who + rs.status().message());
           }
           size = rs.value()->size_bytes();
           if (size % l.block_size != 0) {
-            return InvalidArgument("lun " + std::to_string(l.id) + " of " + t.name +
-                                   ": rbd image " + rs.value()->name() + " size " +
+            return InvalidArgument(who + "rbd image " + rs.value()->name() + " size " +
                                    std::to_string(size) + " is not a multiple of block_size " +
                                    std::to_string(l.block_size));
           }
@@ -853,14 +880,8 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       };
       if (l.fault.active()) {
         // Inside the instrumented wrapper, so that injected errors are counted like real ones.
-        store = std::make_shared<backing::FaultStore>(
-            std::move(store), l.fault,
-            [pool = &impl_->pool](unsigned slot, std::chrono::milliseconds delay,
-                                  std::function<void()> fn) {
-              auto timer = std::make_shared<asio::steady_timer>(pool->context(slot), delay);
-              timer->async_wait(
-                  [timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
-            });
+        store =
+            std::make_shared<backing::FaultStore>(std::move(store), l.fault, DeferOn(&impl_->pool));
         log::Ctl().warn("lun {} of {}: fault injection on (delay {} ms, error {}, after {} calls)",
                         l.id, t.name, l.fault.delay.count(), l.fault.error, l.fault.after_ops);
       }

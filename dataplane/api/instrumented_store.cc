@@ -1,13 +1,44 @@
 #include "dataplane/api/instrumented_store.h"
 
 #include <cerrno>
+#include <string>
 #include <utility>
 
 namespace iscsigw::api {
 
 InstrumentedStore::InstrumentedStore(std::shared_ptr<backing::BackingStore> inner,
                                      runtime::LunStats* stats, bool timed)
-    : inner_(std::move(inner)), stats_(stats), timed_(timed), slots_(new Slot[stats->shards()]) {}
+    : inner_(std::move(inner)),
+      kind_(inner_->kind()),
+      stats_(stats),
+      timed_(timed),
+      slots_(new Slot[stats->shards()]) {}
+
+void InstrumentedStore::Close(std::string why) {
+  kept_ = Kept{inner_->size_bytes(),       inner_->persistent(),      inner_->preferred(),
+               inner_->thin_provisioned(), inner_->allocated_bytes(), inner_->unmap_granularity(),
+               inner_->atomic_limits()};
+  SetReason(std::move(why));
+  closed_.store(true, std::memory_order_release);
+}
+
+void InstrumentedStore::SetReason(std::string why) {
+  std::lock_guard lock(why_mu_);
+  why_ = std::move(why);
+}
+
+std::shared_ptr<backing::BackingStore> InstrumentedStore::TakeInner() { return std::move(inner_); }
+
+void InstrumentedStore::Install(std::shared_ptr<backing::BackingStore> inner) {
+  inner_ = std::move(inner);
+  closed_.store(false, std::memory_order_release);
+}
+
+std::string InstrumentedStore::offline_reason() const {
+  if (!closed()) return inner_->offline_reason();
+  std::lock_guard lock(why_mu_);
+  return why_;
+}
 
 InstrumentedStore::~InstrumentedStore() {
   for (unsigned i = 0; i < stats_->shards(); ++i) {

@@ -17,11 +17,22 @@
 // command windows); the steady state allocates nothing. Records are freed with the store.
 // Calls with a slot beyond the LUN's shard count, or made while counting is off, are forwarded
 // without a record.
+//
+// It is also the LUN's hold on its store, so that a live LUN's store can be reopened with other
+// settings (read_only, direct, fault) while the LUN, and every I_T nexus's state in it, stays
+// (docs/live-lun-changes.md): Close() makes every later call fail with ENOTCONN (NOT READY,
+// BECOMING READY, which initiators retry) and ready() say so, while what the LUN reports of its
+// store (size, limits) stays as it was; once no call is in flight (the caller drains the tasks),
+// TakeInner() hands the closed store over to be closed for good, and Install() puts the new one
+// in place. One acquire load per call; the flag is written only by a reopen.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "dataplane/backing/backing_store.h"
@@ -38,55 +49,91 @@ class InstrumentedStore final : public backing::BackingStore {
   InstrumentedStore(const InstrumentedStore&) = delete;
   InstrumentedStore& operator=(const InstrumentedStore&) = delete;
 
+  // The store this one forwards to; only while open.
   backing::BackingStore& inner() { return *inner_; }
 
-  std::string_view kind() const override { return inner_->kind(); }
-  uint64_t size_bytes() const override { return inner_->size_bytes(); }
-  bool persistent() const override { return inner_->persistent(); }
-  int ready() const override { return inner_->ready(); }
-  std::string offline_reason() const override { return inner_->offline_reason(); }
-  bool preferred() const override { return inner_->preferred(); }
-  bool thin_provisioned() const override { return inner_->thin_provisioned(); }
-  uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-  uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }
+  // Reopening (above). Close: one thread at a time (the data plane's configuration lock); `why`
+  // is the offline reason shown meanwhile. TakeInner and Install: the thread that closed, once
+  // every call made before Close has completed and every reactor has run a job posted after it
+  // (a task drain does both). Install's store reports the same kind.
+  void Close(std::string why);
+  // Undoes Close, the same store serving on (a reopen given up before TakeInner). Any thread.
+  void Reopen() { closed_.store(false, std::memory_order_release); }
+  // The reason shown while closed, for a store left closed. Any thread.
+  void SetReason(std::string why);
+  std::shared_ptr<backing::BackingStore> TakeInner();
+  void Install(std::shared_ptr<backing::BackingStore> inner);
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  std::string_view kind() const override { return kind_; }
+  uint64_t size_bytes() const override {
+    return closed() ? kept_.size_bytes : inner_->size_bytes();
+  }
+  bool persistent() const override { return closed() ? kept_.persistent : inner_->persistent(); }
+  int ready() const override { return closed() ? ENOTCONN : inner_->ready(); }
+  std::string offline_reason() const override;
+  bool preferred() const override { return closed() ? kept_.preferred : inner_->preferred(); }
+  bool thin_provisioned() const override {
+    return closed() ? kept_.thin_provisioned : inner_->thin_provisioned();
+  }
+  uint64_t allocated_bytes() const override {
+    return closed() ? kept_.allocated_bytes : inner_->allocated_bytes();
+  }
+  uint64_t unmap_granularity() const override {
+    return closed() ? kept_.unmap_granularity : inner_->unmap_granularity();
+  }
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->Unmap(slot, offset, len, Begin(slot, runtime::StoreOp::kUnmap, done));
   }
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->GetProvisioning(slot, offset, max_len, out, done);
   }
   void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
                        ModifyFn modify, backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->ReadModifyWrite(slot, offset, scratch, fua, modify,
                             Begin(slot, runtime::StoreOp::kReadModifyWrite, done));
   }
   void CompareAndWrite(unsigned slot, uint64_t offset, CompareWriteOp* op,
                        backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->CompareAndWrite(slot, offset, op,
                             Begin(slot, runtime::StoreOp::kCompareAndWrite, done));
   }
-  void Prefetch(uint64_t offset, uint64_t len) override { inner_->Prefetch(offset, len); }
+  void Prefetch(uint64_t offset, uint64_t len) override {
+    if (!closed()) inner_->Prefetch(offset, len);
+  }
   size_t MapRead(uint64_t offset, uint64_t len, std::span<backing::Segment> segs) override {
-    return inner_->MapRead(offset, len, segs);
+    return closed() ? 0 : inner_->MapRead(offset, len, segs);  // 0: Read, which says ENOTCONN
   }
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
             backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->Read(slot, offset, buf, Begin(slot, runtime::StoreOp::kRead, done));
   }
   void Write(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
              backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->Write(slot, offset, buf, fua, Begin(slot, runtime::StoreOp::kWrite, done));
   }
   void Flush(unsigned slot, backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->Flush(slot, Begin(slot, runtime::StoreOp::kFlush, done));
   }
-  AtomicLimits atomic_limits() const override { return inner_->atomic_limits(); }
+  AtomicLimits atomic_limits() const override {
+    return closed() ? kept_.atomic_limits : inner_->atomic_limits();
+  }
   void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
                    backing::IoCompletion done) override {
+    if (closed()) return done(ENOTCONN);
     inner_->WriteAtomic(slot, offset, buf, fua, Begin(slot, runtime::StoreOp::kWriteAtomic, done));
   }
-  int Grow(uint64_t new_size_bytes) override { return inner_->Grow(new_size_bytes); }
+  int Grow(uint64_t new_size_bytes) override {
+    return closed() ? ENOTCONN : inner_->Grow(new_size_bytes);
+  }
 
   // Call records slot `slot` owns (in flight or free).
   size_t RecordsForTest(unsigned slot) const;
@@ -112,7 +159,24 @@ class InstrumentedStore final : public backing::BackingStore {
   backing::IoCompletion Begin(unsigned slot, runtime::StoreOp op, backing::IoCompletion done);
   static void Finish(void* ctx, int err);
 
-  const std::shared_ptr<backing::BackingStore> inner_;
+  // What the LUN reports of its store while it is closed: as it was at Close.
+  struct Kept {
+    uint64_t size_bytes = 0;
+    bool persistent = false;
+    bool preferred = true;
+    bool thin_provisioned = false;
+    uint64_t allocated_bytes = 0;
+    uint64_t unmap_granularity = 0;
+    AtomicLimits atomic_limits;
+  };
+
+  // Written only while closed_ is set and no call can read it (Close, TakeInner, Install).
+  std::shared_ptr<backing::BackingStore> inner_;
+  const std::string_view kind_;  // the stores' kinds are literals
+  std::atomic<bool> closed_{false};
+  Kept kept_;                  // set by Close, read while closed_
+  mutable std::mutex why_mu_;  // offline_reason is not on the I/O path
+  std::string why_;            // guarded by why_mu_
   runtime::LunStats* const stats_;
   const bool timed_;
   const std::unique_ptr<Slot[]> slots_;  // slots_[i] used only on reactor i's thread

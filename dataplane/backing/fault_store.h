@@ -56,6 +56,9 @@ class FaultStore final : public BackingStore {
  public:
   FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, DeferFn defer);
 
+  // The store it wraps (a live LUN's fault settings change around the same store).
+  const std::shared_ptr<BackingStore>& inner() const { return inner_; }
+
   std::string_view kind() const override { return inner_->kind(); }
   uint64_t size_bytes() const override { return inner_->size_bytes(); }
   bool persistent() const override { return inner_->persistent(); }

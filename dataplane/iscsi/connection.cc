@@ -932,6 +932,9 @@ void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
     }
     return;
   }
+  // Its store I/O has ended: a drain waiting for it (Session::DrainTasks) need not wait for the
+  // response to go out too.
+  t->drain.reset();
   c->CountCommand(t);
   c->QueueTaskResponse(t);
   // Completions from the store arrive in batches (a ring's reap): one send for all of them.

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "dataplane/iscsi/connection.h"
+#include "dataplane/scsi/opcodes.h"
 
 namespace iscsigw::iscsi {
 
@@ -91,6 +92,13 @@ void Session::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drai
     if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
     t.aborted = true;
     AttachDrain(t, drain);
+  }
+}
+
+void Session::DrainTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
+  for (Task& t : tasks_) {
+    if (t.state != Task::State::kExecuting || !t.async_pending) continue;
+    if (t.scsi.lun == lun_id || t.scsi.cdb[0] == scsi::kThirdPartyCopyOut) AttachDrain(t, drain);
   }
 }
 

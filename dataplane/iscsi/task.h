@@ -41,7 +41,8 @@ struct Task : TxItem {
   bool immediate = false;
   bool aborted = false;
   bool async_pending = false;  // Execute returned before completing (file store)
-  // Aborted while its store I/O was in flight: the answers that wait for it (task_drain.h).
+  // Aborted (or drained, Session::DrainTasks) while its store I/O was in flight: the answers that
+  // wait for it (task_drain.h).
   std::shared_ptr<TaskDrain> drain;
   // Its status went to the writer: its CmdSN window slot is free again (Session::FreeTask).
   bool window_released = false;

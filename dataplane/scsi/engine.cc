@@ -21,32 +21,59 @@ Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
     : config_(std::move(config)),
       store_(std::move(store)),
       shared_(config_.shared_state.lock() != nullptr),
+      read_only_(config_.read_only),
       // Write-back caching is on by default for stores whose writes may sit in a volatile cache
       // (page cache for files); the null store drops writes, so it has nothing to cache.
       mode_pages_(ModePages::Values{store_->kind() != "null"}),
       reported_preferred_(store_->preferred()) {
   RestoreState();
-  if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
-    listener_token_ = so->SetListener(
-        [this](uint64_t version, std::string_view data, std::string_view events,
-               std::shared_ptr<void> ack) {
-          internal::ApplySharedReservations(*this, version, data, events, std::move(ack));
-        },
-        // Changes may be missed until the object is reread (which the object does).
-        [this] { MarkSharedStateUnknown(); });
-    // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.
-    std::string data;
-    uint64_t version = 0;
-    if (int r = so->Read(&data, &version); r == 0) {
-      internal::ApplySharedReservations(*this, version, data, "", nullptr);
-    } else {
-      // Until the state is known, commands that depend on it are answered NOT READY.
-      log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; retrying",
-                        config_.id, -r);
-      MarkSharedStateUnknown();
-      so->Reload();
-    }
+  if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) AttachShared(so);
+}
+
+std::shared_ptr<backing::SharedObject> Lun::shared_state() const {
+  std::lock_guard lock(shared_mu_);
+  return shared_state_.lock();
+}
+
+void Lun::AttachShared(const std::shared_ptr<backing::SharedObject>& so) {
+  const uint64_t token = so->SetListener(
+      [this](uint64_t version, std::string_view data, std::string_view events,
+             std::shared_ptr<void> ack) {
+        internal::ApplySharedReservations(*this, version, data, events, std::move(ack));
+      },
+      // Changes may be missed until the object is reread (which the object does).
+      [this] { MarkSharedStateUnknown(); });
+  {
+    std::lock_guard lock(shared_mu_);
+    shared_state_ = so;
+    listener_token_ = token;
   }
+  // What the gateways hold now; a change that arrives meanwhile has a newer version and wins.
+  std::string data;
+  uint64_t version = 0;
+  if (int r = so->Read(&data, &version); r == 0) {
+    internal::ApplySharedReservations(*this, version, data, "", nullptr);
+  } else {
+    // Until the state is known, commands that depend on it are answered NOT READY.
+    log::Scsi().error("lun {}: reading the shared persistent reservations: errno {}; retrying",
+                      config_.id, -r);
+    MarkSharedStateUnknown();
+    so->Reload();
+  }
+}
+
+void Lun::DetachShared() {
+  std::shared_ptr<backing::SharedObject> so;
+  uint64_t token = 0;
+  {
+    std::lock_guard lock(shared_mu_);
+    so = shared_state_.lock();
+    shared_state_.reset();
+    token = listener_token_;
+  }
+  MarkSharedStateUnknown();
+  // Returns once no call of the listener runs: none reaches this object after.
+  if (so != nullptr) so->ClearListener(token);
 }
 
 void Lun::MarkSharedStateUnknown() {
@@ -54,12 +81,7 @@ void Lun::MarkSharedStateUnknown() {
   reservations_.set_unknown();
 }
 
-Lun::~Lun() {
-  // Returns once no call of the listener runs: none reaches this object after.
-  if (std::shared_ptr<backing::SharedObject> so = config_.shared_state.lock()) {
-    so->ClearListener(listener_token_);
-  }
-}
+Lun::~Lun() { DetachShared(); }
 
 namespace {
 std::atomic<uint64_t> detached_flushes_in_flight{0};

@@ -110,8 +110,23 @@ class Lun : public std::enable_shared_from_this<Lun> {
   // Whether the persistent reservations are shared with other gateways (LunConfig::shared_state),
   // and the object they live in (null once the store has closed).
   bool shared_reservations() const { return shared_; }
-  std::shared_ptr<backing::SharedObject> shared_state() const {
-    return config_.shared_state.lock();
+  std::shared_ptr<backing::SharedObject> shared_state() const;
+  // A live LUN's store reopened (docs/live-lun-changes.md): the shared object went with the old
+  // store. DetachShared lets go of it (returns once no call of this LUN's listener runs), before
+  // the old store closes; AttachShared listens to the new store's object and reads the state
+  // (NOT READY for what depends on it until known). Control-plane thread, not a reactor.
+  void DetachShared();
+  void AttachShared(const std::shared_ptr<backing::SharedObject>& so);
+
+  // Whether the medium is write protected by configuration (LunConfig::read_only at first; a live
+  // change sets it). One relaxed load.
+  bool read_only() const { return read_only_.load(std::memory_order_relaxed); }
+  void set_read_only(bool on) { read_only_.store(on, std::memory_order_relaxed); }
+  // SYNCHRONIZE CACHE with IMMED flushes still in flight (HoldForDetachedFlush); a reopen waits
+  // for them.
+  uint32_t detached_flushes() {
+    std::lock_guard lock(detached_mu_);
+    return detached_flushes_;
   }
   // Whether APTPL=1 is honoured (PTPL_C): a state store, or the shared object.
   bool persists_reservations() const { return config_.state_store != nullptr || shared_; }
@@ -190,7 +205,10 @@ class Lun : public std::enable_shared_from_this<Lun> {
   const LunConfig config_;
   const std::shared_ptr<backing::BackingStore> store_;
   const bool shared_;
-  uint64_t listener_token_ = 0;  // the shared object's listener, while shared_
+  std::atomic<bool> read_only_;
+  mutable std::mutex shared_mu_;
+  std::weak_ptr<backing::SharedObject> shared_state_;  // guarded by shared_mu_
+  uint64_t listener_token_ = 0;  // guarded by shared_mu_: the shared object's listener
   std::atomic<uint64_t> ua_epoch_{0};
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> write_errors_reported_{0};

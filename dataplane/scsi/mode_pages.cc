@@ -216,7 +216,7 @@ Disposition ModeSense(const Command& cmd, bool ten) {
 
   // Device-specific parameter (SBC-3 6.4.1): WP for a write-protected LUN (read-only, or SWP set in
   // the control page), DPOFUA=1 because DPO and FUA are accepted on READ/WRITE.
-  const bool wp = lun.config().read_only || lun.mode_pages().software_write_protect();
+  const bool wp = lun.read_only() || lun.mode_pages().software_write_protect();
   const uint8_t device_specific = (wp ? 0x80 : 0x00) | 0x10;
   if (ten) {
     StoreBe16(data, static_cast<uint16_t>(pos - 2));  // MODE DATA LENGTH excludes itself

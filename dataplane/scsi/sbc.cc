@@ -175,7 +175,7 @@ Disposition DoWrite(const Command& cmd, const RwCdb& r, bool atomic = false) {
   Task& task = cmd.task;
   if (!atomic && !CheckRw(cmd, r)) return Disposition::kDone;
   Lun& lun = *cmd.lun;
-  if (lun.config().read_only || lun.mode_pages().software_write_protect()) {
+  if (lun.read_only() || lun.mode_pages().software_write_protect()) {
     // SBC-3 4.13 (write protection, also SWP in the control mode page): DATA PROTECT / WRITE
     // PROTECTED.
     SetCheckCondition(task, SenseKey::kDataProtect, Asc::kWriteProtected);

@@ -148,7 +148,7 @@ bool CheckLbaRange(const Command& cmd, uint64_t lba, uint64_t blocks) {
 }
 
 bool CheckWritable(const Command& cmd) {
-  if (!cmd.lun->config().read_only && !cmd.lun->mode_pages().software_write_protect()) return true;
+  if (!cmd.lun->read_only() && !cmd.lun->mode_pages().software_write_protect()) return true;
   SetCheckCondition(cmd.task, SenseKey::kDataProtect, Asc::kWriteProtected);
   return false;
 }

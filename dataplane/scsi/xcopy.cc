@@ -316,7 +316,7 @@ class CopyOp final : public Pump {
         return false;
       }
     }
-    if (dst_->config().read_only || dst_->mode_pages().software_write_protect()) {
+    if (dst_->read_only() || dst_->mode_pages().software_write_protect()) {
       SetCopyAborted(task_, Asc::kWriteProtected, seg_, 6);
       return false;
     }

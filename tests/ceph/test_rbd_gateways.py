@@ -548,6 +548,76 @@ class SharedConfigurationTest(GatewayPairTest):
         harness.wait_for(lambda: self.gateways[0].ctl_json("target", "get", "boot").get("acl"),
                          5.0, what="gateway 1 serving the ACL set through gateway 2")
 
+    def test_a_read_only_change_reopens_the_live_lun_in_place_on_the_other_gateway(self):
+        # Gateway 2 restarts declaring the shared target's LUN read-only; gateway 1, serving it,
+        # reopens its store in place (docs/live-lun-changes.md): the same LUN, its nexuses told,
+        # its reservations still those of the shared object.
+        image = f"ro-{self.where[-8:]}"
+        CLUSTER.rbd("create", f"rbd/{image}", "--size", "16M")
+
+        def declared(read_only):
+            lun = {"id": 0, "readOnly": read_only,
+                   "rbd": {"pool": "rbd", "image": image, "conf": self.conf}}
+            return {"targets": [{"name": "ro", "allowAnyInitiator": True, "luns": [lun]}]}
+
+        for gw in self.gateways:
+            gw.cleanup()
+        self.gateways = [self.start_gateway(i, state=declared(False)) for i in (1, 2)]
+        a, b = self.gateways
+        for gw in self.gateways:
+            self.served_within(gw, ["ro"])
+        ini = Initiator(a.portal, harness.INITIATOR, timeout=60)
+        self.sessions.append(ini)
+        ini.login(harness.IQN_PREFIX + "ro")
+        unit_attentions(ini)
+        data = pattern(4096, 7)
+        self.assertEqual(ini.write(0, 8, data), (0, b""))
+        fence_check.prout(self, ini, 0x00, bytes(8) + fence_check.KEY_A + bytes(8))  # REGISTER
+
+        b.stop()
+        self.gateways[1] = self.start_gateway(2, state_dir=b.state_dir, state=declared(True))
+        self.gateways[1].owns_dir = True
+        b.owns_dir = False
+        b = self.gateways[1]
+        # Gateway 1 learns of it through the object. Its nexus hears MODE PARAMETERS CHANGED (the
+        # WP bit); meanwhile, while the store reopens, NOT READY, BECOMING READY.
+        deadline = time.monotonic() + 10.0
+        while True:
+            status, sense = ini.test_unit_ready(0)
+            got = sense_key_asc(sense) if status else None
+            if got == (0x6, 0x2A, 0x01):
+                break
+            self.assertIn(got, (None, (0x2, 0x04, 0x01)), "gateway 1's answer to TEST UNIT READY")
+            self.assertLess(time.monotonic(), deadline,
+                            "gateway 1 never reported the LUN's new write protection")
+            time.sleep(0.05)
+        status, sense = ini.write(0, 8, pattern(512, 1))
+        self.assertEqual((status, sense_key_asc(sense)), (2, (0x7, 0x27, 0x00)))  # WRITE PROTECTED
+        self.assertEqual(ini.read(0, 8, 8), (0, data, b""))
+        # The registration is still there, and the reopened LUN listens to the new store's
+        # object: a reservation through gateway 2 is answered once gateway 1 has applied it, so
+        # gateway 1 reports it at once (a gateway that did not answer the notify would have been
+        # fenced, and its next read refused).
+        other = Initiator(b.portal, harness.INITIATOR + "-b", timeout=60)
+        self.sessions.append(other)
+        other.login(harness.IQN_PREFIX + "ro")
+        unit_attentions(other)
+        fence_check.prout(self, other, 0x00, bytes(8) + fence_check.KEY_B + bytes(8))
+        started = time.monotonic()
+        fence_check.prout(self, other, 0x01, fence_check.KEY_B + bytes(16))  # RESERVE
+        took = time.monotonic() - started
+        status, keys, _ = ini._command(0, bytes([0x5E, 0x00, 0, 0, 0, 0, 0, 0, 64, 0]),
+                                       read_len=64)
+        self.assertEqual(status, 0)
+        self.assertEqual(sorted([keys[8:16], keys[16:24]]),
+                         sorted([fence_check.KEY_A, fence_check.KEY_B]))
+        status, held, _ = ini._command(0, bytes([0x5E, 0x01, 0, 0, 0, 0, 0, 0, 64, 0]),
+                                       read_len=64)
+        self.assertEqual((status, held[8:16]), (0, fence_check.KEY_B))
+        self.assertEqual(ini.read(0, 8, 8), (0, data, b""))
+        print(f"\nRESERVE through gateway 2 answered in {took:.3f} s, gateway 1 reopened in place")
+        self.assertIn("store reopened, read-only", a.read_log())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -158,5 +158,45 @@ TEST_F(InstrumentedStoreTest, SlotBeyondTheShardsIsForwardedUnrecorded) {
             0u);
 }
 
+TEST_F(InstrumentedStoreTest, AClosedStoreRefusesEveryCallAndKeepsWhatTheLunReports) {
+  auto ram = std::make_shared<backing::RamStore>(4 * kMiB);
+  InstrumentedStore store(ram, lun_);
+  std::vector<uint8_t> data(4096, 0x3C);
+  Result w;
+  store.Write(0, 0, data, false, Record(&w));
+  ASSERT_EQ(w.err, 0);
+
+  store.Close("reopening");
+  EXPECT_TRUE(store.closed());
+  EXPECT_EQ(store.ready(), ENOTCONN);
+  EXPECT_EQ(store.offline_reason(), "reopening");
+  EXPECT_EQ(store.size_bytes(), 4 * kMiB);  // the capacity the LUN reports does not move
+  EXPECT_TRUE(store.thin_provisioned());
+  std::vector<uint8_t> back(4096, 0);
+  Result r, w2, f, u, a;
+  store.Read(0, 0, back, Record(&r));
+  store.Write(0, 0, data, true, Record(&w2));
+  store.Flush(0, Record(&f));
+  store.Unmap(0, 0, 4096, Record(&u));
+  store.WriteAtomic(0, 0, data, false, Record(&a));
+  for (const Result* x : {&r, &w2, &f, &u, &a}) {
+    EXPECT_EQ(x->calls, 1);
+    EXPECT_EQ(x->err, ENOTCONN);
+  }
+  backing::Segment segs[4];
+  EXPECT_EQ(store.MapRead(0, 4096, segs), 0u);  // the caller falls back to Read: ENOTCONN
+  EXPECT_EQ(store.Grow(8 * kMiB), ENOTCONN);
+
+  // The same medium back, as a ram LUN's reopen does: the data is there.
+  EXPECT_EQ(store.TakeInner(), ram);
+  store.Install(ram);
+  EXPECT_FALSE(store.closed());
+  EXPECT_EQ(store.ready(), 0);
+  Result r2;
+  store.Read(0, 0, back, Record(&r2));
+  EXPECT_EQ(r2.err, 0);
+  EXPECT_EQ(back, data);
+}
+
 }  // namespace instrumented_store_test
 }  // namespace iscsigw::api
