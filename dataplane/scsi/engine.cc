@@ -17,8 +17,13 @@ namespace iscsigw::scsi {
 // ---------------------------------------------------------------------------------------------
 // Lun
 
+namespace {
+std::atomic<uint64_t> next_lun_generation{1};
+}  // namespace
+
 Lun::Lun(LunConfig config, std::shared_ptr<backing::BackingStore> store)
     : config_(std::move(config)),
+      generation_(next_lun_generation.fetch_add(1, std::memory_order_relaxed)),
       store_(std::move(store)),
       shared_(config_.shared_state.lock() != nullptr),
       read_only_(config_.read_only),
@@ -164,6 +169,12 @@ void Nexus::PushPending(PerLun& s, UnitAttention ua) {
 }
 
 void Nexus::Sync(Lun& lun, PerLun& s) {
+  if (s.generation != lun.generation()) {
+    // Another logical unit under this id (the one this nexus knew was deleted): it starts as a
+    // new one does, with POWER ON, its own epoch and write errors (SAM-5 5.14).
+    s = PerLun{};
+    s.generation = lun.generation();
+  }
   const uint64_t epoch = lun.ua_epoch();
   if (!s.synced) {
     // Events raised before this nexus first used the LUN are covered by its POWER ON unit

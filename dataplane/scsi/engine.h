@@ -90,6 +90,9 @@ class Lun : public std::enable_shared_from_this<Lun> {
 
   const LunConfig& config() const { return config_; }
   uint64_t id() const { return config_.id; }
+  // Unique in the process, per Lun object: a LUN deleted and created again under the same id is
+  // another logical unit to every I_T nexus (Nexus::Sync).
+  uint64_t generation() const { return generation_; }
   uint32_t block_size() const { return config_.block_size; }
   // Logical blocks per physical block (1, or 8 for 512e) and its log2.
   uint32_t blocks_per_physical() const {
@@ -203,6 +206,7 @@ class Lun : public std::enable_shared_from_this<Lun> {
     std::shared_ptr<const NexusMatch> only;  // null: every nexus
   };
   const LunConfig config_;
+  const uint64_t generation_;
   const std::shared_ptr<backing::BackingStore> store_;
   const bool shared_;
   std::atomic<bool> read_only_;
@@ -286,6 +290,7 @@ class Nexus {
   // unit bound the queue).
   static constexpr size_t kMaxPendingUnitAttentions = 8;
   struct PerLun {
+    uint64_t generation = 0;  // the Lun these fields are of (Lun::generation); 0: none yet
     bool power_on_pending = true;
     bool synced = false;  // seen_epoch and seen_write_errors taken from the LUN on first use
     uint64_t seen_epoch = 0;

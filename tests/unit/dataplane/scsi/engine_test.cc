@@ -288,6 +288,31 @@ TEST_F(EngineTest, ResetLunSubsumedByPendingPowerOn) {
   ExpectGood();
 }
 
+// A LUN deleted and created again under the same id is a new logical unit to a nexus that used
+// the old one: POWER ON first, then its own events, whatever the old one's epoch had reached.
+// Before, the nexus kept the old LUN's epoch and missed the new one's first events.
+TEST_F(EngineTest, ALunCreatedAgainUnderTheSameIdStartsAfreshForEveryNexus) {
+  Lun& old = *target_.luns[0];
+  for (int i = 0; i < 3; ++i) old.RaiseUnitAttention(UnitAttention{0x2A, 0x09}, nullptr);
+  old.NoteWriteError();
+  for (int i = 0; i < 3; ++i) {  // the nexus takes the old LUN's events
+    Run({0x00});
+    ExpectCheck(SenseKey::kUnitAttention, Asc{0x2A, 0x09});
+  }
+  Run({0x00});
+  ExpectGood();
+  target_.luns[0] = std::make_shared<Lun>(Config(0), backing::NewRamStore(kBlocks * kBlock));
+  Run({0x00});
+  ExpectCheck(SenseKey::kUnitAttention, Asc::kPowerOnReset);
+  Run({0x00});
+  ExpectGood();
+  target_.luns[0]->RaiseUnitAttention(UnitAttention{0x2A, 0x09}, nullptr);  // epoch 1
+  Run({0x00});
+  ExpectCheck(SenseKey::kUnitAttention, Asc{0x2A, 0x09});
+  Run({0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0);  // no write error of the new LUN to hear of
+  ExpectGood();
+}
+
 TEST_F(EngineTest, UnitAttentionQueueIsBoundedAndOrdered) {
   Lun& lun = *target_.luns[0];
   for (int i = 0; i < 12; ++i) {
