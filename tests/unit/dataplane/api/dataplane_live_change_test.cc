@@ -119,6 +119,23 @@ class LiveLunChangeTest : public ::testing::Test {
     return dp_->Apply(c);
   }
 
+  // Applies `lun` (a fault needs a test build), logs `ini` in and writes `data` at `lba`.
+  void StartWriting(const LunSpec& lun, TestInitiator& ini, uint32_t lba,
+                    const std::vector<uint8_t>& data) {
+    ASSERT_NO_FATAL_FAILURE(ExpectApplied(lun));
+    ASSERT_NO_FATAL_FAILURE(Login(ini));
+    ASSERT_EQ(Command(ini, Write10Cdb(lba, static_cast<uint16_t>(data.size() / kBlock)), data)
+                  .scsi_status(),
+              0);
+  }
+  void ExpectApplied(const LunSpec& lun) {
+    const Status s = Apply(lun);
+    if (!s.ok() && s.message().find("no fault injection") != std::string::npos) {
+      GTEST_FAIL() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
+    }
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
   void Login(TestInitiator& ini, const char* name = kInitiator) {
     ASSERT_TRUE(ini.Connect(portal_));
     auto r = ini.Login({{"InitiatorName", name},
@@ -215,11 +232,9 @@ class LiveLunChangeTest : public ::testing::Test {
 // KEYS empty), its I_T nexus never told that the medium became write protected.
 TEST_F(LiveLunChangeTest, ReadOnlyChangesKeepTheRegistrationsAndTheData) {
   LunSpec lun = FileLun();
-  ASSERT_TRUE(Apply(lun).ok());
   TestInitiator ini;
-  ASSERT_NO_FATAL_FAILURE(Login(ini));
   const auto data = Pattern(8 * kBlock, 3);
-  ASSERT_EQ(Command(ini, Write10Cdb(16, 8), data).scsi_status(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartWriting(lun, ini, 16, data));
   ASSERT_EQ(Command(ini, ProutCdb(0x00, 0), ProutParams(0, kKey)).scsi_status(), 0);
   ASSERT_EQ(Command(ini, ProutCdb(0x01, 0x01), ProutParams(kKey, 0)).scsi_status(), 0);
 
@@ -252,11 +267,7 @@ TEST_F(LiveLunChangeTest, TheOldStoreEndsItsWritesBeforeTheNewOneServes) {
   lun.fault.delay = 1500ms;  // writes only, for a window in which the change must wait
   lun.fault.reads = false;
   lun.fault.flushes = false;
-  const Status first = Apply(lun);
-  if (!first.ok() && first.message().find("no fault injection") != std::string::npos) {
-    GTEST_FAIL() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
-  }
-  ASSERT_TRUE(first.ok()) << first.message();
+  ASSERT_NO_FATAL_FAILURE(ExpectApplied(lun));
   TestInitiator writer;
   ASSERT_NO_FATAL_FAILURE(Login(writer));
   TestInitiator prober;
@@ -291,11 +302,9 @@ TEST_F(LiveLunChangeTest, TheOldStoreEndsItsWritesBeforeTheNewOneServes) {
 // Before: a new ram store, all zeros.
 TEST_F(LiveLunChangeTest, ARamLunKeepsItsDataThroughReadOnlyAndFaultChanges) {
   LunSpec lun = RamLun();
-  ASSERT_TRUE(Apply(lun).ok());
   TestInitiator ini;
-  ASSERT_NO_FATAL_FAILURE(Login(ini));
   const auto data = Pattern(2 * kBlock, 21);
-  ASSERT_EQ(Command(ini, Write10Cdb(7, 2), data).scsi_status(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartWriting(lun, ini, 7, data));
 
   lun.read_only = true;
   ASSERT_TRUE(Apply(lun).ok());
@@ -306,11 +315,7 @@ TEST_F(LiveLunChangeTest, ARamLunKeepsItsDataThroughReadOnlyAndFaultChanges) {
   lun.fault.error = EIO;
   lun.fault.reads = false;
   lun.fault.flushes = false;
-  const Status s = Apply(lun);
-  if (!s.ok() && s.message().find("no fault injection") != std::string::npos) {
-    GTEST_FAIL() << "needs a build with -DISCSIGW_FAULT_INJECTION=ON (scripts/test.sh)";
-  }
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_NO_FATAL_FAILURE(ExpectApplied(lun));
   EXPECT_EQ(SenseOf(Command(ini, TestUnitReadyCdb())), (iscsi::test::Sense{0x6, 0x2a, 0x01}));
   EXPECT_EQ(ReadBlocks(ini, 7, 2), data);
   EXPECT_EQ(SenseOf(Command(ini, Write10Cdb(7, 1), Pattern(kBlock, 1))),
