@@ -159,6 +159,13 @@ for var in ISCSIGW_MAX_CONNECTIONS=512 ISCSIGW_MAX_CONNECTIONS_PER_SOURCE=64 \
   check "chart: ci/full-values.yaml gives iscsigwd $var" \
     daemon_env_is "$out/helm-full.yaml" "${var%%=*}" "${var#*=}"
 done
+# A stop that the storage does not answer ends before the kubelet's SIGKILL, saying why.
+check "chart: default values bound the stop at 20 s of the 30 s grace period" \
+  daemon_env_is "$out/helm-default.yaml" ISCSIGW_SHUTDOWN_TIMEOUT 20
+check "chart: ci/full-values.yaml (60 s grace period) bounds the stop at 50 s" \
+  daemon_env_is "$out/helm-full.yaml" ISCSIGW_SHUTDOWN_TIMEOUT 50
+check "kustomize: the stop bounded at 20 s of the 30 s grace period" \
+  daemon_env_is "$out/kustomize-base.yaml" ISCSIGW_SHUTDOWN_TIMEOUT 20
 check "chart: default values leave the connection limits to the daemon" sh -c \
   "! grep -Eq 'ISCSIGW_(MAX_CONNECTIONS|MAX_DISCOVERY_SESSIONS|DISCOVERY_IDLE_TIMEOUT)' '$out/helm-default.yaml'"
 printf 'gateway:\n  maxConnectionsPerSource: 1000000\n' > "$out/per-source-max.yaml"
