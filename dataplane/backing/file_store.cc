@@ -504,8 +504,10 @@ void FileStore::Complete(runtime::FileRing::Op* ring_op, int32_t res) {
 }
 
 void FileStore::QueueSync(Op* op) {
+  // One fdatasync at a time per slot, on the pool too: two at once through the slot's one file
+  // description would split a writeback error between them (the kernel reports it to the first
+  // to look), and the other could answer GOOD for a write that was lost.
   Slot& s = *op->slot;
-  if (s.ring == nullptr) return Issue(op);
   op->next_sync = nullptr;
   *s.sync_waiting_tail = op;
   s.sync_waiting_tail = &op->next_sync;

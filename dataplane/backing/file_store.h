@@ -12,7 +12,9 @@
 //     syncs too.)
 //   - Flush and those FUA writes share group commits: each slot keeps one fdatasync
 //     (IORING_OP_FSYNC, IORING_FSYNC_DATASYNC) in flight, and it completes every flush and FUA
-//     write that was waiting when it began. Unmap is an IORING_OP_FALLOCATE.
+//     write that was waiting when it began (on the fallback pool too: one fdatasync per slot at
+//     a time, so that a writeback error is never split between two). Unmap is an
+//     IORING_OP_FALLOCATE.
 //   - GetProvisioning (lseek SEEK_DATA/SEEK_HOLE, which io_uring lacks), ReadModifyWrite (which
 //     must exclude every write, see WriteGate) and Prefetch run on a small process-wide blocking
 //     pool (2 threads) and post their completion back to the slot's io_context.
@@ -130,7 +132,7 @@ class FileStore final : public BackingStore {
   // because they were not aligned (tests).
   uint64_t unaligned(unsigned slot) const;
   // Whether `slot` submits through an io_uring (false: the fallback pool), and the group
-  // fdatasyncs it has issued there (tests).
+  // fdatasyncs it has issued (tests).
   bool uses_ring(unsigned slot) const;
   uint64_t group_syncs(unsigned slot) const;
   // Direct reads and writes of `slot` submitted on a registered (fixed) buffer of the reactor's

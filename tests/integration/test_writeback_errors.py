@@ -8,7 +8,7 @@ initiator writes and flushes, and is told WRITE ERROR. The first one's SYNCHRONI
 answer GOOD: its write never reached the medium (read back from the loop's backing file), and it
 would take it for durable. Checked with the two sessions on one reactor (one flush group: the SCSI
 layer tells every nexus of a write error once) and on two (each reactor's flushes go through a
-file description of their own).
+file description of their own), and without io_uring (the flushes on the store's thread pool).
 """
 import os
 import struct
@@ -48,11 +48,11 @@ class WritebackErrorsTest(unittest.TestCase):
         if fail:
             self.addCleanup(harness.run, ["chattr", "-i", img], check=False)
 
-    def check_every_initiator_hears_of_the_error(self, reactors):
+    def check_every_initiator_hears_of_the_error(self, reactors, env=None):
         dev, img = self.loop_device()
         daemon = harness.Daemon(state=harness.simple_state("wb", luns=[
             {"id": 0, "file": {"path": dev}, "blockSize": 512}]),
-            extra_args=["--reactors", str(reactors), "--backing-allow", dev]).start()
+            extra_args=["--reactors", str(reactors), "--backing-allow", dev], env=env).start()
         self.addCleanup(daemon.cleanup)
         writer, other = (Initiator(daemon.portal, harness.INITIATOR, timeout=30) for _ in range(2))
         for ini in (writer, other):
@@ -82,6 +82,11 @@ class WritebackErrorsTest(unittest.TestCase):
 
     def test_every_initiator_hears_of_a_write_error_two_reactors(self):
         self.check_every_initiator_hears_of_the_error(2)
+
+    def test_every_initiator_hears_of_a_write_error_without_io_uring(self):
+        # Where seccomp refuses io_uring every call runs on the store's thread pool; a slot's
+        # fdatasyncs still run one at a time, so none takes another's error.
+        self.check_every_initiator_hears_of_the_error(1, env={"ISCSIGW_DISABLE_IO_URING": "1"})
 
 
 if __name__ == "__main__":

@@ -324,7 +324,8 @@ TEST_F(FileStoreTest, DirectStoreBypassesThePageCacheWhereAligned) {
 }
 
 // Without io_uring (refused by seccomp; here ISCSIGW_DISABLE_IO_URING) every call runs on the
-// fallback pool and still completes on the slot's thread, with the same results.
+// fallback pool and still completes on the slot's thread, with the same results. Before flushes
+// were grouped there, eight at once ran eight fdatasyncs side by side (group_syncs stayed 0).
 TEST_F(FileStoreTest, WithoutIoUringCallsRunOnThePool) {
   ::setenv("ISCSIGW_DISABLE_IO_URING", "1", 1);
   boost::asio::io_context ioc;  // its ring is set up now, and refused
@@ -349,6 +350,13 @@ TEST_F(FileStoreTest, WithoutIoUringCallsRunOnThePool) {
   wait(w);
   store->Flush(0, Record(&f));
   wait(f);
+  // One fdatasync at a time per slot here too (a writeback error is never split between two):
+  // eight flushes at once take two, the first alone and the seven that waited for it together.
+  const uint64_t syncs = store->group_syncs(0);
+  std::vector<Result> flushes(8);
+  for (Result& x : flushes) store->Flush(0, Record(&x));
+  for (const Result& x : flushes) wait(x);
+  EXPECT_EQ(store->group_syncs(0), syncs + 2);
   std::vector<uint8_t> back(16384);
   store->Read(0, 4096, back, Record(&r));
   wait(r);
