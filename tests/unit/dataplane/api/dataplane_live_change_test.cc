@@ -275,7 +275,9 @@ TEST_F(LiveLunChangeTest, TheOldStoreEndsItsWritesBeforeTheNewOneServes) {
 
   const auto data = Pattern(4 * kBlock, 5);
   const uint32_t itt = Send(writer, Write10Cdb(100, 4), data);
-  std::this_thread::sleep_for(100ms);  // the write is in the store, waiting out its delay
+  // Commands of a session run in order: once a TEST UNIT READY sent after it is answered, the
+  // write is in the store, waiting out its delay.
+  ASSERT_EQ(Command(writer, TestUnitReadyCdb()).scsi_status(), 0);
   std::atomic<bool> applied{false};
   std::vector<uint8_t> at_return;
   Status changed = Status::Ok();
