@@ -139,14 +139,6 @@ constexpr bool kFaultInjectionBuilt = true;
 constexpr bool kFaultInjectionBuilt = false;
 #endif
 
-bool SameBacking(const LunSpec& a, const LunSpec& b) {
-  return a.backing == b.backing && a.path == b.path && a.rbd == b.rbd &&
-         a.size_bytes == b.size_bytes && a.block_size == b.block_size &&
-         a.physical_block_size == b.physical_block_size && a.read_only == b.read_only &&
-         a.direct == b.direct && a.serial == b.serial && a.device_id == b.device_id &&
-         a.fault == b.fault;
-}
-
 // Creates a missing file-backed LUN's file (thick: every block allocated), or refuses when the
 // spec does not ask for creation. Existing files and devices are left alone.
 Status PrepareFile(const std::string& who, const LunSpec& l, const AllowedPaths& allowed) {

@@ -17,17 +17,21 @@ namespace iscsigw::api {
 
 namespace asio = boost::asio;
 
+bool SameBacking(const LunSpec& a, const LunSpec& b) {
+  return a.backing == b.backing && a.path == b.path && a.rbd == b.rbd &&
+         a.size_bytes == b.size_bytes && a.block_size == b.block_size &&
+         a.physical_block_size == b.physical_block_size && a.read_only == b.read_only &&
+         a.direct == b.direct && a.serial == b.serial && a.device_id == b.device_id &&
+         a.fault == b.fault;
+}
+
 bool IsReopen(const LunSpec& was, const LunSpec& now) {
-  if (now.size_bytes < was.size_bytes) return false;
   LunSpec same = now;
   same.size_bytes = was.size_bytes;
   same.read_only = was.read_only;
   same.direct = was.direct;
   same.fault = was.fault;
-  return same.backing == was.backing && same.path == was.path && same.rbd == was.rbd &&
-         same.size_bytes == was.size_bytes && same.block_size == was.block_size &&
-         same.physical_block_size == was.physical_block_size && same.serial == was.serial &&
-         same.device_id == was.device_id;
+  return now.size_bytes >= was.size_bytes && SameBacking(was, same);
 }
 
 namespace {

@@ -36,6 +36,9 @@ struct ReopenContext {
   std::chrono::milliseconds bound{30000};
 };
 
+// Whether `a` and `b` give the same LUN and the same store, every setting alike.
+bool SameBacking(const LunSpec& a, const LunSpec& b);
+
 // Whether `now` is `was` with other store settings, the same medium and a size at least as large
 // (a larger one is grown after the reopen, like any growth).
 bool IsReopen(const LunSpec& was, const LunSpec& now);
