@@ -158,15 +158,23 @@ void LunStateFiles::Remove(const std::shared_ptr<scsi::LunStateStore>& store) {
   if (auto file = std::dynamic_pointer_cast<FileStore>(store)) file->Retire();
 }
 
+// A drain that releases `until_ended` (null: none) once every session's job that holds it has run
+// and every task it aborted with store I/O in flight has completed.
+std::shared_ptr<iscsi::TaskDrain> GatewayTaskAborter::DrainReleasing(
+    std::shared_ptr<void> until_ended) {
+  if (!until_ended) return nullptr;
+  return iscsi::TaskDrain::Create(gateway_.pool().context(0),
+                                  [hold = std::move(until_ended)]() mutable { hold.reset(); });
+}
+
+void GatewayTaskAborter::ClearTaskSet(scsi::Lun& lun, std::shared_ptr<void> until_ended) {
+  gateway_.ClearTaskSet(target_, lun.shared_from_this(), nullptr,
+                        DrainReleasing(std::move(until_ended)));
+}
+
 void GatewayTaskAborter::AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,
                                     const scsi::Nexus* except, std::shared_ptr<void> until_ended) {
-  // The drain goes once every session's job below has run and every task it aborted with store
-  // I/O in flight has completed; `until_ended` goes with it.
-  std::shared_ptr<iscsi::TaskDrain> drain;
-  if (until_ended) {
-    drain = iscsi::TaskDrain::Create(gateway_.pool().context(0),
-                                     [hold = std::move(until_ended)]() mutable { hold.reset(); });
-  }
+  std::shared_ptr<iscsi::TaskDrain> drain = DrainReleasing(std::move(until_ended));
   gateway_.ForEachSession(target_, [lun_id, who, except, drain](iscsi::Session& s) {
     if (&s.nexus() == except) return;
     for (const auto& m : who) {

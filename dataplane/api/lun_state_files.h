@@ -6,8 +6,9 @@
 //                    thread of their own, never on a reactor; the completion is posted back to
 //                    the reactor that asked.
 //   GatewayTaskAborter - PREEMPT AND ABORT's hook: aborts a LUN's tasks on the sessions of a
-//                    target whose I_T nexus is one of the preempted ones, and tells (through a
-//                    TaskDrain) when every one of them has ended.
+//                    target whose I_T nexus is one of the preempted ones (or all of them, for a
+//                    reset or a CLEAR TASK SET made through another gateway), and tells (through
+//                    a TaskDrain) when every one of them has ended.
 //
 // Threading: ForLun and the constructors run on the control-plane thread; the stores they hand out
 // are called from any reactor. Stop() (or the destructor) waits for queued writes.
@@ -23,7 +24,8 @@
 
 namespace iscsigw::iscsi {
 class Gateway;
-}
+class TaskDrain;
+}  // namespace iscsigw::iscsi
 
 namespace iscsigw::api {
 
@@ -65,8 +67,11 @@ class GatewayTaskAborter final : public scsi::TaskAborter {
       : gateway_(gateway), target_(std::move(target)) {}
   void AbortTasks(uint64_t lun_id, const std::vector<scsi::NexusMatch>& who,
                   const scsi::Nexus* except, std::shared_ptr<void> until_ended) override;
+  void ClearTaskSet(scsi::Lun& lun, std::shared_ptr<void> until_ended) override;
 
  private:
+  std::shared_ptr<iscsi::TaskDrain> DrainReleasing(std::shared_ptr<void> until_ended);
+
   iscsi::Gateway& gateway_;
   const std::string target_;
 };

@@ -1041,25 +1041,29 @@ void Connection::ReleaseTask(Task* t) {
   session_->FreeTask(t);
 }
 
-void Connection::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
-  if (!session_) return;
+bool Connection::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
+  if (!session_) return false;
+  bool any = false;
   for (Task& t : session_->tasks()) {
     if (t.state == Task::State::kFree) continue;
     if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
     switch (t.state) {
       case Task::State::kReceivingData:
         if (!closed_) ReleaseTask(&t);
+        any = true;
         break;
       case Task::State::kExecuting:
         // Its store I/O cannot be recalled: the task ends, without a response, when it completes,
         // and whoever waits for the abort waits for that.
         t.aborted = true;
         if (t.async_pending) AttachDrain(t, drain);
+        any = true;
         break;
       default:
         break;  // done with the medium; the response is already on its way
     }
   }
+  return any;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1155,7 +1159,9 @@ bool Connection::HandleTaskMgmt(const pdu::Frame& f) {
       if (lun == nullptr) {
         resp = TmfResponse::kLunDoesNotExist;
       } else {
-        abort_everywhere(lun_id);
+        AbortTasks(lun_id, drain);
+        gw_.ClearTaskSet(target_name, lun->shared_from_this(), session_.get(), drain);
+        scsi::Engine::ClearTaskSet(*lun, drain);
       }
       break;
     case TmfFunction::kClearAca:

@@ -71,7 +71,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Aborts this connection's tasks addressed to lun_id (all LUNs when lun_id is ~0), without
   // responses (RFC 7143 4.2.3 / SAM-5 5.6: aborted by a reset or by another I_T nexus). Tasks
   // whose store I/O is in flight end when it does, and hold `drain` (may be null) until then.
-  void AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
+  // True when there was a task to abort.
+  bool AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
 
   // Admission under the connection limit (GatewayOptions::max_connections). When the table is
   // full, the acceptor makes room for a new connection by evicting the oldest one still logging

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dataplane/iscsi/session.h"
+#include "dataplane/scsi/sense.h"
 
 namespace iscsigw::iscsi {
 
@@ -199,6 +200,18 @@ void Gateway::ForEachSession(const std::string& target, std::function<void(Sessi
     if (!target.empty() && s->target_name() != target) continue;
     boost::asio::post(pool_.context(s->reactor()), [s, fn] { fn(*s); });
   }
+}
+
+void Gateway::ClearTaskSet(const std::string& target, std::shared_ptr<scsi::Lun> lun,
+                           const Session* except, std::shared_ptr<TaskDrain> drain) {
+  ForEachSession(target, [lun = std::move(lun), except, drain = std::move(drain)](Session& s) {
+    if (&s == except || !s.AbortTasks(lun->id(), drain)) return;
+    const scsi::Nexus& n = s.nexus();
+    lun->RaiseUnitAttentionFor(
+        scsi::UnitAttention{scsi::Asc::kCommandsClearedByAnotherInitiator.asc,
+                            scsi::Asc::kCommandsClearedByAnotherInitiator.ascq},
+        scsi::NexusMatch{n.initiator_port(), false, n.relative_port_id()}, nullptr);
+  });
 }
 
 bool Gateway::TryAddConnection() {

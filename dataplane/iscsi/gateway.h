@@ -29,6 +29,7 @@
 namespace iscsigw::iscsi {
 
 class Session;
+class TaskDrain;
 
 // A source network in CIDR notation ("10.0.0.0/8", "fd00::/64", or one address).
 struct SourceNet {
@@ -126,6 +127,12 @@ class Gateway {
   bool DropSession(uint16_t tsih);
   // Posts fn(session) to the reactor of every live session of `target` (all targets if empty).
   void ForEachSession(const std::string& target, std::function<void(Session&)> fn);
+  // CLEAR TASK SET (SAM-5 7.4) on the sessions of `target` but `except` (may be null): their
+  // tasks for `lun` are aborted, holding `drain` (may be null) while their store I/O is in
+  // flight, and each I_T nexus that had one gets COMMANDS CLEARED BY ANOTHER INITIATOR (the
+  // control mode page's TAS is 0).
+  void ClearTaskSet(const std::string& target, std::shared_ptr<scsi::Lun> lun,
+                    const Session* except, std::shared_ptr<TaskDrain> drain);
 
   // Connection accounting (bounded by options.max_connections).
   bool TryAddConnection();

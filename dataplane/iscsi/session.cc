@@ -81,18 +81,18 @@ void Session::Drop(const std::shared_ptr<TaskDrain>& drain) {
   if (conn_ != nullptr) conn_->Close();
 }
 
-void Session::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
-  if (conn_ != nullptr) {
-    conn_->AbortTasks(lun_id, drain);
-    return;
-  }
+bool Session::AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {
+  if (conn_ != nullptr) return conn_->AbortTasks(lun_id, drain);
   // Closed: the only tasks left are those whose store I/O is still in flight.
+  bool any = false;
   for (Task& t : tasks_) {
     if (t.state != Task::State::kExecuting || !t.async_pending) continue;
     if (lun_id != ~uint64_t{0} && t.scsi.lun != lun_id) continue;
     t.aborted = true;
     AttachDrain(t, drain);
+    any = true;
   }
+  return any;
 }
 
 void Session::DrainTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain) {

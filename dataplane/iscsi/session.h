@@ -65,7 +65,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Drop(const std::shared_ptr<TaskDrain>& drain = nullptr);
   // Aborts the tasks for lun_id (~0: all LUNs) without responses; those whose store I/O is in
   // flight hold `drain` (may be null). Works on a closed session too, whose tasks still drain.
-  void AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
+  // True when there was a task to abort.
+  bool AbortTasks(uint64_t lun_id, const std::shared_ptr<TaskDrain>& drain);
   // Makes every task for lun_id whose store I/O is in flight, and every EXTENDED COPY (which may
   // write lun_id from another LUN), hold `drain` until that I/O ends, aborting none: a live LUN's
   // store reopened waits for the calls made to the old one (docs/live-lun-changes.md).

@@ -452,7 +452,13 @@ void Engine::ResetLun(Lun& lun, const Nexus* issuer, std::shared_ptr<void> hold)
   lun.reservations().spc2_release();
   // Through the other gateways too: their I_T nexuses are nexuses of this logical unit, and their
   // tasks are in its task set.
-  if (lun.shared_reservations()) internal::ShareLunReset(lun, std::move(hold));
+  if (lun.shared_reservations()) internal::ShareTaskSetAbort(lun, true, std::move(hold));
+}
+
+void Engine::ClearTaskSet(Lun& lun, std::shared_ptr<void> hold) {
+  // SAM-5 7.4: the logical unit has one task set (control mode page TST=000b), which holds the
+  // tasks of the I_T nexuses through the other gateways too.
+  if (lun.shared_reservations()) internal::ShareTaskSetAbort(lun, false, std::move(hold));
 }
 
 void Engine::CapacityChanged(Lun& lun) {

@@ -334,6 +334,11 @@ class Engine {
   // management response that holds it goes out after that.
   static void ResetLun(Lun& lun, const Nexus* issuer, std::shared_ptr<void> hold = nullptr);
 
+  // CLEAR TASK SET: the caller aborts the tasks of this gateway's sessions; a LUN whose
+  // reservations the gateways share has the other gateways abort theirs, and `hold` is released
+  // once their aborted tasks have ended (or they did not answer in time and were fenced).
+  static void ClearTaskSet(Lun& lun, std::shared_ptr<void> hold);
+
   // The LUN's capacity changed (grown by the control plane): CAPACITY DATA HAS CHANGED (2Ah/09h)
   // for every I_T nexus (SBC-3 4.7). Any thread.
   static void CapacityChanged(Lun& lun);

@@ -65,12 +65,13 @@ Disposition PersistentReserveOut(const Command& cmd);
 bool ReservationConflict(Lun& lun, const Nexus* nexus, const uint8_t* cdb);
 // A LUN whose reservations the gateways share (LunConfig::shared_state): applies a change another
 // gateway made (its version, the state, and the unit attentions and aborts it raised) on this
-// one, releasing `ack` once the tasks it aborted here have ended; and tells the other gateways of
-// a LOGICAL UNIT RESET (SAM-5 5.8: BUS DEVICE RESET FUNCTION OCCURRED for every nexus, every task
-// of the logical unit aborted), releasing `hold` once they have it and their tasks have ended.
+// one, releasing `ack` once the tasks it aborted here have ended; and tells the other gateways
+// that every task of the logical unit is aborted (CLEAR TASK SET, SAM-5 7.4: COMMANDS CLEARED BY
+// ANOTHER INITIATOR where one was; with `reset`, a LOGICAL UNIT RESET, SAM-5 5.8, and BUS DEVICE
+// RESET FUNCTION OCCURRED for every nexus), releasing `hold` once their tasks have ended.
 void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
                              std::string_view events, std::shared_ptr<void> ack);
-void ShareLunReset(Lun& lun, std::shared_ptr<void> hold);
+void ShareTaskSetAbort(Lun& lun, bool reset, std::shared_ptr<void> hold);
 
 // rsoc.cc: MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES, REPORT SUPPORTED TASK MANAGEMENT
 // FUNCTIONS) and PREVENT ALLOW MEDIUM REMOVAL.

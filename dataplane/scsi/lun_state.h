@@ -6,7 +6,8 @@
 //                   (SPC-4 6.9, SP=1). The engine does no I/O: it hands the store one serialized
 //                   blob per LUN and is told on the reactor thread when the blob is durable.
 //                   Implemented in dataplane/api (files under the state directory).
-//   TaskAborter   - aborts the tasks of other I_T nexuses (PREEMPT AND ABORT, SPC-4 5.13.11.2.3);
+//   TaskAborter   - aborts the tasks of other I_T nexuses (PREEMPT AND ABORT, SPC-4 5.13.11.2.3;
+//                   a CLEAR TASK SET or LOGICAL UNIT RESET made through another gateway);
 //                   implemented by the transport.
 //   NexusMatch    - names I_T nexuses by initiator port and target port, as registrations and
 //                   TransportIDs do (SPC-4 7.6.4.6), for unit attentions and aborts aimed at
@@ -22,6 +23,7 @@
 
 namespace iscsigw::scsi {
 
+class Lun;
 class Nexus;
 
 struct NexusMatch {
@@ -64,6 +66,10 @@ class TaskAborter {
   // for the abort holds it and waits for that.
   virtual void AbortTasks(uint64_t lun_id, const std::vector<NexusMatch>& who, const Nexus* except,
                           std::shared_ptr<void> until_ended) = 0;
+  // CLEAR TASK SET made through another gateway (SAM-5 7.4): every task for `lun` is aborted, and
+  // each I_T nexus that had one gets COMMANDS CLEARED BY ANOTHER INITIATOR (TAS=0). Reactor
+  // thread; `until_ended` as above.
+  virtual void ClearTaskSet(Lun& lun, std::shared_ptr<void> until_ended) = 0;
 };
 
 }  // namespace iscsigw::scsi

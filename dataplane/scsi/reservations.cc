@@ -1036,6 +1036,7 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
   }
   if (!fresh) return;  // a change applied already (a notify sent again)
   std::vector<NexusMatch> aborted;
+  bool clear = false;  // a CLEAR TASK SET
   size_t at = 0;
   while (at < events.size()) {
     size_t nl = events.find('\n', at);
@@ -1059,14 +1060,20 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
       NexusMatch all;
       all.any_initiator = true;
       aborted.push_back(std::move(all));
+    } else if (line == "clearall") {
+      clear = true;
     }
   }
-  if (!aborted.empty() && lun.config().task_aborter) {
+  if ((clear || !aborted.empty()) && lun.config().task_aborter) {
     // On a reactor: this runs on a librados thread, which must not reach the sessions (their
     // lock, and a LUN whose last reference they may drop). The LUN may be going meanwhile. The
     // change's sender waits for `ack`: until the aborted tasks have ended here (SAM-5 5.6).
-    auto abort = [w = lun.weak_from_this(), aborted = std::move(aborted), ack = std::move(ack)] {
-      if (auto l = w.lock()) l->config().task_aborter->AbortTasks(l->id(), aborted, nullptr, ack);
+    auto abort = [w = lun.weak_from_this(), aborted = std::move(aborted), clear,
+                  ack = std::move(ack)] {
+      auto l = w.lock();
+      if (l == nullptr) return;
+      if (clear) l->config().task_aborter->ClearTaskSet(*l, ack);
+      if (!aborted.empty()) l->config().task_aborter->AbortTasks(l->id(), aborted, nullptr, ack);
     };
     if (lun.config().post) {
       lun.config().post(0, std::move(abort));
@@ -1076,16 +1083,19 @@ void ApplySharedReservations(Lun& lun, uint64_t version, std::string_view data,
   }
 }
 
-void ShareLunReset(Lun& lun, std::shared_ptr<void> hold) {
+void ShareTaskSetAbort(Lun& lun, bool reset, std::shared_ptr<void> hold) {
   std::shared_ptr<backing::SharedObject> so = lun.shared_state();
   if (so == nullptr) return;
-  char line[32];
-  std::snprintf(line, sizeof(line), "uaall %02x %02x\nabortall\n", Asc::kBusDeviceReset.asc,
-                Asc::kBusDeviceReset.ascq);
+  char line[32] = "clearall\n";
+  if (reset) {
+    std::snprintf(line, sizeof(line), "uaall %02x %02x\nabortall\n", Asc::kBusDeviceReset.asc,
+                  Asc::kBusDeviceReset.ascq);
+  }
+  const char* what = reset ? "a logical unit reset" : "a cleared task set";
   // Version 0: no state with it. The object's thread keeps the object alive while it runs.
-  so->Post([o = so.get(), id = lun.id(), events = std::string(line), hold = std::move(hold)] {
+  so->Post([o = so.get(), id = lun.id(), events = std::string(line), what, hold = std::move(hold)] {
     if (int r = o->Notify(0, "", events, kNotifyTimeout, kFence); r < 0) {
-      log::Scsi().warn("lun {}: a gateway did not acknowledge a logical unit reset: {}", id, -r);
+      log::Scsi().warn("lun {}: a gateway did not acknowledge {}: {}", id, what, -r);
     }
     (void)hold;  // released with this job: the others have the unit attention, their tasks ended
   });

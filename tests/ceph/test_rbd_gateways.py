@@ -229,6 +229,47 @@ class TwoGatewaysTest(GatewayPairTest):
               f"(LOGICAL UNIT RESET) after the write on the other gateway (store delay "
               f"{delay} s)", file=sys.stderr)
 
+    def test_task_sets_across_gateways_with_a_write_in_flight(self):
+        # One task set for every I_T nexus of the logical unit (control mode page TST=000b), the
+        # nexuses through the other gateway included. ABORT TASK SET (SAM-5 7.2) ends the tasks
+        # of its own I_T nexus only: the write in flight on gateway 1 completes GOOD. CLEAR TASK
+        # SET (SAM-5 7.4) ends every task: that write is aborted, no response comes for it, the
+        # function is answered only once the write has left gateway 1's store, and the writer's
+        # nexus is told (COMMANDS CLEARED BY ANOTHER INITIATOR: TAS=0).
+        delay = 1.5
+        self.gateways[0].stop()
+        self.gateways[0] = self.start_gateway(1, fault=fence_check.delayed_writes(delay))
+        writer, other = self.login(self.gateways[0]), self.login(self.gateways[1])
+
+        def answers(itt, what):
+            """The SCSI answers the writer gets (read with poll) until the one for `itt`."""
+            got, deadline = [], time.monotonic() + delay + 30
+            while time.monotonic() < deadline:
+                got += [a for a in writer.poll(0.1) if a.kind == "scsi"]
+                if got and got[-1].itt == itt:
+                    return [(a.itt, a.status, sense_key_asc(a.sense) if a.status else None)
+                            for a in got]
+            self.fail(f"{what}: no answer for ITT {itt:#x} within {delay + 30} s; got {got}")
+
+        data = os.urandom(fence_check.BLOCKS * 512)
+        itt = writer.send_command(0, fence_check.WRITE_10, data=data)
+        time.sleep(0.3)  # received, and waiting in gateway 1's store
+        self.assertEqual(other.task_management(2, lun=0), 0)  # ABORT TASK SET: Function complete
+        what = "ABORT TASK SET through gateway 2 ended a task of another I_T nexus"
+        self.assertEqual(answers(itt, what), [(itt, 0, None)], what)
+        self.assertEqual(fence_check.read_blocks(self, other), data)
+
+        def clear_task_set():
+            self.assertEqual(other.task_management(4, lun=0), 0)  # Function complete
+        answered = fence_check.check_no_write_lands_after(self, writer, other, clear_task_set,
+                                                          delay, "CLEAR TASK SET")
+        # The next answer the writer gets is its TEST UNIT READY's, not the aborted write's.
+        tur = writer.send_command(0, bytes(6))
+        what = "an answer for the write CLEAR TASK SET aborted"
+        self.assertEqual(answers(tur, what), [(tur, 2, (0x6, 0x2F, 0x00))], what)
+        print(f"CLEAR TASK SET answered {answered:.2f} s after the write on the other gateway "
+              f"(store delay {delay} s)", file=sys.stderr)
+
     def test_a_gateway_that_does_not_answer_a_reservation_change_is_fenced(self):
         # Gateway 1 stopped (SIGSTOP) while a PREEMPT is made through gateway 2: it cannot
         # acknowledge the change, and, alive, it could go on admitting the preempted nexus's

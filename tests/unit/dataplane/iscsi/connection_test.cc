@@ -1312,6 +1312,42 @@ TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
   EXPECT_EQ(test::ParseSense(t), (Sense{0x6, 0x29, 0x03}));
 }
 
+// SAM-5 7.4: CLEAR TASK SET ends the tasks of every I_T nexus (one task set, TST=000b), is answered
+// once they have left the store, and each other nexus that lost one is told (TAS=0).
+TEST_F(SlowStoreTest, ClearTaskSetEndsEveryNexussWritesAndTellsThem) {
+  TestInitiator a, b, observer;
+  LoginNormal(a);
+  b.isid[5] = 2;
+  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginObserver(observer);
+  SendWrite(a, a.NextItt(), 13);
+  EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);  // in the store
+  ASSERT_TRUE(b.Send(b.TaskMgmt(4, b.NextItt(), pdu::kReservedTag, b.cmd_sn)));
+  const Pdu r = Expect(b, Opcode::kTaskMgmtResponse, 5s);
+  ExpectNoWriteLandsAfterTheResponse(observer);
+  EXPECT_EQ(r.response(), 0);
+  EXPECT_TRUE(a.Quiet(200ms)) << "a response for the write CLEAR TASK SET aborted";
+  EXPECT_EQ(test::ParseSense(Command(a, TestUnitReadyCdb(), 0, false, false)),
+            (Sense{0x6, 0x2F, 0x00}));  // COMMANDS CLEARED BY ANOTHER INITIATOR
+  EXPECT_EQ(Command(b, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);  // the issuer's
+}
+
+// SAM-5 7.2: ABORT TASK SET ends the tasks of its own I_T nexus only.
+TEST_F(SlowStoreTest, AbortTaskSetLeavesAnotherNexussWrite) {
+  TestInitiator a, b;
+  LoginNormal(a);
+  b.isid[5] = 2;
+  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  const uint32_t witt = a.NextItt();
+  SendWrite(a, witt, 14);
+  EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);  // in the store
+  ASSERT_TRUE(b.Send(b.TaskMgmt(2, b.NextItt(), pdu::kReservedTag, b.cmd_sn)));
+  EXPECT_EQ(Expect(b, Opcode::kTaskMgmtResponse, 5s).response(), 0);
+  const Pdu w = Expect(a, Opcode::kScsiResponse, 5s);
+  EXPECT_EQ(w.itt(), witt);
+  EXPECT_EQ(w.scsi_status(), 0) << "ABORT TASK SET ended a task of another I_T nexus";
+}
+
 // Regression: a login reinstating a session (same initiator name and ISID) completed while the old
 // session's writes were still running, so an old write could land after the initiator's retry.
 TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites) {

@@ -41,8 +41,13 @@ class FakeAborter final : public TaskAborter {
     for (const auto& m : who) aborted.push_back(m.any_initiator ? "*" : m.initiator);
     if (keep_holds) holds.push_back(std::move(until_ended));
   }
-  std::mutex mu;  // the test's thread and the one running a command
-  std::vector<std::string> aborted;
+  void ClearTaskSet(Lun&, std::shared_ptr<void> until_ended) override {
+    std::lock_guard lock(mu);
+    aborted.push_back("clear");
+    if (keep_holds) holds.push_back(std::move(until_ended));
+  }
+  std::mutex mu;                     // the test's thread and the one running a command
+  std::vector<std::string> aborted;  // "*": every nexus; "clear": a CLEAR TASK SET
   // With keep_holds the aborted tasks are still in the store until the test clears holds.
   bool keep_holds = false;
   std::vector<std::shared_ptr<void>> holds;
@@ -484,6 +489,32 @@ TEST_F(SharedReservationsTest, ALogicalUnitResetWaitsForTheOtherGatewaysTasks) {
   worker.join();
   gw1_.object->queue_posts = false;
   EXPECT_TRUE(released);
+}
+
+// CLEAR TASK SET through gateway 1 (SAM-5 7.4, one task set for every I_T nexus): gateway 2's
+// tasks of the logical unit are aborted too, without a reset's unit attention, and the function
+// is answered (its hold released) only once they have ended.
+TEST_F(SharedReservationsTest, AClearedTaskSetEndsTheOtherGatewaysTasksBeforeItIsAnswered) {
+  gw2_.aborter->keep_holds = true;
+  gw1_.object->queue_posts = true;
+  std::atomic<bool> released{false};
+  Engine::ClearTaskSet(gw1_.lun(), OnRelease([&] { released = true; }));
+  ASSERT_EQ(gw1_.object->posted.size(), 1u);
+  std::thread worker([&] { gw1_.object->RunPosted(); });
+  ASSERT_TRUE(WaitForHold(gw2_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(released) << "released while gateway 2's aborted tasks were in the store";
+  {
+    std::lock_guard lock(gw2_.aborter->mu);
+    gw2_.aborter->holds.clear();
+  }
+  worker.join();
+  gw1_.object->queue_posts = false;
+  EXPECT_TRUE(released);
+  EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{"clear"});
+  EXPECT_TRUE(gw1_.aborter->aborted.empty());  // there the task management function aborts them
+  Run(rb_, {0x00});
+  ExpectGood();  // not a reset: a unit attention only for a nexus whose tasks it ended
 }
 
 TEST(NexusMatchTest, AnyInitiatorMatchesEveryPortOfItsTargetPort) {

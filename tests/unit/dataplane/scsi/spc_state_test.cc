@@ -90,6 +90,9 @@ class FakeAborter final : public TaskAborter {
     ++calls;
     if (keep_holds) holds.push_back(std::move(until_ended));
   }
+  void ClearTaskSet(Lun&, std::shared_ptr<void>) override {
+    ADD_FAILURE() << "no test here clears a task set";
+  }
   // With keep_holds the aborted tasks are still in the store until the test clears holds.
   bool keep_holds = false;
   std::vector<std::shared_ptr<void>> holds;
