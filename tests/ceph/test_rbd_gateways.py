@@ -312,6 +312,69 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual((got, status, sense_key_asc(sense)), (itt, 2, (0x2, 0x04, 0x03)))
         self.assertIn("blocklisted", self.gateways[1].read_log())
 
+    def test_the_holders_gateway_killed_during_its_release_leaves_both_gateways_agreeing(self):
+        # The holder releases its reservation through gateway 1, which writes the change into
+        # the image's reservation object, tells gateway 2 (stopped, so that the change waits for
+        # its acknowledgement) and is killed (kill -9) before the RELEASE is answered. Gateway 2,
+        # resumed, applies the change it was told of; gateway 1, restarted, reads it: both
+        # report no reservation and admit the other initiator's writes, and the holder's retry of
+        # the RELEASE (same I_T nexus) is answered GOOD: there is nothing left to release.
+        holder, other = self.login(self.gateways[0]), self.login(self.gateways[1])
+        fence_check.victim_reserves(self, holder, other)
+        self.assertEqual(other.write(0, 8, pattern(512, 5))[0], 0x18)  # RESERVATION CONFLICT
+        image_id = json.loads(CLUSTER.rbd("info", f"rbd/{self.image}", "--format",
+                                          "json").stdout)["id"]
+
+        def reservations():
+            return harness.run(["rados", "-c", CLUSTER.conf, "-p", "rbd", "get",
+                                f"iscsigw_lun.{image_id}", "/dev/stdout"]).stdout
+
+        before = reservations()
+        release = bytes([0x5F, 0x02, 0x01, 0, 0, 0, 0, 0, 24, 0])
+        pid = self.gateways[1].proc.pid
+        stop_process(pid)
+        try:
+            holder.send_command(0, release, data=fence_check.KEY_A + bytes(16))
+            harness.wait_for(lambda: reservations() != before, 10,
+                             what="the RELEASE written into the reservation object")
+            # Gateway 1 writes the object and notifies at once, then waits up to 5 s for the
+            # acknowledgement gateway 2 cannot send: a moment later it is in that wait.
+            time.sleep(0.2)
+            self.assertEqual([a for a in holder.poll(0) if a.kind == "scsi"], [],
+                             "the RELEASE was answered before gateway 2 acknowledged it")
+            self.gateways[0].stop(signal.SIGKILL)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.sessions.remove(holder)
+        holder.close()
+
+        def reservation(ini):
+            """(status, reservation holder's key or None) from READ RESERVATION."""
+            status, data, _ = ini._command(0, bytes([0x5E, 0x01, 0, 0, 0, 0, 0, 0, 64, 0]),
+                                           read_len=64)
+            held = struct.unpack(">I", data[4:8])[0] >= 16
+            return status, data[8:16] if held else None
+
+        harness.wait_for(lambda: reservation(other) == (0, None), 10,
+                         what="gateway 2 applying the RELEASE it was told of")
+        self.assertEqual(other.write(0, 8, pattern(512, 6)), (0, b""))
+        self.gateways[0] = self.start_gateway(1)
+        isid = holder.isid
+        holder = Initiator(self.gateways[0].portal, harness.INITIATOR, timeout=60)
+        holder.isid = isid  # the same I_T nexus, registered with KEY_A
+        holder.login(TARGET)
+        self.sessions.append(holder)
+        unit_attentions(holder)
+        self.assertEqual(reservation(holder), (0, None))
+        self.assertEqual(holder.write(0, 8, pattern(512, 7)), (0, b""))
+        fence_check.prout(self, holder, 0x02, fence_check.KEY_A + bytes(16))  # the retry: GOOD
+        self.assertEqual((reservation(holder), reservation(other)), ((0, None), (0, None)))
+        for ini in (holder, other):  # READ KEYS: a release keeps both registrations
+            status, data, _ = ini._command(0, bytes([0x5E, 0x00, 0, 0, 0, 0, 0, 0, 64, 0]),
+                                           read_len=64)
+            self.assertEqual((status, sorted([data[8:16], data[16:24]])),
+                             (0, [fence_check.KEY_A, fence_check.KEY_B]))
+
     def test_a_gateway_whose_image_comes_online_later_enforces_the_reservations(self):
         # Gateway 2 starts while the image does not exist yet (offline, retrying); gateway 1
         # starts once it does, and a WRITE EXCLUSIVE reservation is taken through it. When the
