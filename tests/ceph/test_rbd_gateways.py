@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
 import cu_results  # noqa: E402
 from ceph_cluster import TestCluster, stop_process  # noqa: E402
 import fence_check  # noqa: E402
+import test_abort_storm  # noqa: E402
 from iscsi_client import Initiator, sense_key_asc  # noqa: E402
 
 TARGET = harness.IQN_PREFIX + "shared"
@@ -100,7 +101,7 @@ class TwoGatewaysTest(GatewayPairTest):
         self.gateways = [self.start_gateway(i) for i in (1, 2)]
         self.sessions = []
 
-    def start_gateway(self, gateway_id, state_dir=None, fault=None):
+    def start_gateway(self, gateway_id, state_dir=None, fault=None, target=TARGET):
         # An admin socket per process, to ask each gateway's librbd for its options.
         conf = os.path.join(CLUSTER.dir, "gateways.conf")
         sock = os.path.join(CLUSTER.dir, "run", "gw-$pid.asok")
@@ -109,7 +110,7 @@ class TwoGatewaysTest(GatewayPairTest):
         lun = {"id": 0, "blockSize": 512, "rbd": {"pool": "rbd", "image": self.image, "conf": conf}}
         if fault:
             lun["fault"] = fault
-        state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [lun]}]}
+        state = {"targets": [{"name": target, "allowAnyInitiator": True, "luns": [lun]}]}
         gw = harness.Daemon(state=state, state_dir=state_dir,
                             extra_args=["--gateway-id", str(gateway_id)])
         gw.start(timeout=60)
@@ -269,6 +270,19 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual(answers(tur, what), [(tur, 2, (0x6, 0x2F, 0x00))], what)
         print(f"CLEAR TASK SET answered {answered:.2f} s after the write on the other gateway "
               f"(store delay {delay} s)", file=sys.stderr)
+
+    def test_the_abort_storm_through_both_gateways(self):
+        # tests/integration/test_abort_storm.py with two writers logged in to each gateway, the
+        # LUN RESETs sent through gateway 1, and sessions killed on both: no write acknowledged
+        # GOOD is lost, and no aborted write lands after the target said it had ended. (The
+        # storm settles each write a reset may have ended with an ABORT TASK of its own, so a
+        # reset answered early is for test_a_fence_through_one_gateway_... to see.)
+        storm = test_abort_storm
+        for i in (0, 1):
+            self.gateways[i].stop()
+            self.gateways[i] = self.start_gateway(i + 1, fault={"delayMs": storm.DELAY_MS},
+                                                  target=storm.TARGET)
+        storm.run_storm(self, self.gateways, seconds=30)
 
     def test_a_gateway_that_does_not_answer_a_reservation_change_is_fenced(self):
         # Gateway 1 stopped (SIGSTOP) while a PREEMPT is made through gateway 2: it cannot

@@ -79,7 +79,8 @@ def writer_name(i):
 class Storm:
     """What the threads share: counters, failures, the clock and the stop signals."""
 
-    def __init__(self):
+    def __init__(self, seconds):
+        self.seconds = seconds
         self.lock = threading.Lock()
         self.counts = {}
         self.hits = {}
@@ -93,7 +94,7 @@ class Storm:
         self.barrier = threading.Barrier(WRITERS + 1, action=self._start_clock)
 
     def _start_clock(self):
-        self.end = time.monotonic() + SECONDS
+        self.end = time.monotonic() + self.seconds
 
     def count(self, key, n=1):
         with self.lock:
@@ -316,7 +317,7 @@ class Writer:
             self.connect("start")
             self.pump("fill", False, lambda: not self.needs and not self.outstanding, 120)
             self.storm.barrier.wait(timeout=180)
-            self.pump("storm", True, self.storm.stop.is_set, SECONDS + 120)
+            self.pump("storm", True, self.storm.stop.is_set, self.storm.seconds + 120)
             self.pump("drain", False, self.drained, DRAIN_SECONDS)
             if not self.storm.abort.is_set():
                 self.logout()
@@ -692,18 +693,18 @@ class Writer:
 
 
 class Controller:
-    """The fifth session: LUN RESETs of its own, ABORT TASK requests to the writers, and session
-    kills through the API."""
+    """The fifth session, through the first gateway: LUN RESETs of its own, ABORT TASK requests
+    to the writers, and session kills through the API of the gateway a writer is logged in to."""
 
-    def __init__(self, storm, daemon, writers):
-        self.storm, self.daemon, self.writers = storm, daemon, writers
+    def __init__(self, storm, daemons, writers):
+        self.storm, self.daemons, self.writers = storm, daemons, writers
         self.rng = random.Random(SEED * 16 + 15)
         self.resets = 0
         self.thread = threading.Thread(target=self.run, name="controller", daemon=True)
 
     def run(self):
         try:
-            ini = Initiator(self.daemon.portal, "iqn.2026-11.io.iscsigw.test:storm-controller")
+            ini = Initiator(self.daemons[0].portal, "iqn.2026-11.io.iscsigw.test:storm-controller")
             ini.login(TARGET)
             self.ini = ini
             self.storm.barrier.wait(timeout=180)
@@ -766,14 +767,14 @@ class Controller:
 
     def kill(self):
         names = {w.name for w in self.writers}
-        sessions = self.daemon.ctl_json("session", "list").get("sessions", [])
-        mine = [s for s in sessions
+        mine = [(d, s) for d in self.daemons
+                for s in d.ctl_json("session", "list").get("sessions", [])
                 if s.get("initiator_name", s.get("initiatorName")) in names]
         if not mine:
             self.storm.count("kills finding no writer session")
             return
-        s = self.rng.choice(mine)
-        p = self.daemon.ctl("session", "kill", s["tsih"], "--timeout", "0", check=False)
+        daemon, s = self.rng.choice(mine)
+        p = daemon.ctl("session", "kill", s["tsih"], "--timeout", "0", check=False)
         if p.returncode == 0:
             self.storm.count("sessions killed")
         else:
@@ -849,6 +850,73 @@ def check_final(storm, w, r, got):
     return "ok"
 
 
+def run_storm(test, daemons, seconds=SECONDS):
+    """The storm against the LUN 0 of TARGET that `daemons` (harness.Daemon, one or several
+    gateways of one logical unit) serve, its store delayed DELAY_MS: the writers log in to the
+    gateways in turn, the controller through the first; `test` (a unittest.TestCase) fails on
+    anything the module's docstring names."""
+    storm = Storm(seconds)
+    writers = [Writer(storm, i, daemons[i % len(daemons)].portal) for i in range(WRITERS)]
+    controller = Controller(storm, daemons, writers)
+    for t in [w.thread for w in writers] + [controller.thread]:
+        t.start()
+    limit = time.monotonic() + seconds + 180 + DRAIN_SECONDS
+    for t in [controller.thread] + [w.thread for w in writers]:
+        t.join(max(0.0, limit - time.monotonic()))
+        if t.is_alive():
+            storm.die(f"{t.name} still running past the test's time limit")
+    verified = lost = resurrected = 0
+    if not storm.abort.is_set():
+        verified, lost, resurrected = verify(storm, daemons[0].portal, writers)
+    c = storm.get
+    figures = [
+        ("seed", SEED), ("storm seconds", seconds), ("store delay ms", DELAY_MS),
+        ("gateways", len(daemons)),
+        ("writes issued", c("writes issued")),
+        ("writes acknowledged GOOD", c("writes acknowledged GOOD")),
+        ("TMF ABORT TASK (random)", c("TMF ABORT TASK issued")),
+        ("TMF ABORT TASK (after LUN RESET)", c("TMF ABORT TASK issued after a LUN RESET")),
+        ("TMF LOGICAL UNIT RESET", c("TMF LOGICAL UNIT RESET issued")),
+        ("sessions killed", c("sessions killed")),
+        ("random ABORT TASKs that ended a write in flight",
+         c("random ABORT TASKs that ended a write in flight")),
+        ("LUN RESETs that ended writes in flight", c("LUN RESETs that ended writes in flight")),
+        ("session kills that ended writes in flight",
+         c("session kills that ended writes in flight")),
+        ("ranges rewritten", c("ranges rewritten")),
+        ("ranges verified", verified),
+        ("lost writes", lost),
+        ("resurrected writes", resurrected + c("resurrected writes")),
+    ]
+    print("\nabort storm figures:", file=sys.stderr)
+    for k, v in figures:
+        print(f"  {k}: {v}", file=sys.stderr)
+    with storm.lock:
+        details = sorted(storm.counts.items())
+    print("  details: " + ", ".join(f"{k}={v}" for k, v in details), file=sys.stderr)
+    for a in storm.anomalies:
+        print(f"  anomaly: {a}", file=sys.stderr)
+    test.assertGreater(c("writes acknowledged GOOD"), 0)
+    for d in daemons:
+        test.assertIsNone(d.proc.poll(), "iscsigwd exited during the storm")
+    if storm.failure_count:
+        test.fail(f"{storm.failure_count} failure(s), seed {SEED} "
+                  f"(ISCSIGW_STORM_SEED={SEED} to replay the choices); the first:\n"
+                  + "\n".join(storm.failures))
+    test.assertEqual(lost, 0)
+    test.assertEqual(resurrected + c("resurrected writes"), 0)
+    test.assertEqual(verified, WRITERS * RANGES)
+    # The storm hit writes in flight, or the checks above prove nothing about aborts. The
+    # controller acts every 0.14 s on average (70% aborts, 15% resets, 15% kills): a minute
+    # makes about 300 abort requests and 60 each of resets and kills, most of which find
+    # writes in flight (QUEUE_DEPTH per writer, each held DELAY_MS by the store).
+    for key, floor in (("random ABORT TASKs that ended a write in flight", seconds / 6),
+                       ("LUN RESETs that ended writes in flight", seconds / 12),
+                       ("session kills that ended writes in flight", seconds / 12)):
+        test.assertGreaterEqual(c(key), max(1, int(floor)), f"{key}: too few for the storm "
+                                f"to have tested anything")
+
+
 class AbortStormTest(unittest.TestCase):
     def test_no_acknowledged_write_lost_and_no_aborted_write_lands_late(self):
         lun = {"id": 0, "ram": {}, "sizeBytes": str(LUN_BYTES), "blockSize": BLOCK}
@@ -857,64 +925,7 @@ class AbortStormTest(unittest.TestCase):
         state = {"targets": [{"name": TARGET, "allowAnyInitiator": True, "luns": [lun]}]}
         daemon = Daemon(state=state, extra_args=("--log-level", "info")).start()
         self.addCleanup(daemon.cleanup)
-        storm = Storm()
-        writers = [Writer(storm, i, daemon.portal) for i in range(WRITERS)]
-        controller = Controller(storm, daemon, writers)
-        for t in [w.thread for w in writers] + [controller.thread]:
-            t.start()
-        limit = time.monotonic() + SECONDS + 180 + DRAIN_SECONDS
-        for t in [controller.thread] + [w.thread for w in writers]:
-            t.join(max(0.0, limit - time.monotonic()))
-            if t.is_alive():
-                storm.die(f"{t.name} still running past the test's time limit")
-        verified = lost = resurrected = 0
-        if not storm.abort.is_set():
-            verified, lost, resurrected = verify(storm, daemon.portal, writers)
-        c = storm.get
-        figures = [
-            ("seed", SEED), ("storm seconds", SECONDS), ("store delay ms", DELAY_MS),
-            ("writes issued", c("writes issued")),
-            ("writes acknowledged GOOD", c("writes acknowledged GOOD")),
-            ("TMF ABORT TASK (random)", c("TMF ABORT TASK issued")),
-            ("TMF ABORT TASK (after LUN RESET)", c("TMF ABORT TASK issued after a LUN RESET")),
-            ("TMF LOGICAL UNIT RESET", c("TMF LOGICAL UNIT RESET issued")),
-            ("sessions killed", c("sessions killed")),
-            ("random ABORT TASKs that ended a write in flight",
-             c("random ABORT TASKs that ended a write in flight")),
-            ("LUN RESETs that ended writes in flight", c("LUN RESETs that ended writes in flight")),
-            ("session kills that ended writes in flight",
-             c("session kills that ended writes in flight")),
-            ("ranges rewritten", c("ranges rewritten")),
-            ("ranges verified", verified),
-            ("lost writes", lost),
-            ("resurrected writes", resurrected + c("resurrected writes")),
-        ]
-        print("\nabort storm figures:", file=sys.stderr)
-        for k, v in figures:
-            print(f"  {k}: {v}", file=sys.stderr)
-        with storm.lock:
-            details = sorted(storm.counts.items())
-        print("  details: " + ", ".join(f"{k}={v}" for k, v in details), file=sys.stderr)
-        for a in storm.anomalies:
-            print(f"  anomaly: {a}", file=sys.stderr)
-        self.assertGreater(c("writes acknowledged GOOD"), 0)
-        self.assertIsNone(daemon.proc.poll(), "iscsigwd exited during the storm")
-        if storm.failure_count:
-            self.fail(f"{storm.failure_count} failure(s), seed {SEED} "
-                      f"(ISCSIGW_STORM_SEED={SEED} to replay the choices); the first:\n"
-                      + "\n".join(storm.failures))
-        self.assertEqual(lost, 0)
-        self.assertEqual(resurrected + c("resurrected writes"), 0)
-        self.assertEqual(verified, WRITERS * RANGES)
-        # The storm hit writes in flight, or the checks above prove nothing about aborts. The
-        # controller acts every 0.14 s on average (70% aborts, 15% resets, 15% kills): a minute
-        # makes about 300 abort requests and 60 each of resets and kills, most of which find
-        # writes in flight (QUEUE_DEPTH per writer, each held DELAY_MS by the store).
-        for key, floor in (("random ABORT TASKs that ended a write in flight", SECONDS / 6),
-                           ("LUN RESETs that ended writes in flight", SECONDS / 12),
-                           ("session kills that ended writes in flight", SECONDS / 12)):
-            self.assertGreaterEqual(c(key), max(1, int(floor)), f"{key}: too few for the storm "
-                                    f"to have tested anything")
+        run_storm(self, [daemon])
 
 
 if __name__ == "__main__":
