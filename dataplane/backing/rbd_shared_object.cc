@@ -1,10 +1,12 @@
 #include "dataplane/backing/rbd_shared_object.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -204,22 +206,30 @@ int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std
     r = rados_notify2(io_, oid_.c_str(), msg.data(), static_cast<int>(msg.size()),
                       static_cast<uint64_t>(timeout.count()), &reply, &reply_len);
   }
-  const bool answered = reply != nullptr && reply_len > 0;
-  // -ETIMEDOUT with the OSD's answer: the watchers that did not acknowledge. Without one, this
-  // client's own request timed out: nobody may have got the notify.
-  std::vector<uint64_t> unanswered;
-  if (r == -ETIMEDOUT && answered) {
+  const bool replied = reply != nullptr && reply_len > 0;
+  // The OSD's answer: the watchers that acknowledged, and (-ETIMEDOUT) those that did not.
+  // Without one, this client's own request timed out: nobody may have got the notify.
+  std::vector<uint64_t> answered, unanswered;
+  bool decoded = false;
+  if (replied) {
     notify_ack_t* acks = nullptr;
     notify_timeout_t* timeouts = nullptr;
     size_t nacks = 0, ntimeouts = 0;
     if (rados_decode_notify_response(reply, reply_len, &acks, &nacks, &timeouts, &ntimeouts) == 0) {
+      decoded = true;
+      for (size_t i = 0; i < nacks; ++i) answered.push_back(acks[i].notifier_id);
       for (size_t i = 0; i < ntimeouts; ++i) unanswered.push_back(timeouts[i].notifier_id);
       rados_free_notify_response(acks, nacks, timeouts);
     }
   }
   if (reply != nullptr) rados_buffer_free(reply);
-  if (r == -ETIMEDOUT && !answered) return -ENOTCONN;
-  if (r != -ETIMEDOUT || silent != Silent::kFence || unanswered.empty()) return r;
+  if (r == -ETIMEDOUT && !replied) return -ENOTCONN;
+  if ((r != 0 && r != -ETIMEDOUT) || silent != Silent::kFence) return r;
+  // Who must have answered: a member whose watch is gone is in neither list. (A reply that does
+  // not decode names nobody: the notify's own result stands.)
+  if (!decoded) return r;
+  if (int f = FenceSilentMembers(answered, unanswered); f < 0) return f;
+  if (r == 0) return 0;
   std::lock_guard lock(fence_mu_);
   for (const uint64_t gid : unanswered) {
     const int f = fence_ ? fence_(gid) : -ENOTSUP;
@@ -234,6 +244,96 @@ int RbdSharedObject::Notify(uint64_t version, const std::string& data, const std
         "{}{}: client.{} did not acknowledge a change within {} ms: "
         "blocklisted, so that nothing it sends lands any more",
         who_, oid_, gid, timeout.count());
+  }
+  return 0;
+}
+
+namespace {
+
+std::string MembersOid(const std::string& oid) { return oid + ".gateways"; }
+
+}  // namespace
+
+int RbdSharedObject::JoinMembers() {
+  char* addrs = nullptr;
+  if (int r = rados_getaddrs(cluster_, &addrs); r < 0) return r;
+  const std::string address = addrs != nullptr ? addrs : "";
+  rados_buffer_free(addrs);
+  const std::string gid = std::to_string(rados_get_instance_id(cluster_));
+  const char* keys[] = {gid.c_str()};
+  const char* vals[] = {address.c_str()};
+  const size_t lens[] = {address.size()};
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
+  rados_write_op_omap_set(op, keys, vals, lens, 1);
+  const int r = rados_write_op_operate(op, io_, MembersOid(oid_).c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  return r;
+}
+
+int RbdSharedObject::LeaveMembers() {
+  const std::string gid = std::to_string(rados_get_instance_id(cluster_));
+  const char* keys[] = {gid.c_str()};
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_omap_rm_keys(op, keys, 1);
+  const int r = rados_write_op_operate(op, io_, MembersOid(oid_).c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  return r == -ENOENT ? 0 : r;
+}
+
+int RbdSharedObject::FenceSilentMembers(const std::vector<uint64_t>& answered,
+                                        const std::vector<uint64_t>& timed_out) {
+  const std::string members = MembersOid(oid_);
+  std::vector<std::pair<std::string, std::string>> silent;  // (global id, address)
+  {
+    rados_read_op_t op = rados_create_read_op();
+    rados_omap_iter_t it = nullptr;
+    int prval = 0;
+    unsigned char more = 0;
+    rados_read_op_omap_get_vals2(op, "", "", 1024, &it, &more, &prval);
+    const int r = rados_read_op_operate(op, io_, members.c_str(), 0);
+    rados_release_read_op(op);
+    if (r == -ENOENT) return 0;  // nobody joined yet
+    if (r < 0 || prval < 0) {
+      if (it != nullptr) rados_omap_get_end(it);
+      log::Backing().error("{}{}: reading the gateways that must answer a change: {}", who_,
+                           members, ErrnoText(r < 0 ? -r : -prval));
+      return -ETIMEDOUT;
+    }
+    const uint64_t self = rados_get_instance_id(cluster_);
+    char* key = nullptr;
+    char* val = nullptr;
+    size_t len = 0;
+    while (rados_omap_get_next(it, &key, &val, &len) == 0 && key != nullptr) {
+      const uint64_t gid = std::strtoull(key, nullptr, 10);
+      auto in = [gid](const std::vector<uint64_t>& v) {
+        return std::find(v.begin(), v.end(), gid) != v.end();
+      };
+      if (gid != self && !in(answered) && !in(timed_out)) {
+        silent.emplace_back(key, std::string(val, len));
+      }
+    }
+    rados_omap_get_end(it);
+  }
+  for (const auto& [gid, address] : silent) {
+    if (int f = rados_blocklist_add(cluster_, const_cast<char*>(address.c_str()), 0); f < 0) {
+      log::Backing().error(
+          "{}{}: client.{} ({}) is a gateway of this image that no longer watches it, and "
+          "could not be fenced: {}",
+          who_, oid_, gid, address, ErrnoText(-f));
+      return -ETIMEDOUT;
+    }
+    log::Backing().error(
+        "{}{}: client.{} ({}) is a gateway of this image that no longer watches it (its watch "
+        "timed out): blocklisted before the change is answered, so that nothing it sends lands "
+        "any more",
+        who_, oid_, gid, address);
+    const char* keys[] = {gid.c_str()};
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_omap_rm_keys(op, keys, 1);
+    (void)rados_write_op_operate(op, io_, members.c_str(), nullptr,
+                                 0);  // listed again: fenced again
+    rados_release_write_op(op);
   }
   return 0;
 }

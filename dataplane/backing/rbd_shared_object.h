@@ -8,7 +8,13 @@
 //                   (-ERANGE/-EOVERFLOW/-EEXIST: -ECANCELED)
 //   Notify          rados_notify2 with "<origin> <version> <data length>\n<data><events>"; the
 //                   watchers that timed out come from the OSD's reply, and with Silent::kFence
-//                   each is handed to the fence (SetFence)
+//                   each is handed to the fence (SetFence), and every member (JoinMembers) that
+//                   neither answered nor timed out, so no longer watches, is blocklisted by the
+//                   address it joined with
+//   members         "<oid>.gateways", an object whose omap maps each member's client global id to
+//                   its address: the gateways that must answer a change. A gateway joins once it
+//                   watches, and leaves before it unwatches; one that dies stays listed until a
+//                   notify fences it, which drops it from the list
 //   listener        a watch (rados_watch2) on the object; every notify is acknowledged once the
 //                   listener has run and released its ack (so Notify returns after the others'
 //                   listeners ran: they applied the change, or, for the shared configuration,
@@ -37,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dataplane/backing/shared_object.h"
 #include "dataplane/base/status.h"
@@ -66,6 +73,9 @@ class RbdSharedObject final : public SharedObject {
   // Set by the owner that can find the client's address (RbdStore: the image's watchers), and
   // cleared (null) before what it uses goes. Without one, Silent::kFence reports -ETIMEDOUT.
   void SetFence(std::function<int(uint64_t gid)> fence);
+  // Lists this client among the members (see above), or takes it off. Blocking; 0 or -errno.
+  int JoinMembers();
+  int LeaveMembers();
   void Post(std::function<void()> fn) override;
   void Reload() override;
   uint64_t SetListener(Listener listener, std::function<void()> lost) override;
@@ -86,6 +96,11 @@ class RbdSharedObject final : public SharedObject {
   void ResyncLater();
   // Creates the object if it is missing and watches it (cookie_). 0 or -errno.
   int Watch();
+  // With Silent::kFence: blocklists every member that is not this client and is neither in
+  // `answered` nor in `timed_out` (Notify's reply), and drops it from the members. 0, or
+  // -ETIMEDOUT when one could not be read or fenced.
+  int FenceSilentMembers(const std::vector<uint64_t>& answered,
+                         const std::vector<uint64_t>& timed_out);
   void RunJobs();
 
   // What a notify's acknowledgement needs, for acks released after the callback: io is cleared

@@ -790,6 +790,12 @@ Status RbdStore::OpenImage(const RbdStoreOptions& o,
     obj.value()->SetFence([cluster = cluster_->handle, image](uint64_t gid) {
       return BlocklistWatcher(cluster, image, gid);
     });
+    // Among the gateways that must answer a change from now on (watching already).
+    if (int r = obj.value()->JoinMembers(); r < 0) {
+      obj.value()->SetFence(nullptr);
+      return Status(StatusCode::kIoError,
+                    who + "joining the gateways of " + obj.value()->oid() + ": " + ErrnoText(-r));
+    }
     shared_object_ = std::move(obj).value();
   }
   if (lock_watch_ != nullptr) {
@@ -809,8 +815,16 @@ RbdStore::~RbdStore() {
                 shared = std::move(shared_object_), name = name_]() mutable {
     const PendingStep step("closing rbd image " + name + " (its Ceph cluster)");
     if (watch != nullptr) watch->Stop();  // before the image it looks at goes
-    // Its fence uses the image; its watch goes before the I/O context's pool.
-    if (shared != nullptr) static_cast<RbdSharedObject*>(shared.get())->SetFence(nullptr);
+    // Its fence uses the image; its watch goes before the I/O context's pool. It leaves the
+    // members first: while it still watches, it answers, or times out and is fenced.
+    if (shared != nullptr) {
+      auto* so = static_cast<RbdSharedObject*>(shared.get());
+      if (int r = so->LeaveMembers(); r < 0) {
+        log::Backing().warn("rbd store {}: leaving the gateways of {}: {}", name, so->oid(),
+                            ErrnoText(-r));
+      }
+      so->SetFence(nullptr);
+    }
     shared.reset();
     if (image != nullptr) {
       if (int r = rbd_close(static_cast<rbd_image_t>(image)); r < 0) {

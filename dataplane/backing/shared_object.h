@@ -43,6 +43,8 @@ class SharedObject {
     kReport,  // -ETIMEDOUT
     // Fence it: its client is blocklisted in the cluster (RbdSharedObject), so that nothing it
     // sends lands any more, and it counts as answered; -ETIMEDOUT only when one could not be.
+    // A gateway that joined the object's members and no longer watches it (its watch timed out
+    // before it could hear of it) is fenced the same way.
     kFence,
   };
   // Hands (version, data, events) to every other gateway's listener and waits until each has run

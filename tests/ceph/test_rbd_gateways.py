@@ -296,14 +296,8 @@ class TwoGatewaysTest(GatewayPairTest):
                                   data=os.urandom(fence_check.BLOCKS * 512))
         time.sleep(0.3)  # admitted, and waiting in gateway 1's store
         # Both gateways watch the image's reservation object (the premise: one to be told).
-        image_id = json.loads(CLUSTER.rbd("info", f"rbd/{self.image}", "--format",
-                                          "json").stdout)["id"]
-
-        def watchers():
-            return harness.run(["rados", "-c", CLUSTER.conf, "-p", "rbd", "listwatchers",
-                                f"iscsigw_lun.{image_id}"]).stdout.count("watcher=")
-
-        harness.wait_for(lambda: watchers() == 2, 10, what="both gateways watching")
+        harness.wait_for(lambda: self.reservation_watchers() == 2, 10,
+                         what="both gateways watching")
         pid = self.gateways[0].proc.pid
         stop_process(pid)
         try:
@@ -388,6 +382,47 @@ class TwoGatewaysTest(GatewayPairTest):
                                            read_len=64)
             self.assertEqual((status, sorted([data[8:16], data[16:24]])),
                              (0, [fence_check.KEY_A, fence_check.KEY_B]))
+
+    def reservation_watchers(self):
+        """How many clients watch the image's reservation object."""
+        image_id = json.loads(CLUSTER.rbd("info", f"rbd/{self.image}", "--format",
+                                          "json").stdout)["id"]
+        return harness.run(["rados", "-c", CLUSTER.conf, "-p", "rbd", "listwatchers",
+                            f"iscsigw_lun.{image_id}"]).stdout.count("watcher=")
+
+    def test_a_gateway_whose_watch_timed_out_is_fenced_before_a_preempt_is_answered(self):
+        # Gateway 1 stopped for longer than the OSDs' watch timeout (5 s here, for watches made
+        # from now on): its watch of the reservation object is gone, so a notify no longer waits
+        # for it, and it has not heard so. It is still one of the image's gateways: the PREEMPT
+        # through gateway 2 fences it before GOOD, and the write it admitted before it stopped
+        # (waiting 1.5 s in its store) fails when it resumes.
+        ceph = ["ceph", "-c", CLUSTER.conf, "config"]
+        harness.run(ceph + ["set", "osd", "osd_client_watch_timeout", "5"])
+        self.addCleanup(harness.run, ceph + ["rm", "osd", "osd_client_watch_timeout"])
+        delay = 1.5
+        victim, preemptor = self.victim_and_preemptor(delay)  # gateway 1 watches from now
+        before = fence_check.read_blocks(self, preemptor)
+        itt = victim.send_command(0, fence_check.WRITE_10,
+                                  data=os.urandom(fence_check.BLOCKS * 512))
+        time.sleep(0.3)  # admitted, and waiting in gateway 1's store
+        harness.wait_for(lambda: self.reservation_watchers() == 2, 10,
+                         what="both gateways watching")
+        pid = self.gateways[0].proc.pid
+        stop_process(pid)
+        try:
+            harness.wait_for(lambda: self.reservation_watchers() == 1, 60, interval=0.5,
+                             what="gateway 1's watch timed out by the OSD")
+            fence_check.prout(self, preemptor, 0x04,  # PREEMPT
+                              fence_check.KEY_B + fence_check.KEY_A + bytes(8))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(delay + 1.0)  # the write's turn in gateway 1 is overdue: it runs on resuming
+        self.assertTrue(fence_check.read_blocks(self, preemptor) == before,
+                        "the preempted nexus's write landed through the gateway whose watch "
+                        "had timed out, after the PREEMPT was answered")
+        got, status, _, sense = victim.recv_response()
+        self.assertEqual((got, status, sense_key_asc(sense)), (itt, 2, (0x2, 0x04, 0x03)))
+        self.assertIn("no longer watches it", self.gateways[1].read_log())
 
     def test_a_gateway_whose_image_comes_online_later_enforces_the_reservations(self):
         # Gateway 2 starts while the image does not exist yet (offline, retrying); gateway 1
