@@ -10,6 +10,19 @@ fail() {
   exit 1
 }
 
+# Time as the guest's uptime in seconds. A store delay the host injects bounds when a write the
+# gateway received can land: after_ms MS is the time MS from now, ms_until T the milliseconds left
+# until T (negative once past), ms_since T those gone by since T, and sleep_until T waits for T,
+# when every write received before the bound was taken has left the store.
+now() { cut -d' ' -f1 /proc/uptime; }
+after_ms() { echo "$(now) $1" | awk '{ printf "%.2f", $1 + $2 / 1000 }'; }
+ms_until() { echo "$1 $(now)" | awk '{ printf "%d", ($1 - $2) * 1000 }'; }
+ms_since() { echo "$((-$(ms_until "$1")))"; }
+sleep_until() {
+  left=$(ms_until "$1")
+  [ "$left" -le 0 ] || sleep "$(echo "$left" | awk '{ printf "%.2f", $1 / 1000 }')"
+}
+
 # step NAME [SECONDS]: tells the host this point is reached, then waits until the host answers
 # (tests/interop/guest.py Guest.step); the host's answer, if any, is printed.
 step() {

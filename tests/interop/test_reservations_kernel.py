@@ -2,7 +2,8 @@
 two initiator names (two open-iscsi ifaces) on one LUN register, reserve Write Exclusive,
 Registrants Only, fence one another with PREEMPT AND ABORT, release and clear, with sg_persist;
 the fenced node's writes end in RESERVATION CONFLICT. In round two the fenced node is writing
-when it is fenced, and none of its writes lands after the fencing has completed."""
+when it is fenced, and none of its writes lands after the fencing has completed: its region reads
+the same right after the fencing and once its writer has ended."""
 import os
 import sys
 import unittest
@@ -13,16 +14,20 @@ import guest as g  # noqa: E402
 
 IQN_A = "iqn.2026-11.io.iscsigw.interop:node-a"
 IQN_B = "iqn.2026-11.io.iscsigw.interop:node-b"
+STORE_DELAY_MS = 1000
 
 
 class ReservationsKernelTest(g.InteropTestCase):
     def test_fence_scsi_sequence(self):
-        # Store writes start 100 ms late (fault injection, a test build's), so that the fenced
-        # node has writes inside the gateway when PREEMPT AND ABORT aborts them.
+        # Store writes start STORE_DELAY_MS late (fault injection, a test build's), so that the
+        # fenced node has writes inside the gateway when PREEMPT AND ABORT aborts them, and a
+        # gateway that answered it before they left the store would let them land after: later
+        # than the scenario's first read of their blocks.
         lun = g.file_lun(os.path.join(self.tmp, "a.img"), 64 << 20,
-                         fault={"delayMs": 100, "ops": ["write"]})
+                         fault={"delayMs": STORE_DELAY_MS, "ops": ["write"]})
         gw = self.start_gateway([lun], initiators=(IQN_A, IQN_B))
-        env = dict(PORTAL=gw.guest_portals()[0], TARGET=g.TARGET, IQN_A=IQN_A, IQN_B=IQN_B)
+        env = dict(PORTAL=gw.guest_portals()[0], TARGET=g.TARGET, IQN_A=IQN_A, IQN_B=IQN_B,
+                   STORE_DELAY_MS=STORE_DELAY_MS)
         with g.Guest("reservations_kernel", env) as vm:
             go = vm.step("round-one")
             try:

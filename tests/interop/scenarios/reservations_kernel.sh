@@ -5,7 +5,7 @@
 # which the fenced node's writes fail with RESERVATION CONFLICT; RELEASE and CLEAR end it. Round two
 # fences a node while it is writing. The host checks the gateway's count of conflicts at the steps
 # round-one and done.
-# Env: PORTAL TARGET IQN_A IQN_B.
+# Env: PORTAL TARGET IQN_A IQN_B STORE_DELAY_MS.
 . /suite/lib.sh
 
 KEY_A=0x7a8b0001
@@ -132,8 +132,13 @@ step round-one
 # QD16) when node A fences it. PREEMPT AND ABORT aborts B's commands in the gateway; with TAS=0 in
 # the control mode page they end without status (SAM-5), so B's sd driver times them out and
 # recovers (ABORT TASK, LOGICAL UNIT RESET), its retries then conflicting. Once A's PREEMPT AND
-# ABORT has completed no write of B may reach the LUN: A overwrites B's region and, after B's
-# writer has stopped, reads it back.
+# ABORT has completed no write of B may reach the LUN (SPC-4 5.13.11.2.4). The store starts each
+# write STORE_DELAY_MS after it arrived (the host's fault injection), so B's aborted writes are
+# still waiting when the fencing is answered, unless the gateway waits for them. A reads B's region
+# as soon as the fencing is answered, before any such write could have left the store, and again
+# once B's writer has ended (long after): any difference is a write of B that landed after
+# PREEMPT AND ABORT completed. A fixed delay keeps the store's writes in order, so an overwrite by
+# A could not show this: B's aborted writes would always land before it.
 pr_out "$db" --register-ignore --param-sark="$KEY_B"
 pr_out "$db" --reserve --param-rk="$KEY_B" --prout-type=5
 pr_out "$da" --register-ignore --param-sark="$KEY_A"
@@ -146,18 +151,21 @@ echo 10 >"/sys/block/$db/device/timeout"
 ) &
 fenced_pid=$!
 writes_of() { awk '{ print $5 }' "/sys/block/$1/stat"; }
+# Two queues' worth of writes have completed: B's queue is full of writes in the gateway.
 w0=$(writes_of "$db")
 n=0
-until [ $(($(writes_of "$db") - w0)) -ge 100 ]; do
+until [ $(($(writes_of "$db") - w0)) -ge 32 ]; do
   n=$((n + 1))
   [ "$n" -le 600 ] || fail "node B's writer did not start"
   sleep 0.1
 done
-t0=$(date +%s)
+t0=$(now)
+settled=$(after_ms "$STORE_DELAY_MS")
 pr_out "$da" --preempt-abort --param-rk="$KEY_A" --param-sark="$KEY_B" --prout-type=5
-say "node A fenced node B in $(($(date +%s) - t0)) s, B had written $(($(writes_of "$db") - w0)) times"
-dd if=/dev/urandom of=/tmp/region bs=1M count=4 status=none
-dd if=/tmp/region of="/dev/$da" bs=1M oflag=direct status=none || fail "node A, the new holder, cannot write"
+dd if="/dev/$da" of=/tmp/region.fenced bs=1M count=4 iflag=direct status=none \
+  || fail "fenced node B's region cannot be read"
+say "node A fenced node B and read its region in $(ms_since "$t0") ms," \
+  "B had written $(($(writes_of "$db") - w0)) times"
 n=0
 until [ -e /tmp/fenced.ended ]; do
   n=$((n + 1))
@@ -166,13 +174,21 @@ until [ -e /tmp/fenced.ended ]; do
 done
 rc=0
 wait "$fenced_pid" || rc=$?
-say "node B's writer ended $(($(date +%s) - t0)) s after the fencing, status $rc:" \
+say "node B's writer ended $(ms_since "$t0") ms after the fencing, status $rc:" \
   "$(grep -v '^3;' /tmp/fenced.out | head -3)"
 [ "$rc" -ne 0 ] || fail "fenced node B's writer finished without an error"
-dd if="/dev/$da" of=/tmp/region.back bs=1M count=4 iflag=direct status=none
-cmp /tmp/region /tmp/region.back \
+# Every write the fencing aborted arrived before t0, so it leaves the store before t0 plus the
+# delay; B's writer ends after its SCSI timeout (10 s), by when that has passed.
+sleep_until "$settled"
+dd if="/dev/$da" of=/tmp/region.later bs=1M count=4 iflag=direct status=none
+cmp /tmp/region.fenced /tmp/region.later \
   || fail "a write of fenced node B reached the LUN after PREEMPT AND ABORT completed"
 say "no write of fenced node B landed after the fencing"
+# The new holder writes B's region.
+dd if=/dev/urandom of=/tmp/region bs=1M count=4 status=none
+dd if=/tmp/region of="/dev/$da" bs=1M oflag=direct status=none || fail "node A, the new holder, cannot write"
+dd if="/dev/$da" of=/tmp/region.back bs=1M count=4 iflag=direct status=none
+cmp /tmp/region /tmp/region.back || fail "node A's write of B's region did not read back"
 pr_out "$da" --release --param-rk="$KEY_A" --prout-type=5
 pr_out "$da" --clear --param-rk="$KEY_A"
 expect_eq "keys via $db" "$(pr_in --read-keys "$db")" "PR generation=0x8, $NO_KEYS"
