@@ -2,11 +2,12 @@
 
 e. A gateway that stops answering (SIGSTOP) while fio's verified writes run: the kernel's NOP-Out
    ping times out, it drops the connection, reinstates the session and retries; the data
-   verifies. A gateway killed (SIGKILL) and started again on the same state and portal: the kernel
+   verifies, and a write the store held across the stall does not land after the reinstatement.
+   A gateway killed (SIGKILL) and started again on the same state and portal: the kernel
    reconnects by itself, the mounted ext4 goes on working and e2fsck finds it clean.
 f. A store slower than the disk's SCSI timeout: the kernel's error handler sends ABORT TASK and
-   LOGICAL UNIT RESET, the gateway answers them once the held writes have ended, the disk stays
-   online and the data verifies.
+   LOGICAL UNIT RESET, the gateway answers them once the held writes have ended (none lands
+   after), the disk stays online and the data verifies.
 """
 import os
 import re
@@ -20,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import guest as g  # noqa: E402
 
 LUN_BYTES = 128 << 20
+HELD_OFFSET = 64 << 20  # past fio's 16 MiB
+HOLD_MS = 14000
 LOGINS = "iscsigw_iscsi_logins_total"
 TMF = "iscsigw_iscsi_task_management_requests_total"
 
@@ -43,9 +46,17 @@ class RecoveryTest(g.InteropTestCase):
         return dict(PORTAL=gw.guest_portals()[0], TARGET=g.TARGET, **extra)
 
     def test_stalled_gateway_during_fio_verify(self):
-        gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES)])
+        # Beside fio's 16 MiB, the scenario's write of the block at HELD_OFFSET is held HOLD_MS
+        # (its retry is not): it arrives about a second before the gateway stops, so it is still
+        # in the store when the stall ends (8 s or more) and the reinstated session's login has to
+        # wait for it, well inside the kernel's 15 s login timeout.
+        held = {"delayMs": HOLD_MS, "ops": ["write"], "offset": str(HELD_OFFSET), "length": "1",
+                "maxFaults": "1"}
+        gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES,
+                                            fault=held)])
         # At 250 IOPS the 16 MiB write phase lasts about 16 s: the stall falls inside it.
-        env = self.env(gw, FIO_SIZE="16M", FIO_RATE=250)
+        env = self.env(gw, FIO_SIZE="16M", FIO_RATE=250, HELD_OFFSET=HELD_OFFSET,
+                       HOLD_MS=HOLD_MS)
         with self.guest("recovery_stall", env) as vm:
             go = vm.step("writing")
             logins = gw.metric(LOGINS, {"result": "success"})
@@ -105,7 +116,8 @@ class RecoveryTest(g.InteropTestCase):
                  "maxFaults": "2"}
         gw = self.start_gateway([g.file_lun(os.path.join(self.tmp, "a.img"), LUN_BYTES,
                                             fault=fault)])
-        env = self.env(gw, SCSI_TIMEOUT=2, ABORT_TIMEOUT=10, FIO_SIZE="3M")
+        env = self.env(gw, SCSI_TIMEOUT=2, ABORT_TIMEOUT=10, FIO_SIZE="3M",
+                       HELD_OFFSET=fault["offset"], HOLD_MS=fault["delayMs"])
         with self.guest("command_timeouts", env) as vm:
             go = vm.step("fio-done", timeout=480)
             try:
