@@ -103,10 +103,13 @@ login_for_recovery() {
 
 # fio verify passes on block device $1 (16 MiB each, written at QD16 and read back), one after
 # another until loop_stop: I/O that spans each act of a scenario whatever its length. Each pass has
-# a seed of its own, so it writes other data than the pass before (fio's verify header carries the
-# seed): a write lost in pass N leaves pass N-1's block, which fails pass N's verify ("bad header
-# rand_seed"), as does an old pass's write that lands late. A write that reaches the LUN twice
-# within one pass (on a failed path, again on another) carries the same data and is no error.
+# a seed of its own, which orders its writes too (--randrepeat=0; fio's default keeps one order for
+# every seed). fio checks a write job's block by the number of the write in its header, not by the
+# seed (a job that only writes skips that check, fio 3.33 verify.c), so a write lost in pass N
+# leaves pass N-1's block, written at another place in the order, which fails pass N's verify
+# ("bad header numberio"), as does an old pass's write that lands late. A write that reaches the
+# LUN twice within one pass (on a failed path, again on another) carries the same data and is no
+# error.
 # $2: more fio options. $3: a path prefix; pass N then logs every I/O's completion latency to
 # ${3}_N_clat.1.log.
 loop_start() {
@@ -117,7 +120,7 @@ loop_start() {
     trap ': >/tmp/loop.ended' EXIT
     while [ ! -e /tmp/stop ]; do
       p=$(($(cat /tmp/passes) + 1))
-      fio_verify "$1" 16M "--randseed=$((seed_base + p)) ${2:-}${3:+ --write_lat_log=${3}_$p --log_avg_msec=0}"
+      fio_verify "$1" 16M "--randseed=$((seed_base + p)) --randrepeat=0 ${2:-}${3:+ --write_lat_log=${3}_$p --log_avg_msec=0}"
       echo "$p" >/tmp/passes
     done
   ) &
