@@ -1,6 +1,7 @@
 // RbdSharedObject: a SharedObject in RADOS, an object that several gateways read, write and watch:
 // "iscsigw_lun.<image id>" in the pool and namespace of an rbd image they all export (RbdStore),
-// or "iscsigw_config", the configuration they share (RbdStore::OpenSharedObject).
+// or "iscsigw_config", the configuration they share (RbdStore::OpenSharedObject). How the
+// gateways use them: docs/multi-gateway.md.
 //
 //   Read            one read op; the version is the object's user version (rados_get_last_version)
 //                   (a missing object reads as "", version 0)

@@ -10,7 +10,8 @@
 // in the shared object: PERSISTENT RESERVE OUT runs on the object's thread as a compare-and-swap
 // of the whole state, then hands the new state, and the unit attentions and aborts it raises, to
 // the other gateways and waits for them (RunSharedProut). Each gateway checks commands against
-// its own copy, which that hand-over and a reread after a lost watch keep current.
+// its own copy, which that hand-over and a reread after a lost watch keep current. The protocol,
+// step by step, and its failure cases: docs/multi-gateway.md.
 #include "dataplane/scsi/reservations.h"
 
 #include <algorithm>
