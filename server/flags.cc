@@ -30,7 +30,9 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--metrics-counting", f->metrics_counting,
                  "Count per-command metrics (false: only to measure their cost)")
       ->envname("ISCSIGW_METRICS_COUNTING");
-  app.add_option("--reactors", f->reactors, "Reactor threads (0: one per core)")
+  app.add_option("--reactors", f->reactors,
+                 "Reactor threads (0: one per CPU the process may use: its affinity, capped by its "
+                 "cgroup's CPU quota)")
       ->envname("ISCSIGW_REACTORS");
   app.add_option("--gateway-id", f->gateway_id,
                  "This gateway's number among those exporting the same rbd images (1..65535, "

@@ -32,6 +32,7 @@
 #include "dataplane/base/pending_steps.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
+#include "dataplane/runtime/cpus.h"
 #include "dataplane/runtime/reactor_pool.h"
 
 namespace iscsigw::api {
@@ -389,7 +390,7 @@ Status ValidateAclEntry(const std::string& target, const AclEntrySpec& entry) {
 
 struct Dataplane::Impl {
   explicit Impl(const Options& o)
-      : pool(o.reactors ? o.reactors : std::max(1u, std::thread::hardware_concurrency())),
+      : pool(o.reactors ? o.reactors : runtime::UsableCpus()),
         gateway(pool, o.gateway),
         gateway_id(std::max<uint16_t>(o.gateway_id, 1)),
         shared_images(o.gateway_id != 0),

@@ -3,7 +3,6 @@
 #include <rados/librados.h>
 #include <rbd/features.h>
 #include <rbd/librbd.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -25,6 +24,7 @@
 #include "dataplane/backing/rbd_shared_object.h"
 #include "dataplane/base/log.h"
 #include "dataplane/base/pending_steps.h"
+#include "dataplane/runtime/cpus.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -65,13 +65,6 @@ constexpr Default kFewCoresThreads = {"librados_thread_count", "2", "1"};
 // For an image that other gateways export too (RbdStoreOptions::shared).
 constexpr Default kSharedNoCache = {"rbd_cache", "true", "false"};
 constexpr unsigned kFewCores = 4;
-
-unsigned UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::thread::hardware_concurrency();
-  return static_cast<unsigned>(CPU_COUNT(&set));
-}
 
 std::string ConfGet(rados_t h, const char* option) {
   char buf[512] = {};
@@ -380,7 +373,7 @@ struct RbdStore::Cluster {
       }
     };
     for (const Default& d : kDefaults) set_default(d);
-    if (UsableCores() < kFewCores) set_default(kFewCoresThreads);
+    if (runtime::UsableCpus() < kFewCores) set_default(kFewCoresThreads);
     if (o.shared()) {
       set_default(kSharedNoCache);
       if (ConfGet(c->handle, "rbd_cache") == "true") {
