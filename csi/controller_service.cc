@@ -7,9 +7,9 @@
 #include <exception>
 #include <limits>
 
-#include "csi/grpc_status.h"
 #include "csi/volume_model.h"
 #include "dataplane/base/log.h"
+#include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {
 namespace {
@@ -343,9 +343,9 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     return Invalid(why);
   }
   auto params = ParseVolumeParameters(req.parameters());
-  if (!params.ok()) return ToGrpcStatus(params.status());
+  if (!params.ok()) return rpc::ToGrpcStatus(params.status());
   auto chap = ParseChapSecrets(req.secrets());
-  if (!chap.ok()) return ToGrpcStatus(chap.status());
+  if (!chap.ok()) return rpc::ToGrpcStatus(chap.status());
   v.params = params.value();
   v.chap = chap.value();
   v.volume_id = VolumeIdForName(v.name);
@@ -355,7 +355,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
                      kChapUser + ", " + kChapSecret + ")");
     }
     auto own = ChapForVolume(v.chap, v.volume_id);
-    if (!own.ok()) return ToGrpcStatus(own.status());
+    if (!own.ok()) return rpc::ToGrpcStatus(own.status());
     v.chap = own.value();
   }
   v.who = "volume " + v.volume_id + " (" + v.name + ")";
@@ -402,7 +402,7 @@ grpc::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   // A copy without a required size takes its source's size (size_bytes 0 to the gateway).
   if (!v.has_source || (v.range != nullptr && v.range->required_bytes() > 0)) {
     auto bytes = VolumeBytes(v.range, v.params.block_size);
-    if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+    if (!bytes.ok()) return rpc::ToGrpcStatus(bytes.status());
     v.size = bytes.value();
   }
   v.alias = VolumeAlias(v.name, source, v.params.chap_per_volume);
@@ -672,7 +672,7 @@ grpc::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
     return Invalid("read-only publish is not supported: the gateway has no read-only ACL entry");
   }
   auto node = ParseNodeId(req.node_id());
-  if (!node.ok()) return ToGrpcStatus(node.status());
+  if (!node.ok()) return rpc::ToGrpcStatus(node.status());
   const std::string wanted = node->ToString();
   gw::Target target;
   if (grpc::Status s = GetVolumeTarget(req.volume_id(), &target); !s.ok()) return s;
@@ -772,7 +772,7 @@ grpc::Status ControllerService::DoUnpublish(
   std::vector<std::string> nodes;
   if (!req.node_id().empty()) {
     auto node = ParseNodeId(req.node_id());
-    if (!node.ok()) return ToGrpcStatus(node.status());
+    if (!node.ok()) return rpc::ToGrpcStatus(node.status());
     // The initiator's entry, whatever addresses the node reports now (it may have moved, or
     // have been published before it reported any), unless another machine of the same name
     // holds a session there: then this node never had the volume.
@@ -885,7 +885,7 @@ grpc::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
 grpc::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityRequest& req,
                                               ::csi::v1::GetCapacityResponse* resp) {
   auto params = ParseVolumeParameters(req.parameters());
-  if (!params.ok()) return ToGrpcStatus(params.status());
+  if (!params.ok()) return rpc::ToGrpcStatus(params.status());
   // CSI spec: the capacity for volumes with these capabilities, none for unsupported ones.
   if (!UnsupportedCapability(req.volume_capabilities()).empty()) {
     resp->set_available_capacity(0);

@@ -22,9 +22,9 @@
 #include <system_error>
 #include <thread>
 
-#include "csi/grpc_status.h"
 #include "csi/volume_model.h"
 #include "dataplane/base/log.h"
+#include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {
 
@@ -567,7 +567,7 @@ grpc::ServerUnaryReactor* NodeService::Serve(grpc::CallbackServerContext* ctx, s
                                              std::function<Result<std::string>()> work) {
   auto* reactor = ctx->DefaultReactor();
   if (!checked.ok()) {
-    reactor->Finish(ToGrpcStatus(checked));
+    reactor->Finish(rpc::ToGrpcStatus(checked));
     return reactor;
   }
   std::string who(rpc);
@@ -576,7 +576,7 @@ grpc::ServerUnaryReactor* NodeService::Serve(grpc::CallbackServerContext* ctx, s
     Result<std::string> done = work();
     if (!done.ok()) {
       log::Ctl().warn("{}: {}", who, done.status().message());
-      return ToGrpcStatus(done.status());
+      return rpc::ToGrpcStatus(done.status());
     }
     log::Ctl().info("{}: {}", who, done.value());
     return grpc::Status::OK;
@@ -1137,7 +1137,7 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
   Status bad = req->volume_id().empty() ? InvalidArgument("volume_id is required")
                                         : CheckPath("volume_path", req->volume_path());
   if (!bad.ok()) {
-    reactor->Finish(ToGrpcStatus(bad));
+    reactor->Finish(rpc::ToGrpcStatus(bad));
     return reactor;
   }
   if (stats_probes_->fetch_add(1) >= options_.max_stats_probes) {
@@ -1166,7 +1166,7 @@ grpc::ServerUnaryReactor* NodeService::NodeGetVolumeStats(
     // call never finds it still counted among the hung ones.
     probes->fetch_sub(1);
     if (!got.ok()) {
-      call->Answer(ToGrpcStatus(got.status()), nullptr);
+      call->Answer(rpc::ToGrpcStatus(got.status()), nullptr);
     } else {
       ::csi::v1::NodeGetVolumeStatsResponse out;
       const VolumeStats& v = got.value();

@@ -32,6 +32,11 @@ grpc::StatusCode ToGrpcCode(StatusCode code) {
   return grpc::StatusCode::UNKNOWN;
 }
 
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(ToGrpcCode(status.code()), status.message());
+}
+
 Result<std::string> ReadPemFile(const std::string& path, const std::string& flag) {
   std::ifstream in(path);
   if (!in) return InvalidArgument(flag + " " + path + ": cannot open for reading");

@@ -1,5 +1,5 @@
-// The one mapping from the gateway's Status to grpc::Status; the message is
-// escaped (state::EscapeText) so that it is valid UTF-8 without control characters. Any thread.
+// The gateway API's Status as a grpc::Status: rpc::ToGrpcCode's code, the message escaped
+// (state::EscapeText) so that it is valid UTF-8 without control characters. Any thread.
 #pragma once
 
 #include <grpcpp/support/status.h>
