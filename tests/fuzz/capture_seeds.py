@@ -13,7 +13,7 @@ Usage: capture_seeds.py [--build DIR]   (run again after a protocol change; comm
 import argparse
 import hashlib
 import os
-import shutil
+import re
 import socket
 import struct
 import sys
@@ -167,8 +167,12 @@ def main():
     args = ap.parse_args()
     os.environ["ISCSIGW_BUILD"] = args.build
     for d in ("frame", "text", "login", "scsi", "state"):
-        shutil.rmtree(os.path.join(HERE, "corpus", d), ignore_errors=True)
-        os.makedirs(os.path.join(HERE, "corpus", d))
+        # Captured seeds are named by their hash and replaced; hand-written ones, named for what
+        # they hold, are kept.
+        os.makedirs(os.path.join(HERE, "corpus", d), exist_ok=True)
+        for name in os.listdir(os.path.join(HERE, "corpus", d)):
+            if re.fullmatch(r"[0-9a-f]{16}", name):
+                os.remove(os.path.join(HERE, "corpus", d, name))
     luns = [{"id": 0, "ram": {}, "sizeBytes": str(64 << 20), "blockSize": 512},
             {"id": 1, "ram": {}, "sizeBytes": str(64 << 20), "blockSize": 512}]
     gw = harness.Daemon(state=harness.simple_state("seeds", luns=luns),

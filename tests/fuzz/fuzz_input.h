@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <span>
 
 namespace iscsigw::fuzz {
@@ -38,5 +40,12 @@ class Input {
   const uint8_t* p_;
   size_t left_;
 };
+
+// A rule an oracle guards was broken: names it on stderr (the replay's and libFuzzer's log), then
+// aborts, which both report as a crash with this input.
+[[noreturn]] inline void Violated(const char* rule) {
+  std::fprintf(stderr, "oracle: %s\n", rule);
+  std::abort();
+}
 
 }  // namespace iscsigw::fuzz
