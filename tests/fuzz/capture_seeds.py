@@ -7,6 +7,7 @@ written as seeds in each fuzz target's input format (see the *_fuzz.cc files):
   corpus/frame/  whole streams          corpus/text/  login and text data segments
   corpus/login/  a connection's logins  corpus/scsi/  SCSI commands with their Data-Out
   corpus/state/  the repository's state and bootstrap files
+  corpus/session/  hand-written only (CHAP logins, reinstatement, TSIHs): kept as they are
 
 Usage: capture_seeds.py [--build DIR]   (run again after a protocol change; commit the result)
 """
