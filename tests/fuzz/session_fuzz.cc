@@ -304,8 +304,12 @@ std::vector<pdu::KeyValue> FirstKeys() {
           {"AuthMethod", "CHAP"}};
 }
 
-std::vector<pdu::KeyValue> AnswerKeys(const Peer& p) {
-  return {{"CHAP_N", kUser}, {"CHAP_R", p.answer ? Hex(*p.answer) : "0x00"}};
+// CHAP_N and the CHAP_R for the last challenge; `flip` (not 0) spoils a bit of it: the answer of
+// an initiator with another secret.
+std::vector<pdu::KeyValue> AnswerKeys(const Peer& p, uint8_t flip = 0) {
+  std::vector<uint8_t> r = p.answer ? *p.answer : std::vector<uint8_t>(16);
+  if (flip != 0 && !r.empty()) r[flip % r.size()] ^= flip;
+  return {{"CHAP_N", kUser}, {"CHAP_R", Hex(r)}};
 }
 
 // The live session: a login the way an initiator with the right secret makes it.
@@ -370,7 +374,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tried.push_back(p);
     }
     LoginPdu l;
-    // T, CSG and NSG as they come; C from bit 4 (bits 4 and 5 of the flags are reserved).
+    // T, CSG and NSG as they come; C from bit 4 (bits 4 and 5 of the flags are reserved). Bit 5:
+    // a wrong CHAP_R, bit 6: the first request's keys.
     l.flags = static_cast<uint8_t>((s & 0x8F) | ((s & 0x10) != 0 ? 0x40 : 0));
     switch (how & 3) {
       case 0:
@@ -400,8 +405,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<pdu::KeyValue> add;
     if ((s & 0x40) != 0) add = FirstKeys();
     if ((how & 0x40) != 0) {
-      // Reach the success path too: answer the challenge as an initiator with the secret does.
-      for (auto& kv : AnswerKeys(*p)) add.push_back(kv);
+      // Reach the success path too: answer the challenge as an initiator with the secret does,
+      // or (bit 5) with a wrong answer of the right length.
+      const uint8_t flip = (s & 0x20) != 0 ? 1 : 0;
+      for (auto& kv : AnswerKeys(*p, flip)) add.push_back(kv);
     }
     l.text.assign(piece.begin(), piece.end());
     if (!add.empty()) {
