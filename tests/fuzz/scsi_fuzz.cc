@@ -28,6 +28,7 @@
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/base/endian.h"
 #include "dataplane/scsi/engine.h"
+#include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/task.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -176,29 +177,12 @@ bool MustConflict(scsi::Lun& lun, const scsi::Nexus& nexus, uint8_t opcode) {
   return writes || exclusive_access;
 }
 
-// The CDB length of an operation code's group (SPC-4 4.2.5.1), for its CONTROL byte.
-size_t CdbLength(uint8_t opcode) {
-  switch (opcode >> 5) {
-    case 0:
-      return 6;
-    case 1:
-    case 2:
-      return 10;
-    case 4:
-      return 16;
-    case 5:
-      return 12;
-    default:
-      return 0;
-  }
-}
-
 // Whether the engine may answer before it looks at the reservations: a pending unit attention
 // (SAM-5 5.14) or NACA=1 in the CONTROL byte.
 bool AnswersFirst(scsi::Lun& lun, scsi::Nexus& nexus, const scsi::Task& t) {
   scsi::UnitAttention ua;
   if (nexus.PeekUnitAttention(lun, &ua)) return true;
-  const size_t len = CdbLength(t.cdb[0]);
+  const size_t len = scsi::CdbLengthForOpcode(t.cdb[0]);
   return len > 0 && (t.cdb[len - 1] & 0x04) != 0;
 }
 
