@@ -177,7 +177,9 @@ Status ToFaultSpec(const iscsigw::v1::FaultInjection& f, const std::string& who,
     }
   }
   out->after_ops = f.after_ops();
-  if (f.probability() < 0 || f.probability() > 1) {
+  // Written so that NaN is refused too: it compares unequal to itself, so a declaration holding
+  // it would count as changed at every start (MergeBootstrap).
+  if (!(f.probability() >= 0 && f.probability() <= 1)) {
     return InvalidArgument(who + "probability " + std::to_string(f.probability()) +
                            " is outside [0, 1]");
   }

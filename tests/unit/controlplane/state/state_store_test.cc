@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -655,6 +656,17 @@ TEST(FaultSpec, RangeAndCapAreCarriedAndAnOverflowingRangeRefused) {
   const Status s = ToFaultSpec(f, "lun 0: fault: ", &spec);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("overflows"), std::string::npos) << s.message();
+}
+
+TEST(FaultSpec, ANanProbabilityIsRefused) {
+  // Accepted before, and then a bootstrap declaring it was re-applied at every start.
+  iscsigw::v1::FaultInjection f;
+  f.set_error("EIO");
+  f.set_probability(std::numeric_limits<double>::quiet_NaN());
+  backing::FaultSpec spec;
+  const Status s = ToFaultSpec(f, "lun 0: fault: ", &spec);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("outside [0, 1]"), std::string::npos) << s.message();
 }
 
 }  // namespace state_store_test
