@@ -470,47 +470,42 @@ TEST_F(SharedReservationsTest, PreemptAndAbortWaitsForTheAbortedTasksOnTheOtherG
   EXPECT_EQ(gw1_.aborter->aborted, std::vector<std::string>{a_.initiator_port()});
 }
 
-// A LOGICAL UNIT RESET through gateway 1 is answered (its hold released) only once gateway 2's
-// tasks of the logical unit have ended.
-TEST_F(SharedReservationsTest, ALogicalUnitResetWaitsForTheOtherGatewaysTasks) {
-  gw2_.aborter->keep_holds = true;
-  gw1_.object->queue_posts = true;
+// Runs `send(hold)` (a task management function through gateway 1, handing gateway 2 the abort
+// of its tasks) and expects `hold`, what holds the function's response, released only once
+// gateway 2's aborted tasks have ended.
+void ExpectAnsweredOnceGateway2sTasksEnded(Gateway& gw1, Gateway& gw2,
+                                           const std::function<void(std::shared_ptr<void>)>& send) {
+  gw2.aborter->keep_holds = true;
+  gw1.object->queue_posts = true;
   std::atomic<bool> released{false};
-  Engine::ResetLun(gw1_.lun(), &a_, OnRelease([&] { released = true; }));
-  ASSERT_EQ(gw1_.object->posted.size(), 1u);
-  std::thread worker([&] { gw1_.object->RunPosted(); });
-  ASSERT_TRUE(WaitForHold(gw2_));
+  send(OnRelease([&] { released = true; }));
+  ASSERT_EQ(gw1.object->posted.size(), 1u);
+  std::thread worker([&] { gw1.object->RunPosted(); });
+  ASSERT_TRUE(WaitForHold(gw2));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(released) << "released while gateway 2's aborted tasks were in the store";
   {
-    std::lock_guard lock(gw2_.aborter->mu);
-    gw2_.aborter->holds.clear();
+    std::lock_guard lock(gw2.aborter->mu);
+    gw2.aborter->holds.clear();
   }
   worker.join();
-  gw1_.object->queue_posts = false;
+  gw1.object->queue_posts = false;
   EXPECT_TRUE(released);
 }
 
+TEST_F(SharedReservationsTest, ALogicalUnitResetWaitsForTheOtherGatewaysTasks) {
+  ExpectAnsweredOnceGateway2sTasksEnded(gw1_, gw2_, [&](std::shared_ptr<void> hold) {
+    Engine::ResetLun(gw1_.lun(), &a_, std::move(hold));
+  });
+  EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{"*"});
+}
+
 // CLEAR TASK SET through gateway 1 (SAM-5 7.4, one task set for every I_T nexus): gateway 2's
-// tasks of the logical unit are aborted too, without a reset's unit attention, and the function
-// is answered (its hold released) only once they have ended.
+// tasks of the logical unit are aborted too, without a reset's unit attention.
 TEST_F(SharedReservationsTest, AClearedTaskSetEndsTheOtherGatewaysTasksBeforeItIsAnswered) {
-  gw2_.aborter->keep_holds = true;
-  gw1_.object->queue_posts = true;
-  std::atomic<bool> released{false};
-  Engine::ClearTaskSet(gw1_.lun(), OnRelease([&] { released = true; }));
-  ASSERT_EQ(gw1_.object->posted.size(), 1u);
-  std::thread worker([&] { gw1_.object->RunPosted(); });
-  ASSERT_TRUE(WaitForHold(gw2_));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_FALSE(released) << "released while gateway 2's aborted tasks were in the store";
-  {
-    std::lock_guard lock(gw2_.aborter->mu);
-    gw2_.aborter->holds.clear();
-  }
-  worker.join();
-  gw1_.object->queue_posts = false;
-  EXPECT_TRUE(released);
+  ExpectAnsweredOnceGateway2sTasksEnded(gw1_, gw2_, [&](std::shared_ptr<void> hold) {
+    Engine::ClearTaskSet(gw1_.lun(), std::move(hold));
+  });
   EXPECT_EQ(gw2_.aborter->aborted, std::vector<std::string>{"clear"});
   EXPECT_TRUE(gw1_.aborter->aborted.empty());  // there the task management function aborts them
   Run(rb_, {0x00});
