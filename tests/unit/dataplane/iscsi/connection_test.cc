@@ -165,6 +165,11 @@ class ConnectionTest : public ::testing::Test {
     const Pdu ua = Command(ini, TestUnitReadyCdb(), 0, false, false);
     ASSERT_EQ(ua.scsi_status(), 0x02);
     ASSERT_EQ(test::ParseSense(ua), (Sense{0x6, 0x29, 0x00}));
+  }  // a as kInitiator and b as kInitiator2: two I_T nexuses.
+  void LoginTwo(TestInitiator& a, TestInitiator& b) {
+    LoginNormal(a);
+    b.isid[5] = 2;
+    LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
   }
 
   // Sends a command without data and returns its SCSI Response.
@@ -1002,9 +1007,7 @@ TEST_F(ConnectionTest, AbortTaskOfAnUnknownTaskSaysTaskDoesNotExist) {
 
 TEST_F(ConnectionTest, LunResetRaisesUnitAttentionOnTheOtherSession) {
   TestInitiator a, b;
-  LoginNormal(a);
-  b.isid[5] = 2;
-  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginTwo(a, b);
   const uint32_t itt = a.NextItt();
   ASSERT_TRUE(a.Send(a.TaskMgmt(5, itt, pdu::kReservedTag, a.cmd_sn)));
   const Pdu r = Expect(a, Opcode::kTaskMgmtResponse);
@@ -1293,9 +1296,7 @@ TEST_F(SlowStoreTest, AbortTaskIsAnsweredOnlyOnceTheAbortedWriteLeftTheStore) {
 
 TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
   TestInitiator a, b, observer;
-  LoginNormal(a);
-  b.isid[5] = 2;
-  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginTwo(a, b);
   LoginObserver(observer);
   const auto sent = std::chrono::steady_clock::now();
   SendWrite(a, a.NextItt(), 9);
@@ -1316,9 +1317,7 @@ TEST_F(SlowStoreTest, LunResetFromAnotherSessionWaitsForItsWrites) {
 // once they have left the store, and each other nexus that lost one is told (TAS=0).
 TEST_F(SlowStoreTest, ClearTaskSetEndsEveryNexussWritesAndTellsThem) {
   TestInitiator a, b, observer;
-  LoginNormal(a);
-  b.isid[5] = 2;
-  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginTwo(a, b);
   LoginObserver(observer);
   SendWrite(a, a.NextItt(), 13);
   EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);  // in the store
@@ -1335,9 +1334,7 @@ TEST_F(SlowStoreTest, ClearTaskSetEndsEveryNexussWritesAndTellsThem) {
 // SAM-5 7.2: ABORT TASK SET ends the tasks of its own I_T nexus only.
 TEST_F(SlowStoreTest, AbortTaskSetLeavesAnotherNexussWrite) {
   TestInitiator a, b;
-  LoginNormal(a);
-  b.isid[5] = 2;
-  LoginNormal(b, SessionKeys({{"InitiatorName", kInitiator2}}));
+  LoginTwo(a, b);
   const uint32_t witt = a.NextItt();
   SendWrite(a, witt, 14);
   EXPECT_EQ(Command(a, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);  // in the store
