@@ -106,7 +106,7 @@ struct BackingPolicy {
 
 struct Options {
   std::vector<std::string> portals{"0.0.0.0:3260"};  // HOST:PORT; port 0 picks a free one
-  unsigned reactors = 0;                             // 0: one per core
+  unsigned reactors = 0;  // 0: one per CPU the process may use (runtime::UsableCpus)
   // This gateway among those that export the same rbd images (1..65535, different on each): its
   // ALUA target port group and its relative target port identifier in every target; its rbd
   // LUNs then open without librbd's cache (RbdStoreOptions::shared). 0: the gateway is alone,

@@ -3,8 +3,9 @@
 // Receive: a coroutine reads into a fixed buffer, frames every complete PDU in it (pdu/frame.h) and
 // dispatches each: login and text negotiation, SCSI commands into the SCSI engine, Data-Out into
 // the task's buffer, task management, NOP, logout. Send: PDUs are queued as TxItems (tasks and
-// control PDUs); Flush() gathers as many as fit into one writev, generating Data-In headers on the
-// fly into a per-connection header area, so nothing is allocated per command.
+// control PDUs); Flush() gathers them into a batch of iovecs, generating Data-In headers on the
+// fly into a per-connection header area, so nothing is allocated per command, and SendBatch
+// hands it to sendmsg, IOV_MAX iovecs per call.
 //
 // Failure tiers: SCSI errors are status + sense; protocol violations get a Reject PDU
 // or a login reject; a stream that cannot be trusted (header digest error, malformed framing)

@@ -125,7 +125,8 @@ class Gateway {
   std::vector<SessionInfo> ListSessions() const;
   // Posts a drop of the session to its reactor. Returns false when no such session exists.
   bool DropSession(uint16_t tsih);
-  // Posts fn(session) to the reactor of every live session of `target` (all targets if empty).
+  // Posts fn(session) to the reactor of every session of `target` (all targets if empty), those
+  // being closed included: their tasks with store I/O in flight can still be waited for.
   void ForEachSession(const std::string& target, std::function<void(Session&)> fn);
   // CLEAR TASK SET (SAM-5 7.4) on the sessions of `target` but `except` (may be null): their
   // tasks for `lun` are aborted, holding `drain` (may be null) while their store I/O is in

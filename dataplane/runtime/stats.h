@@ -1,5 +1,5 @@
 // Hot-path counters: plain per-reactor shards that a Prometheus collector
-// (controlplane/metrics/collector.h) sums at scrape time.
+// (controlplane/metrics/collectors.h) sums at scrape time.
 //
 // Ownership and threading. Every shard has exactly one writer: the reactor whose index it sits at
 // (task.slot / Connection::reactor_). A writer bumps a counter with a relaxed load and a relaxed
