@@ -24,8 +24,14 @@ KEY_A, KEY_B = struct.pack(">Q", 0xA1), struct.pack(">Q", 0xB1)
 
 
 def prout(test, ini, sa, params):
-    """PERSISTENT RESERVE OUT, type WRITE EXCLUSIVE, that must answer GOOD."""
-    status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]), data=params)
+    """PERSISTENT RESERVE OUT, type WRITE EXCLUSIVE, that must answer GOOD. One that ends with a
+    unit attention (an ALUA state change reported meanwhile, say) was not run (SAM-5 5.14) and is
+    sent again, as an initiator does."""
+    for _ in range(3):
+        status, _, sense = ini._command(0, bytes([0x5F, sa, 0x01, 0, 0, 0, 0, 0, 24, 0]),
+                                        data=params)
+        if status != 2 or sense_key_asc(sense)[0] != 0x6:
+            break
     test.assertEqual((status, sense), (0, b""))
 
 
