@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "csi/volume_model.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {

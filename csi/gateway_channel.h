@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::csi {
 

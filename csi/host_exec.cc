@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dataplane/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 extern char** environ;
 

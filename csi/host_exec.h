@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::csi {
 

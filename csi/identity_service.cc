@@ -2,7 +2,7 @@
 
 #include <exception>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::csi {
 

@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "csi/volume_model.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "csi/host_exec.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::csi {
 

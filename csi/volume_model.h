@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "csi/v1/csi.pb.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::csi {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::csi {
 

@@ -1,14 +1,14 @@
 // What the gRPC servers and clients of the project share (the control plane's GatewayService and
 // the CSI driver): the mapping from Status codes to gRPC codes (the gateway API's messages are
 // escaped on top of it: controlplane/service/status_map.h), and PEM files read for TLS. Sits
-// above dataplane/base only; any thread.
+// above base only; any thread.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
 #include <string>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::rpc {
 

@@ -18,7 +18,7 @@
 #include "csi/plugin_server.h"
 #include "csi/readiness.h"
 #include "csi/volume_model.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "server/csi_flags.h"
 #include "server/shutdown_signals.h"
 

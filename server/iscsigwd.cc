@@ -24,7 +24,7 @@
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "server/flags.h"
 #include "server/shutdown_bound.h"
 #include "server/shutdown_signals.h"

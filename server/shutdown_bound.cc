@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "dataplane/base/log.h"
-#include "dataplane/base/pending_steps.h"
+#include "base/log.h"
+#include "base/pending_steps.h"
 
 namespace iscsigw::server {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "controlplane/metrics/collectors.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace prometheus {
 class Exposer;

@@ -14,8 +14,8 @@
 #include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/text_check.h"
-#include "dataplane/base/log.h"
-#include "dataplane/base/log_format.h"
+#include "base/log.h"
+#include "base/log_format.h"
 
 namespace iscsigw::service {
 

@@ -13,7 +13,7 @@
 #include "controlplane/service/lookup.h"
 #include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::service {
 

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "controlplane/service/gateway_service.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::service {
 

@@ -4,7 +4,7 @@
 
 #include <grpcpp/support/status.h>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::service {
 

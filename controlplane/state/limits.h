@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
 namespace iscsigw::state {

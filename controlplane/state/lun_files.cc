@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dataplane/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace iscsigw::state {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "dataplane/api/dataplane.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::state {
 

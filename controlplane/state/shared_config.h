@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "dataplane/api/dataplane.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
 namespace iscsigw::state {

@@ -12,7 +12,7 @@
 
 #include "controlplane/state/shared_config.h"
 #include "controlplane/state/state_file.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::state {
 

@@ -41,7 +41,7 @@
 
 #include "controlplane/state/limits.h"
 #include "dataplane/api/dataplane.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
 namespace iscsigw::state {

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::state {
 

@@ -18,7 +18,7 @@
 #include "dataplane/backing/allowed_paths.h"
 #include "dataplane/backing/fault_store.h"
 #include "dataplane/backing/shared_object.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "dataplane/iscsi/gateway.h"
 
 namespace iscsigw::api {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "dataplane/api/instrumented_store.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/iscsi/task_drain.h"
 #include "dataplane/scsi/sense.h"

@@ -12,7 +12,7 @@
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/fault_store.h"
 #include "dataplane/backing/shared_object.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/runtime/reactor_pool.h"
 #include "dataplane/scsi/engine.h"

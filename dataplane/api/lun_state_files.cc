@@ -11,7 +11,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/session.h"

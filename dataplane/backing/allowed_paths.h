@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/base/status.h"
-#include "dataplane/base/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace iscsigw::backing {
 

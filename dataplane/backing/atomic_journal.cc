@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "dataplane/backing/posix_io.h"
-#include "dataplane/base/crc32c.h"
-#include "dataplane/base/endian.h"
-#include "dataplane/base/log.h"
+#include "base/crc32c.h"
+#include "base/endian.h"
+#include "base/log.h"
 
 namespace iscsigw::backing {
 namespace {

@@ -37,8 +37,8 @@
 #include <string>
 
 #include "dataplane/backing/write_gate.h"
-#include "dataplane/base/status.h"
-#include "dataplane/base/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace iscsigw::backing {
 

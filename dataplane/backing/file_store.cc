@@ -20,8 +20,8 @@
 
 #include "dataplane/backing/op_pool.h"
 #include "dataplane/backing/posix_io.h"
-#include "dataplane/base/log.h"
-#include "dataplane/base/unique_fd.h"
+#include "base/log.h"
+#include "base/unique_fd.h"
 
 namespace iscsigw::backing {
 namespace {

@@ -52,7 +52,7 @@
 #include "dataplane/backing/atomic_journal.h"
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/write_gate.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "dataplane/runtime/file_ring.h"
 
 namespace iscsigw::backing {

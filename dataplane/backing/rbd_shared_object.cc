@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/base/log.h"
-#include "dataplane/base/on_release.h"
+#include "base/log.h"
+#include "base/on_release.h"
 
 namespace iscsigw::backing {
 namespace {

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "dataplane/backing/shared_object.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 namespace iscsigw::backing {
 

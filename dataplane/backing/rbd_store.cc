@@ -22,8 +22,8 @@
 #include "dataplane/backing/deferred_shared_object.h"
 #include "dataplane/backing/op_pool.h"
 #include "dataplane/backing/rbd_shared_object.h"
-#include "dataplane/base/log.h"
-#include "dataplane/base/pending_steps.h"
+#include "base/log.h"
+#include "base/pending_steps.h"
 #include "dataplane/runtime/cpus.h"
 
 namespace iscsigw::backing {

@@ -122,7 +122,7 @@
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/shared_object.h"
 #include "dataplane/backing/write_gate.h"
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "dataplane/runtime/completion_inbox.h"
 
 namespace iscsigw::backing {

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/base/status.h"
+#include "base/status.h"
 #include "dataplane/pdu/text.h"
 
 namespace iscsigw::iscsi {

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/pdu/crc32c.h"
 

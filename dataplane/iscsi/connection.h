@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/login_stages.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/pdu/opcodes.h"
 
 namespace iscsigw::pdu {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dataplane/base/crc32c.h"
+#include "base/crc32c.h"
 
 namespace iscsigw::pdu {
 

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/runtime/event_fd.h"
 
 namespace iscsigw::runtime {

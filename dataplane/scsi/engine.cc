@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/sense.h"
 

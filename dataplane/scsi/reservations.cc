@@ -23,9 +23,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "dataplane/base/endian.h"
-#include "dataplane/base/log.h"
-#include "dataplane/base/on_release.h"
+#include "base/endian.h"
+#include "base/log.h"
+#include "base/on_release.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/opcodes.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/cdb_usage.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/op_table.h"

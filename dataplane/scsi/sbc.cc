@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <span>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sbc_ops.h"

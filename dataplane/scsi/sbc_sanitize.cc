@@ -18,7 +18,7 @@
 #include <new>
 
 #include "dataplane/backing/zero_buffer.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sbc_ops.h"

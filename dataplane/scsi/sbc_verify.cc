@@ -10,7 +10,7 @@
 #include <memory>
 #include <new>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sbc_ops.h"

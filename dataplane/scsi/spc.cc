@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/sbc_ops.h"
 #include "dataplane/scsi/sense.h"

@@ -25,7 +25,7 @@
 #include <new>
 #include <utility>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sbc_ops.h"

@@ -23,7 +23,7 @@
 #include "dataplane/backing/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/session.h"

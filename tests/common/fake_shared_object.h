@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "dataplane/backing/shared_object.h"
-#include "dataplane/base/on_release.h"
+#include "base/on_release.h"
 
 namespace iscsigw::test {
 

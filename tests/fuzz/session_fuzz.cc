@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "dataplane/backing/ram_store.h"
-#include "dataplane/base/endian.h"
-#include "dataplane/base/log.h"
+#include "base/endian.h"
+#include "base/log.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"

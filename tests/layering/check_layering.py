@@ -1,7 +1,7 @@
 """The one-way layering of the tree, checked on every #include of the project's sources, quoted
 or angled:
 
-  server -> controlplane -> dataplane/api -> iscsi -> scsi -> backing -> runtime -> base
+  server -> controlplane -> dataplane/api -> iscsi -> scsi -> backing -> runtime -> base/
                                               iscsi -> pdu -> base
 
 rpc/ (gRPC helpers shared by the control plane and the CSI driver) sits above base only. The
@@ -21,13 +21,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]')
 # What an include names when it is one of the project's headers (iscsigw/v1: generated from
 # proto/).
-PROJECT = ("dataplane/", "controlplane/", "server/", "csi/", "rpc/", "iscsigw/", "tests/")
-SOURCES = ("dataplane", "controlplane", "server", "csi", "rpc")
+PROJECT = ("base/", "dataplane/", "controlplane/", "server/", "csi/", "rpc/", "iscsigw/", "tests/")
+SOURCES = ("base", "dataplane", "controlplane", "server", "csi", "rpc")
 
-BASE = ["dataplane/base"]
+BASE = ["base"]
 # module -> the modules it may include besides itself.
 MAY_INCLUDE = {
-    "dataplane/base": [],
+    "base": [],
     "dataplane/runtime": BASE,
     "dataplane/pdu": BASE,
     "dataplane/backing": BASE + ["dataplane/runtime"],

@@ -20,7 +20,7 @@
 
 #include "csi/plugin_server.h"
 #include "csi/work_queue.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::csi {
 namespace node_service_test {

@@ -17,7 +17,7 @@
 #include "controlplane/service/server.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_store.h"
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::service {
 namespace gateway_service_test {

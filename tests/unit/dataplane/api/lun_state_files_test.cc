@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "dataplane/backing/ram_store.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/engine.h"
 
 namespace iscsigw::api {

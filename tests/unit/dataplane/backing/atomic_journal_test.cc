@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "dataplane/backing/file_store.h"
-#include "dataplane/base/unique_fd.h"
+#include "base/unique_fd.h"
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/pdu/bhs.h"
 #include "dataplane/pdu/crc32c.h"
 #include "dataplane/pdu/opcodes.h"

@@ -14,7 +14,7 @@
 
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/sense.h"
 #include "dataplane/scsi/task.h"
 

@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 
 namespace iscsigw::scsi {
 namespace sense_test {

@@ -18,7 +18,7 @@
 
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/backing/shared_object.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
 #include "tests/common/fake_shared_object.h"

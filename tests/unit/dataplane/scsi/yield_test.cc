@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dataplane/backing/ram_store.h"
-#include "dataplane/base/endian.h"
+#include "base/endian.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/task.h"
 

@@ -1,10 +1,10 @@
-#include "dataplane/base/log_format.h"
+#include "base/log_format.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 namespace iscsigw::log {
 namespace log_format_test {

@@ -1,4 +1,4 @@
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>

@@ -1,4 +1,4 @@
-#include "dataplane/base/log.h"
+#include "base/log.h"
 
 #include <spdlog/async.h>
 #include <spdlog/async_logger.h>
@@ -10,7 +10,7 @@
 #include <chrono>
 #include <vector>
 
-#include "dataplane/base/log_format.h"
+#include "base/log_format.h"
 
 namespace iscsigw::log {
 namespace {

@@ -1,4 +1,4 @@
-#include "dataplane/base/log_format.h"
+#include "base/log_format.h"
 
 #include <spdlog/details/log_msg.h>
 

@@ -1,4 +1,4 @@
-#include "dataplane/base/status.h"
+#include "base/status.h"
 
 #include <system_error>
 

@@ -1,4 +1,4 @@
-#include "dataplane/base/pending_steps.h"
+#include "base/pending_steps.h"
 
 #include <map>
 #include <mutex>
