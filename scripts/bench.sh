@@ -2,8 +2,9 @@
 # The benchmark suite (tests/bench/suite.py): installs what is missing (tgt, fio, iperf3, gnuplot,
 # libiscsi's headers), builds, then measures iscsigwd against tgtd on null, RAM and file LUNs with
 # fio's and iperf3's ceilings, and an rbd LUN against rbd bench on its image (a throwaway Ceph
-# cluster), and rewrites PERFORMANCE.md and docs/perf/*.svg. About 50 minutes
-# with the defaults; arguments go to suite.py (--seconds, --repeats, --only, --out). Needs root.
+# cluster), and rewrites docs/performance.md (its figures; the notes at its end are kept) and
+# docs/perf/*.svg. About 50 minutes with the defaults; arguments go to suite.py (--seconds,
+# --repeats, --only, --out). Needs root.
 # Not part of the tests: run it on an otherwise idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
