@@ -408,8 +408,7 @@ def ceilings(args, log):
 # Report
 
 
-# The share of its IOPS the well-behaved session keeps under each abuse (README.md, "Hostile
-# input").
+# The share of its IOPS the well-behaved session keeps under each abuse (docs/hostile-input.md).
 ABUSE_KEPT_GOAL = 0.80
 
 

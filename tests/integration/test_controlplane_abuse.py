@@ -38,12 +38,13 @@ RESPONSES = {
     "ListAclEntries": pb.ListAclEntriesResponse, "RemoveAclEntry": pb.RemoveAclEntryResponse,
     "SetChap": st.ChapConfig, "GetGatewayInfo": pb.GatewayInfo,
 }
-# The flood's target limit. The default, 4096 (README "Limits", controlplane/state/limits.h), is
-# reached the same way, but every change rewrites the whole state, so filling 4096 targets takes
-# ~20 s of daemon CPU on its own (~45 s on a busy 2-core machine); 1024 keeps the test short.
+# The flood's target limit. The default, 4096 (docs/reference/api.md "Limits",
+# controlplane/state/limits.h), is reached the same way, but every change rewrites the whole
+# state, so filling 4096 targets takes ~20 s of daemon CPU on its own (~45 s on a busy 2-core
+# machine); 1024 keeps the test short.
 FLOOD_MAX_TARGETS = 1024
-# The daemon's resident memory after the flood (README "Limits": 40 MiB measured with 4096
-# targets).
+# The daemon's resident memory after the flood (docs/reference/api.md "Limits": 40 MiB measured
+# with 4096 targets).
 RSS_BOUND = 128 * MiB
 # Under ASan (scripts/sanitized.sh) most of the RSS is the sanitizer's quarantine: not judged.
 SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
