@@ -9,14 +9,18 @@
   - every metric family the code registers (Family("name", ...) or simple("name", ...) anywhere in
     the sources) has a row in docs/reference/metrics.md;
 
-and nothing is documented there that the code no longer has. A row is a table line whose first
+and nothing is documented there that the code no longer has. For the flags of the three programs
+the row's default column must also hold the default the code gives (the member's initialiser in
+the flags struct) and its range column the CLI::Range the code checks.
+
+A row is a table line whose first
 cell starts with the name in backquotes (| `--portal` | ..., or several: | `-o`, `--output` |); a
 flag's environment variable is written in the same row.
 
 Usage: check_reference.py [--self-test]
 Exit 1 with one line per name missing or stale. --self-test plants an undocumented flag, command
-option and metric, and a documented flag that does not exist, in a copy of the tree, and fails
-unless each is reported."""
+option and metric, a documented flag that does not exist and a changed default in a copy of the
+tree, and fails unless each is reported."""
 import os
 import re
 import shutil
@@ -34,6 +38,14 @@ BINARIES = {
     "iscsigw-csi": "server/csi_flags.cc",
     "iscsigwctl": "server/iscsigwctl.cc",
 }
+# Binary -> the file whose struct holds the defaults of its program-level flags, and where named
+# constants in those defaults and ranges are defined.
+DEFAULTS = {
+    "iscsigwd": "server/flags.h",
+    "iscsigw-csi": "server/csi_flags.h",
+    "iscsigwctl": "server/iscsigwctl.cc",
+}
+CONSTANTS = "controlplane/state/limits.h"
 
 # `X = P->add_subcommand("name"` (P may be `app.`), and `X->add_option("names"` / add_flag.
 SUBCOMMAND = re.compile(r'(?:(\w+)\s*=\s*)?(\w+)\s*(?:->|\.)\s*add_subcommand\(\s*"([^"]+)"')
@@ -100,6 +112,77 @@ def code_options(text):
     return out
 
 
+# `app.add_option("names", f->member` (or g.member), and a CLI::Range(lo, hi) in its statement.
+TOP_OPTION = re.compile(r'\bapp\s*\.\s*add_(?:option|flag)\(\s*"([^"]+)"\s*,\s*\w+\s*(?:->|\.)\s*(\w+)')
+RANGE = re.compile(r'CLI::Range\(\s*([\w:]+)\s*,\s*([\w:]+)\s*\)')
+MEMBER = re.compile(r'^\s*[\w:<>]+\s+(\w+)\s*=\s*([^;]+);', re.M)
+CONSTANT = re.compile(r'\b(k\w+)\s*=\s*(\w+)\s*;')
+
+
+def resolve(token, constants):
+    """A C++ literal or named constant as the text the docs show: 30u -> 30, "info" -> info,
+    state::kDefaultMaxTargets -> 4096."""
+    token = token.strip()
+    seen = set()
+    while True:
+        name = token.split("::")[-1]
+        if name in constants and name not in seen:
+            seen.add(name)
+            token = constants[name]
+            continue
+        break
+    if token.startswith('"') and token.endswith('"'):
+        return token[1:-1]
+    m = re.fullmatch(r"(\d+)[uUlL]*", token)
+    return m.group(1) if m else token
+
+
+def code_defaults(repo, binary):
+    """{flag: (default or None, (lo, hi) or None)} of a program's own flags: the default from the
+    member's initialiser (None for none, an empty string or a list), the range from CLI::Range."""
+    text = read(repo, BINARIES[binary])
+    constants = dict(CONSTANT.findall(read(repo, CONSTANTS)))
+    members = {name: value for name, value in MEMBER.findall(read(repo, DEFAULTS[binary]))}
+    out = {}
+    for m in TOP_OPTION.finditer(text):
+        names, member = m.groups()
+        stmt = text[m.end():statement_end(text, m.end())]
+        rng = RANGE.search(stmt)
+        default = members.get(member)
+        default = resolve(default, constants) if default is not None else None
+        if default in ("", "{}"):
+            default = None
+        limits = (resolve(rng.group(1), constants), resolve(rng.group(2), constants)) if rng else None
+        for n in dashed(names):
+            out[n] = (default, limits)
+    return out
+
+
+def cells(row):
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def compare_defaults(where, defaults, rows, problems):
+    """Rows are | flag | variable | default | range | what |."""
+    by_name = {}
+    for name, row in rows:
+        by_name.setdefault(name, row)
+    for name, (default, limits) in sorted(defaults.items()):
+        row = by_name.get(name)
+        if row is None:
+            continue  # reported as undocumented
+        c = cells(row)
+        if len(c) < 5:
+            problems.append(f"{where}: {name}: its row has no default and range columns")
+            continue
+        if default is not None and not re.search(r"(^|[\s`(])" + re.escape(default) + r"($|[\s`,;)])",
+                                                 c[2]):
+            problems.append(f"{where}: {name}: the code's default {default} is not in its row")
+        if limits is not None and f"{limits[0]}..{limits[1]}" not in c[3]:
+            problems.append(f"{where}: {name}: the code's range {limits[0]}..{limits[1]} is not in "
+                            "its row")
+
+
 def doc_sections(text):
     """{heading text: [(row name, whole row)]} of a Markdown file; a row belongs to the nearest
     heading above it."""
@@ -148,6 +231,8 @@ def check(repo=REPO):
             problems.append(f"{FLAGS_DOC}: no section '{binary}'")
             rows = []
         compare(f"{FLAGS_DOC} ({binary}, from {source})", options.get((), {}), rows, problems)
+        compare_defaults(f"{FLAGS_DOC} ({binary}, from {source})", code_defaults(repo, binary), rows,
+                         problems)
         if binary != "iscsigwctl":
             continue
         for path, opts in sorted(options.items()):
@@ -197,14 +282,16 @@ def self_test():
         edit("controlplane/metrics/collectors.cc", '  simple("iscsigw_iscsi_logouts_total"',
              '  simple("iscsigw_planted_total", "x", logouts);\n'
              '  simple("iscsigw_iscsi_logouts_total"')
+        edit("server/flags.h", "unsigned nop_interval_s = 30;", "unsigned nop_interval_s = 31;")
         with open(os.path.join(tmp, FLAGS_DOC), "a") as f:
             f.write("\n## iscsigw-csi\n\n| `--planted-stale` | gone |\n")
         found = check(tmp)
         expected = ["--planted-flag is not documented", "--planted-option is not documented",
                     "iscsigw_planted_total is not documented",
-                    "--planted-stale is documented but the code has no such name"]
+                    "--planted-stale is documented but the code has no such name",
+                    "--nop-interval: the code's default 31 is not in its row"]
         missed = [e for e in expected if not any(e in p for p in found)]
-        extra = [p for p in found if "planted" not in p]
+        extra = [p for p in found if "planted" not in p and "default 31" not in p]
         return missed, extra
 
 
