@@ -14,4 +14,6 @@ scripts/install-deps.sh --bench
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DISCSIGW_FAULT_INJECTION=ON \
   -DISCSIGW_UNITY_BUILD=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG"
 cmake --build build
+# The tests' shared helpers (tests/lib/iscsigw_test), which the benchmarks import too.
+export PYTHONPATH="$PWD/tests/lib${PYTHONPATH:+:$PYTHONPATH}"
 exec tests/bench/suite.py "$@"

@@ -42,8 +42,9 @@ beside a well-behaved session (4 KiB random reads QD32 on a RAM LUN), --seconds 
 (statuses, p99, RSS, the documented bounds); the share of its IOPS the session keeps is measured
 here, against a goal, because on a 2-core VM running other tests beside it that ratio is noise.
 
-Usage: tests/bench/suite.py [--seconds 5] [--repeats 3] [--rbd-repeats 5] [--out docs/performance.md]
-                            [--only null,ram,file,rbd,abuse]
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/bench/suite.py [--seconds 5] [--repeats 3] [--rbd-repeats 5]
+      [--out docs/performance.md] [--only null,ram,file,rbd,abuse]
 Run it through scripts/bench.sh, which installs the packages and builds first. Needs root
 (tgtd, drop_caches). Not part of the tests: a figure here asserts nothing.
 """
@@ -61,11 +62,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import harness  # noqa: E402
-from e2e_vs_tgtd import cpu_seconds, free_port, start_tgtd  # noqa: E402
-from file_lun_read import data_file, drop_caches  # noqa: E402
+from iscsigw_test import harness
+
+from e2e_vs_tgtd import cpu_seconds, free_port, start_tgtd
+from file_lun_read import data_file, drop_caches
 
 KIB = 1024
 RAM_LUN_BYTES = 1 << 30
@@ -416,7 +416,8 @@ def run_abuse(args, log):
     """Runs tests/integration/test_abuse.py with the figures recorded; returns (the test's exit
     status and last lines, one record per abuse)."""
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl", prefix="iscsigw-abuse-") as rec:
-        env = dict(os.environ, ISCSIGW_BUILD=harness.BUILD, ISCSIGW_SANITIZED="0",
+        env = dict(os.environ, PYTHONPATH=os.path.join(harness.REPO, "tests", "lib"),
+                   ISCSIGW_BUILD=harness.BUILD, ISCSIGW_SANITIZED="0",
                    ISCSIGW_ABUSE_RECORD=rec.name, ISCSIGW_ABUSE_SECONDS=str(args.seconds))
         log("abuse: tests/integration/test_abuse.py")
         p = subprocess.run([sys.executable, "-m", "unittest", "test_abuse"], env=env,

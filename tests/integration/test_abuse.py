@@ -23,8 +23,8 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, IQN_PREFIX, load, simple_state, wait_for
-from iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
+from iscsigw_test.harness import DaemonTestCase, IQN_PREFIX, load, simple_state, wait_for
+from iscsigw_test.iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
 
 MiB = 1 << 20
 MAX_CONNECTIONS = 1024  # iscsigwd's default --max-connections
