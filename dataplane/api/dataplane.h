@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 #include "dataplane/backing/fault_store.h"
 #include "dataplane/backing/shared_object.h"
 #include "base/status.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/file/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
 #include "base/endian.h"

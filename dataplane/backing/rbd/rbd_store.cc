@@ -1,4 +1,4 @@
-#include "dataplane/backing/rbd_store.h"
+#include "dataplane/backing/rbd/rbd_store.h"
 
 #include <rados/librados.h>
 #include <rbd/features.h>
@@ -19,11 +19,11 @@
 #include <thread>
 #include <utility>
 
-#include "dataplane/backing/deferred_shared_object.h"
-#include "dataplane/backing/op_pool.h"
-#include "dataplane/backing/rbd_shared_object.h"
 #include "base/log.h"
 #include "base/pending_steps.h"
+#include "dataplane/backing/deferred_shared_object.h"
+#include "dataplane/backing/op_pool.h"
+#include "dataplane/backing/rbd/rbd_shared_object.h"
 #include "dataplane/runtime/cpus.h"
 
 namespace iscsigw::backing {
