@@ -34,20 +34,19 @@
 namespace iscsigw::backing {
 namespace rbd_internal {
 
-// rbd_store.cc.
-// Read-modify-writes, writes that wait behind one, and object map queries block a thread of this
-// pool (shared by every rbd store), never a reactor.
+// Defined in rbd_store.cc. Read-modify-writes, writes that wait behind one, and object map queries
+// block a thread of this pool (shared by every rbd store), never a reactor.
 boost::asio::thread_pool& RbdPool();
 
-// rbd_conf.cc: an option as librbd applies it to one image (ImageConfGet), and the bytes the OSD
-// writes whole (AtomicUnit).
+// Defined in rbd_conf.cc: an option as librbd applies it to one image (ImageConfGet), and the bytes
+// the OSD writes whole (AtomicUnit).
 std::string ImageConfGet(rados_t h, rbd_image_t image, const char* option);
 uint64_t AtomicUnit(rados_t h, rbd_image_t image);
 
-// rbd_lock.cc.
-// The exclusive lock of an image whose last writer died (kill -9, a node crash) stays with that
-// writer's client until the OSDs time its watch out (osd_client_watch_timeout, 30 s), and
-// librbd's writes wait that long to acquire it. Two cases do not wait:
+// Defined in rbd_lock.cc. The exclusive lock of an image whose last writer died (kill -9, a node
+// crash) stays with that writer's client until the OSDs time its watch out
+// (osd_client_watch_timeout, 30 s), and librbd's writes wait that long to acquire it. Two cases do
+// not wait:
 //  - kRestarted, at open: a gateway restarted after a crash comes back with the same host address
 //    and a new nonce. An owner with our host and another nonce is probed.
 //  - kWritesWaiting, from the lock watch (LockWatch): this gateway's writes have made no progress
