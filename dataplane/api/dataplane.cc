@@ -21,6 +21,8 @@
 #include <set>
 #include <thread>
 
+#include "base/log.h"
+#include "base/pending_steps.h"
 #include "dataplane/api/instrumented_store.h"
 #include "dataplane/api/lun_reopen.h"
 #include "dataplane/api/lun_state_files.h"
@@ -28,8 +30,6 @@
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/backing/rbd/rbd_store.h"
-#include "base/log.h"
-#include "base/pending_steps.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/runtime/cpus.h"

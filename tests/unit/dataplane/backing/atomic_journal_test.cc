@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/backing/file/file_store.h"
 #include "base/unique_fd.h"
+#include "dataplane/backing/file/file_store.h"
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {
