@@ -7,7 +7,8 @@
 #
 # CMake's own UNITY_BUILD writes absolute paths into its batch files, so a clone in another
 # directory would miss the compiler cache (CMakeLists.txt, ccache's base_dir); these batch files
-# name each source by its path under the source root, found through the tree-wide include path.
+# name each source by its path under the source root, found through the source root that
+# iscsigw_base gives every target linking it (every target batched here does).
 # Files with options of their own (COMPILE_OPTIONS) compile alone. Names at file scope, even in
 # anonymous namespaces, must be unique within a library: the build of the test command checks it.
 # The unit tests batch too (tests/CMakeLists.txt); each test file keeps its helpers in a namespace

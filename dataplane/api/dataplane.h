@@ -15,10 +15,10 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/backing/allowed_paths.h"
-#include "dataplane/backing/fault_store.h"
-#include "dataplane/backing/shared_object.h"
 #include "base/status.h"
+#include "dataplane/backing/fault_store.h"
+#include "dataplane/backing/file/allowed_paths.h"
+#include "dataplane/backing/shared_object.h"
 #include "dataplane/iscsi/gateway.h"
 
 namespace iscsigw::api {

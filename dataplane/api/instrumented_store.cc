@@ -8,7 +8,7 @@ namespace iscsigw::api {
 
 InstrumentedStore::InstrumentedStore(std::shared_ptr<backing::BackingStore> inner,
                                      runtime::LunStats* stats, bool timed)
-    : inner_(std::move(inner)),
+    : ForwardingStore(std::move(inner)),
       kind_(inner_->kind()),
       stats_(stats),
       timed_(timed),
@@ -35,7 +35,7 @@ void InstrumentedStore::Install(std::shared_ptr<backing::BackingStore> inner) {
 }
 
 std::string InstrumentedStore::offline_reason() const {
-  if (!closed()) return inner_->offline_reason();
+  if (!closed()) return ForwardingStore::offline_reason();
   std::lock_guard lock(why_mu_);
   return why_;
 }

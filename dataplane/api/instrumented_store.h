@@ -1,7 +1,8 @@
-// InstrumentedStore: a BackingStore that forwards every call to the store it wraps and records, in
-// the LUN's per-reactor counter shards (dataplane/runtime/stats.h), how long each data call took
-// from the call to its completion and whether it failed. Every LUN's store is wrapped in one, so
-// latency and errors are measured the same way for ram, null, file and rbd stores.
+// InstrumentedStore: a BackingStore that forwards every call to the store it wraps
+// (backing::ForwardingStore) and records, in the LUN's per-reactor counter shards
+// (dataplane/runtime/stats.h), how long each data call took from the call to its completion and
+// whether it failed. Every LUN's store is wrapped in one, so latency and errors are measured the
+// same way for ram, null, file and rbd stores.
 //
 // What is timed: Read, Write, WriteAtomic, Flush, Unmap, ReadModifyWrite and CompareAndWrite of a
 // store constructed `timed`.
@@ -36,11 +37,12 @@
 #include <string_view>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/forwarding_store.h"
 #include "dataplane/runtime/stats.h"
 
 namespace iscsigw::api {
 
-class InstrumentedStore final : public backing::BackingStore {
+class InstrumentedStore final : public backing::ForwardingStore {
  public:
   // `stats` must outlive the store (runtime::Stats keeps LUN blocks for the life of the process).
   InstrumentedStore(std::shared_ptr<backing::BackingStore> inner, runtime::LunStats* stats,
@@ -48,9 +50,6 @@ class InstrumentedStore final : public backing::BackingStore {
   ~InstrumentedStore() override;
   InstrumentedStore(const InstrumentedStore&) = delete;
   InstrumentedStore& operator=(const InstrumentedStore&) = delete;
-
-  // The store this one forwards to; only while open.
-  backing::BackingStore& inner() { return *inner_; }
 
   // Reopening (above). Close: one thread at a time (the data plane's configuration lock); `why`
   // is the offline reason shown meanwhile. TakeInner and Install: the thread that closed, once
@@ -67,20 +66,24 @@ class InstrumentedStore final : public backing::BackingStore {
 
   std::string_view kind() const override { return kind_; }
   uint64_t size_bytes() const override {
-    return closed() ? kept_.size_bytes : inner_->size_bytes();
+    return closed() ? kept_.size_bytes : ForwardingStore::size_bytes();
   }
-  bool persistent() const override { return closed() ? kept_.persistent : inner_->persistent(); }
-  int ready() const override { return closed() ? ENOTCONN : inner_->ready(); }
+  bool persistent() const override {
+    return closed() ? kept_.persistent : ForwardingStore::persistent();
+  }
+  int ready() const override { return closed() ? ENOTCONN : ForwardingStore::ready(); }
   std::string offline_reason() const override;
-  bool preferred() const override { return closed() ? kept_.preferred : inner_->preferred(); }
+  bool preferred() const override {
+    return closed() ? kept_.preferred : ForwardingStore::preferred();
+  }
   bool thin_provisioned() const override {
-    return closed() ? kept_.thin_provisioned : inner_->thin_provisioned();
+    return closed() ? kept_.thin_provisioned : ForwardingStore::thin_provisioned();
   }
   uint64_t allocated_bytes() const override {
-    return closed() ? kept_.allocated_bytes : inner_->allocated_bytes();
+    return closed() ? kept_.allocated_bytes : ForwardingStore::allocated_bytes();
   }
   uint64_t unmap_granularity() const override {
-    return closed() ? kept_.unmap_granularity : inner_->unmap_granularity();
+    return closed() ? kept_.unmap_granularity : ForwardingStore::unmap_granularity();
   }
   void Unmap(unsigned slot, uint64_t offset, uint64_t len, backing::IoCompletion done) override {
     if (closed()) return done(ENOTCONN);
@@ -89,7 +92,7 @@ class InstrumentedStore final : public backing::BackingStore {
   void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
                        backing::IoCompletion done) override {
     if (closed()) return done(ENOTCONN);
-    inner_->GetProvisioning(slot, offset, max_len, out, done);
+    ForwardingStore::GetProvisioning(slot, offset, max_len, out, done);
   }
   void ReadModifyWrite(unsigned slot, uint64_t offset, std::span<uint8_t> scratch, bool fua,
                        ModifyFn modify, backing::IoCompletion done) override {
@@ -104,10 +107,11 @@ class InstrumentedStore final : public backing::BackingStore {
                             Begin(slot, runtime::StoreOp::kCompareAndWrite, done));
   }
   void Prefetch(uint64_t offset, uint64_t len) override {
-    if (!closed()) inner_->Prefetch(offset, len);
+    if (!closed()) ForwardingStore::Prefetch(offset, len);
   }
   size_t MapRead(uint64_t offset, uint64_t len, std::span<backing::Segment> segs) override {
-    return closed() ? 0 : inner_->MapRead(offset, len, segs);  // 0: Read, which says ENOTCONN
+    return closed() ? 0
+                    : ForwardingStore::MapRead(offset, len, segs);  // 0: Read, which says ENOTCONN
   }
   void Read(unsigned slot, uint64_t offset, std::span<uint8_t> buf,
             backing::IoCompletion done) override {
@@ -124,7 +128,7 @@ class InstrumentedStore final : public backing::BackingStore {
     inner_->Flush(slot, Begin(slot, runtime::StoreOp::kFlush, done));
   }
   AtomicLimits atomic_limits() const override {
-    return closed() ? kept_.atomic_limits : inner_->atomic_limits();
+    return closed() ? kept_.atomic_limits : ForwardingStore::atomic_limits();
   }
   void WriteAtomic(unsigned slot, uint64_t offset, std::span<const uint8_t> buf, bool fua,
                    backing::IoCompletion done) override {
@@ -132,7 +136,7 @@ class InstrumentedStore final : public backing::BackingStore {
     inner_->WriteAtomic(slot, offset, buf, fua, Begin(slot, runtime::StoreOp::kWriteAtomic, done));
   }
   int Grow(uint64_t new_size_bytes) override {
-    return closed() ? ENOTCONN : inner_->Grow(new_size_bytes);
+    return closed() ? ENOTCONN : ForwardingStore::Grow(new_size_bytes);
   }
 
   // Call records slot `slot` owns (in flight or free).
@@ -170,8 +174,8 @@ class InstrumentedStore final : public backing::BackingStore {
     AtomicLimits atomic_limits;
   };
 
-  // Written only while closed_ is set and no call can read it (Close, TakeInner, Install).
-  std::shared_ptr<backing::BackingStore> inner_;
+  // inner_ (ForwardingStore's) is written only while closed_ is set and no call can read it
+  // (Close, TakeInner, Install).
   const std::string_view kind_;  // the stores' kinds are literals
   std::atomic<bool> closed_{false};
   Kept kept_;                  // set by Close, read while closed_

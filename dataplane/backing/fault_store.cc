@@ -12,7 +12,7 @@ int FaultErrnoFromName(std::string_view name) {
 }
 
 FaultStore::FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, DeferFn defer)
-    : inner_(std::move(inner)), spec_(spec), defer_(std::move(defer)) {}
+    : ForwardingStore(std::move(inner)), spec_(spec), defer_(std::move(defer)) {}
 
 size_t FaultStore::MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) {
   if (spec_.active() && spec_.reads) return 0;  // every read goes through Read, to be judged

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/forwarding_store.h"
 
 namespace iscsigw::backing {
 
@@ -52,29 +53,13 @@ int FaultErrnoFromName(std::string_view name);
 using DeferFn =
     std::function<void(unsigned slot, std::chrono::milliseconds delay, std::function<void()> fn)>;
 
-class FaultStore final : public BackingStore {
+class FaultStore final : public ForwardingStore {
  public:
   FaultStore(std::shared_ptr<BackingStore> inner, FaultSpec spec, DeferFn defer);
 
-  // The store it wraps (a live LUN's fault settings change around the same store).
-  const std::shared_ptr<BackingStore>& inner() const { return inner_; }
+  // inner(): the store it wraps (a live LUN's fault settings change around the same store).
+  // What is not overridden below goes straight through (ForwardingStore).
 
-  std::string_view kind() const override { return inner_->kind(); }
-  uint64_t size_bytes() const override { return inner_->size_bytes(); }
-  bool persistent() const override { return inner_->persistent(); }
-  int ready() const override { return inner_->ready(); }
-  std::string offline_reason() const override { return inner_->offline_reason(); }
-  bool preferred() const override { return inner_->preferred(); }
-  bool thin_provisioned() const override { return inner_->thin_provisioned(); }
-  uint64_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-  uint64_t unmap_granularity() const override { return inner_->unmap_granularity(); }
-  AtomicLimits atomic_limits() const override { return inner_->atomic_limits(); }
-  void GetProvisioning(unsigned slot, uint64_t offset, uint64_t max_len, Extent* out,
-                       IoCompletion done) override {
-    inner_->GetProvisioning(slot, offset, max_len, out, done);
-  }
-  void Prefetch(uint64_t offset, uint64_t len) override { inner_->Prefetch(offset, len); }
-  int Grow(uint64_t new_size_bytes) override { return inner_->Grow(new_size_bytes); }
   // Zero-copy reads would bypass the faults: with read faults or a delay every read goes
   // through Read.
   size_t MapRead(uint64_t offset, uint64_t len, std::span<Segment> segs) override;
@@ -102,7 +87,6 @@ class FaultStore final : public BackingStore {
   void Run(unsigned slot, Op op, uint64_t offset, uint64_t len, IoCompletion done,
            std::function<void()> call);
 
-  const std::shared_ptr<BackingStore> inner_;
   const FaultSpec spec_;
   const DeferFn defer_;
   std::atomic<uint64_t> matching_{0};

@@ -4,14 +4,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <string>
+
+#include "base/status.h"
 
 namespace iscsigw::runtime {
 
 int AssignEventFd(boost::asio::posix::stream_descriptor& event, std::string* error) {
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) {
-    *error = std::string("eventfd: ") + std::strerror(errno);
+    *error = std::string("eventfd: ") + ErrnoText(errno);
     return -1;
   }
   boost::system::error_code ec;

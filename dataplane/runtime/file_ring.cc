@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "base/status.h"
 #include "dataplane/runtime/event_fd.h"
 
 namespace iscsigw::runtime {
@@ -96,9 +97,8 @@ void FileRing::RegisterFixed(std::span<uint8_t> region) {
     len = half;
   }
   if (len == offered && rc == 0) return;
-  const std::string why =
-      rc == 0 ? "RLIMIT_MEMLOCK " + MemlockText()
-              : std::string(std::strerror(-rc)) + ", RLIMIT_MEMLOCK " + MemlockText();
+  const std::string why = rc == 0 ? "RLIMIT_MEMLOCK " + MemlockText()
+                                  : ErrnoText(-rc) + ", RLIMIT_MEMLOCK " + MemlockText();
   fixed_error_ = rc == 0 ? "registered " + MiB(len) + " of " + MiB(offered) + " (" + why + ")"
                          : "registering " + MiB(offered) + " failed (" + why + ")";
   if (!fixed_warned.exchange(true, std::memory_order_relaxed)) {
@@ -123,7 +123,7 @@ FileRing::FileRing(boost::asio::io_context& ioc)
   params.flags = IORING_SETUP_CQSIZE;
   params.cq_entries = 4 * kEntries;
   if (int rc = io_uring_queue_init_params(kEntries, &ring_, &params); rc < 0) {
-    error_ = std::string("io_uring_setup: ") + std::strerror(-rc);
+    error_ = std::string("io_uring_setup: ") + ErrnoText(-rc);
     return;
   }
   ring_ok_ = true;
@@ -139,7 +139,7 @@ FileRing::FileRing(boost::asio::io_context& ioc)
   unsigned workers[2] = {kMaxBlockingWorkers, 0};  // bounded, unbounded (0: unchanged)
   (void)io_uring_register_iowq_max_workers(&ring_, workers);
   if (int rc = io_uring_register_eventfd(&ring_, event_fd_); rc < 0) {
-    error_ = std::string("io_uring_register_eventfd: ") + std::strerror(-rc);
+    error_ = std::string("io_uring_register_eventfd: ") + ErrnoText(-rc);
     return;
   }
 }

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/backing/file_store.h"
+#include "base/endian.h"
+#include "dataplane/backing/file/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
-#include "base/endian.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/iscsi/session.h"

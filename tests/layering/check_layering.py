@@ -1,8 +1,14 @@
 """The one-way layering of the tree, checked on every #include of the project's sources, quoted
 or angled:
 
-  server -> controlplane -> dataplane/api -> iscsi -> scsi -> backing -> runtime -> base/
+  server -> controlplane -> dataplane/api -> iscsi -> scsi -> backing -> base/
                                               iscsi -> pdu -> base
+             dataplane/api -> backing/file, backing/rbd -> backing, runtime -> base/
+
+The stores that need a medium stand beside the SCSI engine, not under it: dataplane/backing is the
+store interface and the stores that need no medium, all the engine may include (and links);
+backing/file (io_uring) and backing/rbd (librbd) are included only by dataplane/api, which opens
+stores by kind.
 
 rpc/ (gRPC helpers shared by the control plane and the CSI driver) sits above base only. The
 control plane reaches the data plane only through dataplane/api (and base, its Status and
@@ -10,8 +16,10 @@ logging); the metrics collectors also read the per-reactor counter shards of dat
 by design. The CSI driver is a gRPC client of the gateway and imports nothing of it. No source
 includes tests/.
 
-Each module (a directory below) lists what it may include besides itself; anything else is a
-violation, and so is a source in a directory no module names (a new directory gets a line here).
+Each module (a directory below; dataplane/backing/file and dataplane/backing/rbd are modules of
+their own, apart from dataplane/backing) lists what it may include besides itself; anything else
+is a violation, and so is a source in a directory no module names (a new directory gets a line
+here).
 Exit 1 with one line per include that crosses a layer."""
 import os
 import re
@@ -30,12 +38,15 @@ MAY_INCLUDE = {
     "base": [],
     "dataplane/runtime": BASE,
     "dataplane/pdu": BASE,
-    "dataplane/backing": BASE + ["dataplane/runtime"],
-    "dataplane/scsi": BASE + ["dataplane/runtime", "dataplane/backing"],
+    "dataplane/backing": BASE,
+    "dataplane/backing/file": BASE + ["dataplane/runtime", "dataplane/backing"],
+    "dataplane/backing/rbd": BASE + ["dataplane/runtime", "dataplane/backing"],
+    "dataplane/scsi": BASE + ["dataplane/backing"],
     "dataplane/iscsi": BASE + ["dataplane/runtime", "dataplane/pdu", "dataplane/backing",
                                "dataplane/scsi"],
     "dataplane/api": BASE + ["dataplane/runtime", "dataplane/pdu", "dataplane/backing",
-                             "dataplane/scsi", "dataplane/iscsi"],
+                             "dataplane/backing/file", "dataplane/backing/rbd", "dataplane/scsi",
+                             "dataplane/iscsi"],
     "rpc": BASE + ["iscsigw"],
     "controlplane/state": BASE + ["dataplane/api", "iscsigw"],
     "controlplane/metrics": BASE + ["dataplane/api", "dataplane/runtime", "iscsigw"],
@@ -47,9 +58,16 @@ MAY_INCLUDE = {
 }
 
 
+# Modules one directory deeper than their parent's.
+SUBMODULES = ("dataplane/backing/file", "dataplane/backing/rbd")
+
+
 def module_of(path):
-    """The module a source or an include path belongs to: dataplane/X and controlplane/X, else
-    the top directory."""
+    """The module a source or an include path belongs to: one of SUBMODULES, dataplane/X and
+    controlplane/X, else the top directory."""
+    for sub in SUBMODULES:
+        if path.startswith(sub + "/"):
+            return sub
     parts = path.split("/")
     if parts[0] in ("dataplane", "controlplane") and len(parts) > 2:
         return "/".join(parts[:2])

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 
 namespace iscsigw::api {
 // How gtest prints an action that is not the one expected.

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dataplane/api/dataplane.h"
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 #include "tests/unit/dataplane/iscsi/test_initiator.h"
 
 // Its own namespace: the api tests compile in one unity batch.

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dataplane/api/dataplane.h"
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 #include "tests/unit/dataplane/iscsi/test_initiator.h"
 
 namespace iscsigw::api {

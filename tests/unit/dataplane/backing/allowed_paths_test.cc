@@ -1,4 +1,4 @@
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "dataplane/backing/atomic_journal.h"
+#include "dataplane/backing/file/atomic_journal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/backing/file_store.h"
 #include "base/unique_fd.h"
+#include "dataplane/backing/file/file_store.h"
 #include "tests/unit/dataplane/backing/record_completion.h"
 
 namespace iscsigw::backing {

@@ -1,4 +1,4 @@
-#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/file/file_store.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/file/file_store.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
 #include "tests/unit/dataplane/backing/record_completion.h"

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/file/file_store.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
 

@@ -3,7 +3,7 @@
 // every completion on the reactor thread, FUA and flush, discard reading back zeros, provisioning
 // from the object map, COMPARE AND WRITE on the cluster and through the gate, online growth, and
 // the errors that name a missing cluster, pool or image.
-#include "dataplane/backing/rbd_store.h"
+#include "dataplane/backing/rbd/rbd_store.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -105,6 +105,8 @@
 // reactors (the last task of a removed LUN). No exception escapes.
 // Secrets: the keyring path is handed to librados and is never logged nor put into an error
 // message; this code never reads the keyring.
+// The implementation is split by job (conf, lock, image, I/O, offline): rbd_internal.h lists the
+// files.
 #pragma once
 
 #include <atomic>
@@ -119,10 +121,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/shared_object.h"
 #include "dataplane/backing/write_gate.h"
-#include "base/status.h"
 #include "dataplane/runtime/completion_inbox.h"
 
 namespace iscsigw::backing {

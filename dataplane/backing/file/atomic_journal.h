@@ -36,9 +36,9 @@
 #include <span>
 #include <string>
 
-#include "dataplane/backing/write_gate.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "dataplane/backing/write_gate.h"
 
 namespace iscsigw::backing {
 

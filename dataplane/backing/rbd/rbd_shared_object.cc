@@ -1,4 +1,4 @@
-#include "dataplane/backing/rbd_shared_object.h"
+#include "dataplane/backing/rbd/rbd_shared_object.h"
 
 #include <algorithm>
 #include <cerrno>

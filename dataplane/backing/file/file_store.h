@@ -48,11 +48,11 @@
 #include <string_view>
 #include <vector>
 
-#include "dataplane/backing/allowed_paths.h"
-#include "dataplane/backing/atomic_journal.h"
-#include "dataplane/backing/backing_store.h"
-#include "dataplane/backing/write_gate.h"
 #include "base/status.h"
+#include "dataplane/backing/backing_store.h"
+#include "dataplane/backing/file/allowed_paths.h"
+#include "dataplane/backing/file/atomic_journal.h"
+#include "dataplane/backing/write_gate.h"
 #include "dataplane/runtime/file_ring.h"
 
 namespace iscsigw::backing {

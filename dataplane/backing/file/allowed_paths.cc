@@ -1,4 +1,4 @@
-#include "dataplane/backing/allowed_paths.h"
+#include "dataplane/backing/file/allowed_paths.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 
 namespace iscsigw::backing {
 
@@ -29,7 +28,7 @@ Status Refused(const std::string& path, const std::string& why) {
 
 // An error of a file system call on an allowed path.
 Status CallError(const std::string& path, const char* call, int err) {
-  std::string msg = path + ": " + call + ": " + std::strerror(err);
+  std::string msg = path + ": " + call + ": " + ErrnoText(err);
   switch (err) {
     case ELOOP:
     case EXDEV:
@@ -96,16 +95,16 @@ Result<std::shared_ptr<const AllowedPaths>> AllowedPaths::Make(
     }
     char resolved[PATH_MAX];
     if (::realpath(root.c_str(), resolved) == nullptr) {
-      return InvalidArgument("backing path " + root + ": " + std::strerror(errno));
+      return InvalidArgument("backing path " + root + ": " + ErrnoText(errno));
     }
     struct stat st {};
     if (::stat(resolved, &st) != 0) {
-      return InvalidArgument("backing path " + root + ": " + std::strerror(errno));
+      return InvalidArgument("backing path " + root + ": " + ErrnoText(errno));
     }
     if (S_ISDIR(st.st_mode)) {
       UniqueFd fd(::open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!fd.valid()) {
-        return InvalidArgument("backing path " + root + ": " + std::strerror(errno));
+        return InvalidArgument("backing path " + root + ": " + ErrnoText(errno));
       }
       allowed->dirs_.push_back(Dir{resolved, std::move(fd)});
     } else if (S_ISBLK(st.st_mode)) {

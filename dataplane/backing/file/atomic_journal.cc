@@ -1,4 +1,4 @@
-#include "dataplane/backing/atomic_journal.h"
+#include "dataplane/backing/file/atomic_journal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,10 +14,10 @@
 #include <random>
 #include <vector>
 
-#include "dataplane/backing/posix_io.h"
 #include "base/crc32c.h"
 #include "base/endian.h"
 #include "base/log.h"
+#include "dataplane/backing/file/posix_io.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -124,13 +124,13 @@ Result<JournalFile> Examine(const std::string& path, const std::string& who,
   }
   // A live store's journal (another store of this file, still closing): not ours to touch.
   if (!TryLock(fd->get(), !read_only)) {
-    if (errno == EAGAIN || errno == EACCES) return JournalFile{JournalFile::kLive};
+    if (errno == EAGAIN || errno == EACCES) return JournalFile{JournalFile::kLive, {}, {}};
     return IoError(who + "lock: " + ErrnoText(errno));
   }
   struct stat st {};
   if (::fstat(fd->get(), &st) != 0) return IoError(who + "fstat: " + ErrnoText(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  JournalFile f{JournalFile::kDiscard};
+  JournalFile f{JournalFile::kDiscard, {}, {}};
   std::array<uint8_t, kUsedHeader> raw{};
   if (size < kUsedHeader) return f;
   if (const int err = PreadAll(fd->get(), 0, raw); err != 0) {

@@ -1,4 +1,4 @@
-#include "dataplane/backing/file_store.h"
+#include "dataplane/backing/file/file_store.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -18,10 +18,10 @@
 #include <string>
 #include <utility>
 
-#include "dataplane/backing/op_pool.h"
-#include "dataplane/backing/posix_io.h"
 #include "base/log.h"
 #include "base/unique_fd.h"
+#include "dataplane/backing/file/posix_io.h"
+#include "dataplane/backing/op_pool.h"
 
 namespace iscsigw::backing {
 namespace {
@@ -115,8 +115,8 @@ struct FileStore::Op : runtime::FileRing::Op {
 };
 
 struct FileStore::Slot {
-  Slot(asio::io_context& ioc, runtime::FileRing* ring, unsigned index)
-      : ioc(&ioc), ring(ring), index(index) {}
+  Slot(asio::io_context& context, runtime::FileRing* file_ring, unsigned slot_index)
+      : ioc(&context), ring(file_ring), index(slot_index) {}
   asio::io_context* ioc;
   runtime::FileRing* ring;  // null: io_uring refused, calls run on FallbackPool()
   unsigned index;

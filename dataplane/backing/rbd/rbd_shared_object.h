@@ -46,8 +46,8 @@
 #include <thread>
 #include <vector>
 
-#include "dataplane/backing/shared_object.h"
 #include "base/status.h"
+#include "dataplane/backing/shared_object.h"
 
 namespace iscsigw::backing {
 
