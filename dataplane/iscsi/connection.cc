@@ -425,6 +425,10 @@ bool Connection::HandleLogout(const pdu::Frame& f) {
 
 void Connection::RequestLogout(std::chrono::seconds within) {
   if (closed_ || phase_ != Phase::kFullFeature || logout_deadline_) return;
+  if (held_) {
+    logout_after_login_ = within;
+    return;
+  }
   ControlPdu* c = NewControl();
   c->hdr.SetOpcode(Opcode::kAsyncMessage);
   c->hdr.SetFlags(0x80);

@@ -71,7 +71,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed() const { return closed_; }
 
   // RFC 7143 11.9.1 AsyncEvent 1: asks the initiator to log out within `within`; the connection is
-  // closed if it has not by then. Reactor thread only.
+  // closed if it has not by then. A session reinstating another has its login response held
+  // (HoldLoginResponse) until the old session's tasks end: the request follows that response.
+  // Reactor thread only.
   void RequestLogout(std::chrono::seconds within);
 
   // Aborts this connection's tasks addressed to lun_id (all LUNs when lun_id is ~0), without
@@ -268,6 +270,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // have ended; nothing more is parsed meanwhile.
   bool held_ = false;
   ControlPdu* held_login_ = nullptr;
+  // A RequestLogout made while the login response is held: sent right after that response, since
+  // the initiator is in full feature phase, where an Async Message may come, only once it has it.
+  std::optional<std::chrono::seconds> logout_after_login_;
   boost::asio::steady_timer wake_;
   Task* unsol_head_ = nullptr;  // tasks still receiving unsolicited Data-Out
 

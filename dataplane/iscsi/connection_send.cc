@@ -66,13 +66,19 @@ std::shared_ptr<TaskDrain> Connection::QueueWhenDrained(ControlPdu* c) {
   return TaskDrain::Create(gw_.pool().context(reactor_), [weak = weak_from_this(), c] {
     auto self = weak.lock();
     if (!self || self->closed_) return;
-    if (self->held_login_ == c) {  // a reinstating login: the reader parses what waited
+    const bool login = self->held_login_ == c;
+    if (login) {  // a reinstating login: the reader parses what waited
       self->held_ = false;
       self->held_login_ = nullptr;
       self->wake_.cancel();
     }
     self->QueueControl(c);
     self->Flush();
+    if (login && self->logout_after_login_) {  // asked for while the response was held
+      const std::chrono::seconds within = *self->logout_after_login_;
+      self->logout_after_login_.reset();
+      self->RequestLogout(within);
+    }
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1372,6 +1373,35 @@ TEST_F(SlowStoreTest, ReinstatementAnswersTheLoginOnlyAfterTheOldSessionsWrites)
   EXPECT_EQ(ua.scsi_status(), 0x02);
   WriteImmediate(fresh, 0, Pattern(4096, 12));
   EXPECT_EQ(ReadBack(fresh, 0, 4096), Pattern(4096, 12));
+}
+
+// RFC 7143 11.9.1: an Async Message is a full feature phase PDU. A session kill (RequestLogout)
+// reaching a reinstating session while its login response waits for the old session's writes
+// sent the Async Message first, and the initiator got it where it awaited the login response.
+TEST_F(SlowStoreTest, ALogoutRequestedDuringAHeldReinstatementFollowsTheLoginResponse) {
+  TestInitiator old_conn, fresh;
+  LoginNormal(old_conn);
+  SendWrite(old_conn, old_conn.NextItt(), 15);
+  EXPECT_EQ(Command(old_conn, TestUnitReadyCdb(), 0, false, false).scsi_status(), 0);
+  ASSERT_TRUE(fresh.Connect(portal_));  // same initiator name and ISID
+  auto login = std::async(std::launch::async, [&] { return fresh.Login(SessionKeys()); });
+  // The new session is listed while its login response is held.
+  uint16_t tsih = 0;
+  const auto until = std::chrono::steady_clock::now() + kDelay;
+  while (tsih == 0 && std::chrono::steady_clock::now() < until) {
+    for (const auto& s : dp_->ListSessions()) {
+      if (s.tsih != old_conn.tsih) tsih = s.tsih;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_NE(tsih, 0) << "the reinstating session was not listed while its login was held";
+  ASSERT_TRUE(dp_->RequestLogout(tsih, std::chrono::seconds(5)));
+  const std::optional<Pdu> r = login.get();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->opcode(), Opcode::kLoginResponse) << "a PDU came before the login response";
+  EXPECT_EQ(r->login_status(), 0);
+  const Pdu a = Expect(fresh, Opcode::kAsyncMessage, 5s);
+  EXPECT_EQ(a.bhs[36], 1);  // the logout request, once the initiator is in full feature phase
 }
 
 // RFC 7143 11.14 / SAM-5: after the Logout Response none of the session's writes may still land.
