@@ -2,7 +2,7 @@
 // gateway.cc). Each Add*Commands adds its noun and verbs to the CLI11 app with their arguments,
 // and has the verb the parser picks set `action`: what runs once the channel is open (it reads
 // `g` then, after parsing). The verbs' argument values live as long as the app's callbacks and
-// the action; `g` and `action` must outlive the app.
+// the action; `g` and `action` must stay alive while the app parses and the action runs.
 #pragma once
 
 #include <CLI/CLI.hpp>
