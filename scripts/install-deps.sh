@@ -57,7 +57,7 @@ packaging_pkgs=(
 
 # Benchmarks (tests/bench, not part of the tests): tgtd to compare against, fio for the device,
 # libiscsi's headers for the load client tests/bench/iscsi_load.cc (also a test package).
-# iperf3 for the network ceiling, gnuplot for PERFORMANCE.md's plots, perf for the profiles of
+# iperf3 for the network ceiling, gnuplot for docs/performance.md's plots, perf for the profiles of
 # missed goals, ss (iproute2) to see iperf3's server listen.
 bench_pkgs=(
   tgt fio libiscsi-bin libiscsi-dev iperf3 gnuplot-nox linux-perf iproute2

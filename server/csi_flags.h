@@ -1,5 +1,6 @@
-// iscsigw-csi's command line (its contract: README.md): every flag also settable through an
-// ISCSIGW_CSI_* environment variable, for the pods that run it. Parsing only; main wires.
+// iscsigw-csi's command line (its contract: docs/reference/flags.md): every flag also settable
+// through an ISCSIGW_CSI_* environment variable, for the pods that run it. Parsing only; main
+// wires.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ struct CsiFlags {
   unsigned copy_timeout_s = 600;    // ... of one that copies data: a clone, a restore, a snapshot
 };
 
-// Returns -1 to go on, or the exit code (0 for --help, 2 for a usage error).
+// Returns -1 to go on, or the exit code: 0 for --help, CLI11's code for a flag it cannot parse.
 int ParseCsiFlags(int argc, char** argv, CsiFlags* flags);
 
 }  // namespace iscsigw::server

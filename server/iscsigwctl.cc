@@ -1,5 +1,5 @@
 // iscsigwctl: the command-line client of the iscsigw.v1 gRPC API (its commands and exit codes are a
-// contract: README.md).
+// contract: docs/reference/cli.md and docs/reference/flags.md).
 //
 //   iscsigwctl [--server HOST:PORT] [-o table|json] NOUN VERB ARGS...
 //

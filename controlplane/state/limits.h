@@ -5,7 +5,7 @@
 // flood of creates beyond a limit never copies the state. A state file that is already over a
 // limit (a limit lowered by a flag) still loads: it may shrink, but not grow.
 //
-// Why these numbers (README "Limits" says the same for operators):
+// Why these numbers (docs/reference/api.md, "Limits", says the same for operators):
 //  - LUNs per target: 256. LUN ids are 0..255, SAM peripheral device addressing, which the SCSI
 //    engine keeps as a 256-entry table (dataplane/scsi/engine.h kMaxLuns); it cannot be raised.
 //  - Targets: 4096. Every change rewrites and fsyncs the whole state file and republishes the

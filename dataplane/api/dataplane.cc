@@ -21,6 +21,9 @@
 #include <set>
 #include <thread>
 
+#include "base/log.h"
+#include "base/pending_steps.h"
+#include "dataplane/api/apply_plan.h"
 #include "dataplane/api/instrumented_store.h"
 #include "dataplane/api/lun_reopen.h"
 #include "dataplane/api/lun_state_files.h"
@@ -28,8 +31,6 @@
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/backing/rbd_store.h"
-#include "base/log.h"
-#include "base/pending_steps.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/runtime/cpus.h"
@@ -538,7 +539,59 @@ struct Dataplane::Impl {
     LunSpec spec;
     std::shared_ptr<scsi::Lun> lun;
   };
-  std::map<std::pair<std::string, uint32_t>, LunEntry> luns;  // guarded by config_mu
+  std::map<LunKey, LunEntry> luns;  // guarded by config_mu
+
+  // The steps of Dataplane::Apply after ValidateConfig, all but OpenRbdImages under config_mu.
+  //
+  // The LUNs served now, as PlanApply takes them.
+  std::map<LunKey, LiveLun> Live() const;
+  // The rbd images of the LUNs the plan opens, opened without the lock; in kStrict, up to the
+  // first that fails.
+  using PreOpened = std::map<LunKey, Result<std::unique_ptr<backing::RbdStore>>>;
+  PreOpened OpenRbdImages(const Config& config, const ApplyPlan& plan, ApplyMode mode);
+  // A new LUN's store, ready to serve: its file created when the spec asks, opened (or taken from
+  // `pre`), behind a fault wrapper when the spec asks and an InstrumentedStore.
+  struct LunStore {
+    std::shared_ptr<backing::BackingStore> store;
+    std::shared_ptr<backing::OfflineRbdStore> offline;    // kStartup: an rbd image not open yet
+    std::shared_ptr<backing::SharedObject> shared_state;  // rbd with other gateways
+    uint64_t size = 0;
+  };
+  Result<LunStore> OpenStore(const std::string& target, const LunSpec& l, const std::string& who,
+                             ApplyMode mode, PreOpened& pre);
+  scsi::LunConfig LunConfigOf(const std::string& target, const LunSpec& l,
+                              std::shared_ptr<backing::SharedObject> shared_state);
+  // What a configuration builds before anything of it is published. Dropped unpublished, it
+  // rolls the change back: the stores it opened close, and `luns` and the snapshot the gateway
+  // serves stay as they were.
+  struct Staged {
+    std::map<LunKey, LunEntry> luns;
+    std::shared_ptr<iscsi::Snapshot> snapshot;
+    struct Grow {
+      std::shared_ptr<scsi::Lun> lun;
+      uint64_t size;
+      std::string who;
+    };
+    std::vector<Grow> grows;
+    // rbd LUNs configured offline (kStartup), whose retry starts once the configuration is live.
+    struct OfflineStart {
+      std::shared_ptr<backing::OfflineRbdStore> store;
+      std::shared_ptr<scsi::Lun> lun;
+    };
+    std::vector<OfflineStart> offline_starts;
+    // Targets whose LUNs were added or removed, with the ids added.
+    std::vector<std::pair<std::shared_ptr<iscsi::TargetConfig>, std::set<uint32_t>>>
+        changed_inventory;
+  };
+  // Reopens the LUNs the plan reopens (in place, at once) and builds the rest into `staged`.
+  Status Stage(const Config& config, const ApplyPlan& plan, ApplyMode mode, PreOpened& pre,
+               Staged* staged);
+  // Grows the stores of LUNs whose size grew; every I_T nexus of each hears of it.
+  Status GrowStores(const std::vector<Staged::Grow>& grows);
+  // Publishes `staged`: unit attentions for the targets whose LUNs changed, the durable state of
+  // removed LUNs removed, the new snapshot served, offline rbd LUNs retried.
+  void Commit(const ApplyPlan& plan, Staged staged);
+
   bool stopped = false;
   // Declared last: its writer drains (posting to the reactors) before the pool goes.
   std::unique_ptr<LunStateFiles> lun_state;
@@ -636,256 +689,208 @@ ReopenContext Dataplane::Impl::Reopening() {
   return ReopenContext{gateway, pool, std::move(open), DeferOn(&pool)};
 }
 
-Status Dataplane::Apply(const Config& config, ApplyMode mode) {
-  // The whole configuration is checked first: nothing reaches a cluster for a refused change.
-  std::set<std::string> names;
-  for (const auto& t : config.targets) {
-    if (Status s = ValidateIscsiName(t.name); !s.ok()) {
-      return InvalidArgument("target " + t.name + ": " + s.message());
-    }
-    if (!names.insert(t.name).second) return AlreadyExists("target " + t.name + " is listed twice");
-    std::set<uint32_t> ids;
+namespace {
+// A target as the iSCSI layer serves it, its LUNs still to come.
+std::shared_ptr<iscsi::TargetConfig> NewTargetConfig(const TargetSpec& t, uint16_t gateway_id) {
+  auto tc = std::make_shared<iscsi::TargetConfig>();
+  tc->info.name = t.name;
+  // A target has one port on each gateway: its relative port id and its target port group are
+  // the gateway's id, the same for every target and across restarts (VPD 0x83, RTPG).
+  tc->info.relative_port_id = gateway_id;
+  tc->info.target_port_group = gateway_id;
+  // And its portal group tag: the SCSI target port name (VPD 0x83, "name,t,0x<tpgt>") must
+  // differ between the ports of one target.
+  tc->info.tpgt = gateway_id;
+  tc->alias = t.alias;
+  tc->allow_any_initiator = t.allow_any_initiator;
+  for (const auto& e : t.acl) {
+    iscsi::AclEntry entry;
+    entry.initiator = e.initiator;
+    for (const auto& src : e.sources) entry.sources.push_back(*iscsi::SourceNet::Parse(src));
+    tc->acl.push_back(std::move(entry));
+  }
+  tc->chap = t.chap;
+  return tc;
+}
+
+const LunPlan* FindLun(const TargetPlan& tp, uint32_t id) {
+  for (const auto& lp : tp.luns) {
+    if (lp.spec.id == id) return &lp;
+  }
+  return nullptr;
+}
+}  // namespace
+
+std::map<LunKey, LiveLun> Dataplane::Impl::Live() const {
+  std::map<LunKey, LiveLun> live;
+  for (const auto& [key, entry] : luns)
+    live.emplace(key, LiveLun{entry.spec, LeftClosed(*entry.lun)});
+  return live;
+}
+
+Dataplane::Impl::PreOpened Dataplane::Impl::OpenRbdImages(const Config& config,
+                                                          const ApplyPlan& plan, ApplyMode mode) {
+  PreOpened pre;
+  for (size_t i = 0; i < config.targets.size(); ++i) {
+    const TargetSpec& t = config.targets[i];
     for (const auto& l : t.luns) {
-      if (Status s = ValidateLun(t.name, l); !s.ok()) return s;
-      if (Status s =
-              impl_->backing.Check(l, "lun " + std::to_string(l.id) + " of " + t.name + ": ");
-          !s.ok()) {
-        return s;
-      }
-      if (!ids.insert(l.id).second) {
-        return AlreadyExists("lun " + std::to_string(l.id) + " of " + t.name + " is listed twice");
-      }
+      // A LUN whose settings change reopens its store itself, once the old one has closed.
+      const LunPlan* lp = FindLun(plan.targets[i], l.id);
+      if (l.backing != BackingKind::kRbd || lp->action != LunPlan::Action::kOpen) continue;
+      auto store = backing::RbdStore::Open(RbdOptionsOf(l, backing, shared_images ? gateway_id : 0),
+                                           pool.contexts());
+      const bool failed = !store.ok();
+      pre.emplace(LunKey{t.name, l.id}, std::move(store));
+      if (failed && mode == ApplyMode::kStrict) return pre;
     }
-    for (const auto& e : t.acl) {
-      if (Status s = ValidateAclEntry(t.name, e); !s.ok()) return s;
-    }
-    if (Status s = iscsi::ValidateChapCredentials(t.chap, "target " + t.name + ": "); !s.ok()) {
+  }
+  return pre;
+}
+
+Result<Dataplane::Impl::LunStore> Dataplane::Impl::OpenStore(const std::string& target,
+                                                             const LunSpec& l,
+                                                             const std::string& who, ApplyMode mode,
+                                                             PreOpened& pre) {
+  if (l.backing == BackingKind::kFile) {
+    if (Status s = PrepareFile(who, l, *backing.paths); !s.ok()) {
       return s;
     }
   }
-  if (Status s = iscsi::ValidateChapCredentials(config.discovery_chap, "discovery: "); !s.ok()) {
-    return s;
-  }
-  {
-    std::vector<std::pair<std::string, const ChapCredentials*>> sets;
-    sets.reserve(config.targets.size() + 1);
-    for (const auto& t : config.targets) sets.emplace_back("target " + t.name, &t.chap);
-    sets.emplace_back("discovery", &config.discovery_chap);
-    if (Status s = iscsi::ValidateMutualSecretsApart(sets); !s.ok()) {
-      // A change is refused. A configuration the daemon starts with was accepted before this
-      // check existed: it still starts, loudly, so that the secret can be changed through the API.
-      if (mode == ApplyMode::kStrict) return s;
-      log::Iscsi().error("configuration: {}", s.message());
-    }
-  }
-
-  // rbd images are opened before the configuration lock is taken: an open waits for its cluster
-  // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,
-  // must not wait with it. Only LUNs that are new or whose backing changed are opened, in order;
-  // a strict change stops at the first that fails (the locked pass refuses it there). Changes are
-  // serialized by the caller (state::StateStore), so the locked pass finds the LUNs as they were.
-  std::map<std::pair<std::string, uint32_t>, Result<std::unique_ptr<backing::RbdStore>>> pre;
-  {
-    std::vector<std::pair<std::pair<std::string, uint32_t>, LunSpec>> wanted;
-    {
-      std::lock_guard lock(impl_->config_mu);
-      for (const auto& t : config.targets) {
-        for (const auto& l : t.luns) {
-          if (l.backing != BackingKind::kRbd) continue;
-          auto old = impl_->luns.find({t.name, l.id});
-          // A LUN whose settings change reopens its store itself, once the old one has closed.
-          if (old != impl_->luns.end() && IsReopen(old->second.spec, l)) continue;
-          wanted.push_back({{t.name, l.id}, l});
-        }
+  LunStore out;
+  std::shared_ptr<backing::BackingStore>& store = out.store;
+  uint64_t& size = out.size;
+  size = l.size_bytes;
+  switch (l.backing) {
+    case BackingKind::kRam:
+      store = backing::NewRamStore(l.size_bytes);
+      break;
+    case BackingKind::kNull:
+      store = backing::NewNullStore(l.size_bytes);
+      break;
+    case BackingKind::kFile: {
+      auto fs = backing::FileStore::Open(FileOptionsOf(l, backing), pool.contexts());
+      if (!fs.ok()) {
+        return Status(fs.status().code(), who + fs.status().message());
       }
+      size = fs.value()->size_bytes();
+      if (size % l.block_size != 0) {
+        return InvalidArgument(who + "file " + l.path + " size " + std::to_string(size) +
+                               " is not a multiple of block_size " + std::to_string(l.block_size));
+      }
+      store = std::move(fs).value();
+      break;
     }
-    for (auto& [key, l] : wanted) {
-      auto store = backing::RbdStore::Open(
-          RbdOptionsOf(l, impl_->backing, impl_->shared_images ? impl_->gateway_id : 0),
-          impl_->pool.contexts());
-      const bool failed = !store.ok();
-      pre.emplace(key, std::move(store));
-      if (failed && mode == ApplyMode::kStrict) break;
+    case BackingKind::kRbd: {
+      const backing::RbdStoreOptions ro = RbdOptionsOf(l, backing, shared_images ? gateway_id : 0);
+      auto opened = pre.find(LunKey{target, l.id});
+      auto rs = opened != pre.end() ? std::move(opened->second)
+                                    : backing::RbdStore::Open(ro, pool.contexts());
+      if (!rs.ok() && mode == ApplyMode::kStartup &&
+          rs.status().code() != StatusCode::kInvalidArgument) {
+        // One unreachable cluster must not keep the daemon, and every other LUN, down.
+        out.offline = std::make_shared<backing::OfflineRbdStore>(ro, pool.contexts(), l.block_size,
+                                                                 who + rs.status().message());
+        size = out.offline->size_bytes();
+        out.shared_state = out.offline->shared_object();
+        store = out.offline;
+        break;
+      }
+      if (!rs.ok()) {
+        return Status(rs.status().code(), who + rs.status().message());
+      }
+      size = rs.value()->size_bytes();
+      if (size % l.block_size != 0) {
+        return InvalidArgument(who + "rbd image " + rs.value()->name() + " size " +
+                               std::to_string(size) + " is not a multiple of block_size " +
+                               std::to_string(l.block_size));
+      }
+      out.shared_state = rs.value()->shared_object();
+      store = std::move(rs).value();
+      break;
     }
   }
+  if (l.fault.active()) {
+    // Inside the instrumented wrapper, so that injected errors are counted like real ones.
+    store = std::make_shared<backing::FaultStore>(std::move(store), l.fault, DeferOn(&pool));
+    log::Ctl().warn("lun {} of {}: fault injection on (delay {} ms, error {}, after {} calls)",
+                    l.id, target, l.fault.delay.count(), l.fault.error, l.fault.after_ops);
+  }
+  // Backing I/O errors are counted per LUN around every store call, and the latency of the
+  // stores whose calls can wait (files, rbd); ram and null complete inline in memory.
+  store = std::make_shared<InstrumentedStore>(
+      std::move(store), runtime::Stats::Global().ForLun(target, l.id),
+      l.backing == BackingKind::kFile || l.backing == BackingKind::kRbd);
+  return out;
+}
 
-  std::lock_guard lock(impl_->config_mu);
+scsi::LunConfig Dataplane::Impl::LunConfigOf(const std::string& target, const LunSpec& l,
+                                             std::shared_ptr<backing::SharedObject> shared_state) {
+  scsi::LunConfig lc;
+  lc.id = l.id;
+  lc.block_size = l.block_size;
+  lc.physical_block_size = l.physical_block_size;
+  lc.read_only = l.read_only;
+  // Other gateways export an rbd image too: its reservations live in the image's shared
+  // object. Without one (the image was not reachable at start) none here, rather than one
+  // that fences this gateway's paths only.
+  lc.reservations = !(shared_images && l.backing == BackingKind::kRbd) || shared_state != nullptr;
+  lc.shared_state = std::move(shared_state);
+  const uint64_t h = Fnv1a(target + "/" + std::to_string(l.id));
+  if (l.serial.empty()) {
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+    lc.serial = buf;
+  } else {
+    lc.serial = l.serial;
+  }
+  // NAA 6 (IEEE Registered Extended) with a locally derived, stable identifier.
+  lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
+  lc.state_store = lun_state ? lun_state->ForLun(target, l.id) : nullptr;
+  lc.task_aborter = std::make_shared<GatewayTaskAborter>(gateway, target);
+  lc.post = [p = &pool](unsigned slot, std::function<void()> fn) {
+    asio::post(p->context(slot), std::move(fn));
+  };
+  return lc;
+}
 
-  // Build the new LUN set first; only when every store opened is anything published.
-  std::map<std::pair<std::string, uint32_t>, Impl::LunEntry> next;
-  auto snapshot = std::make_shared<iscsi::Snapshot>();
-  snapshot->discovery_chap = config.discovery_chap;
-  // Unit attentions are raised only once everything opened and the snapshot is about to go out.
-  struct Grow {
-    std::shared_ptr<scsi::Lun> lun;
-    uint64_t size;
-    std::string who;
-  };
-  std::vector<Grow> grows;
-  // rbd LUNs configured offline (kStartup), whose retry starts once the configuration is live.
-  struct OfflineStart {
-    std::shared_ptr<backing::OfflineRbdStore> store;
-    std::shared_ptr<scsi::Lun> lun;
-  };
-  std::vector<OfflineStart> offline_starts;
-  std::vector<std::shared_ptr<iscsi::TargetConfig>> changed_inventory;
-  std::vector<std::set<uint32_t>> new_ids;
-  for (const auto& t : config.targets) {
-    auto tc = std::make_shared<iscsi::TargetConfig>();
-    tc->info.name = t.name;
-    // A target has one port on each gateway: its relative port id and its target port group are
-    // the gateway's id, the same for every target and across restarts (VPD 0x83, RTPG).
-    tc->info.relative_port_id = impl_->gateway_id;
-    tc->info.target_port_group = impl_->gateway_id;
-    // And its portal group tag: the SCSI target port name (VPD 0x83, "name,t,0x<tpgt>") must
-    // differ between the ports of one target.
-    tc->info.tpgt = impl_->gateway_id;
-    tc->alias = t.alias;
-    tc->allow_any_initiator = t.allow_any_initiator;
-    for (const auto& e : t.acl) {
-      iscsi::AclEntry entry;
-      entry.initiator = e.initiator;
-      for (const auto& src : e.sources) entry.sources.push_back(*iscsi::SourceNet::Parse(src));
-      tc->acl.push_back(std::move(entry));
-    }
-    tc->chap = t.chap;
-    std::vector<LunSpec> luns = t.luns;
-    std::sort(luns.begin(), luns.end(), [](auto& a, auto& b) { return a.id < b.id; });
-    bool inventory_changed = false;
-    std::set<uint32_t> added;
-    for (const auto& l : luns) {
-      const auto key = std::make_pair(t.name, l.id);
+Status Dataplane::Impl::Stage(const Config& config, const ApplyPlan& plan, ApplyMode mode,
+                              PreOpened& pre, Staged* staged) {
+  staged->snapshot = std::make_shared<iscsi::Snapshot>();
+  staged->snapshot->discovery_chap = config.discovery_chap;
+  for (size_t i = 0; i < config.targets.size(); ++i) {
+    const TargetSpec& t = config.targets[i];
+    const TargetPlan& tp = plan.targets[i];
+    auto tc = NewTargetConfig(t, gateway_id);
+    for (const LunPlan& lp : tp.luns) {
+      const LunSpec& l = lp.spec;
+      const LunKey key{t.name, l.id};
       const std::string who = "lun " + std::to_string(l.id) + " of " + t.name + ": ";
       if (l.fault.active() && !kFaultInjectionBuilt) {
         return InvalidArgument(who +
                                "fault is for tests; this build has no fault injection "
                                "(configure with -DISCSIGW_FAULT_INJECTION=ON)");
       }
-      auto old = impl_->luns.find(key);
-      if (old != impl_->luns.end() && IsReopen(old->second.spec, l)) {
-        // The same LUN: its state stays. Other store settings reopen its store in place
-        // (lun_reopen.h); a larger size grows it below.
-        Impl::LunEntry& entry = old->second;
-        LunSpec settings = l;
-        settings.size_bytes = entry.spec.size_bytes;
-        if (!SameBacking(entry.spec, settings) || LeftClosed(*entry.lun)) {
-          if (Status s = ReopenLun(impl_->Reopening(), *entry.lun, entry.spec, settings, who);
+      if (lp.action != LunPlan::Action::kOpen) {
+        LunEntry& entry = luns.at(key);
+        if (lp.action == LunPlan::Action::kReopen) {
+          if (Status s = ReopenLun(Reopening(), *entry.lun, entry.spec, lp.reopen_to, who);
               !s.ok()) {
             return s;
           }
-          entry.spec = settings;  // what the store is now, whatever else this change meets
+          entry.spec = lp.reopen_to;  // what the store is now, whatever else this change meets
         }
-        next[key] = Impl::LunEntry{l, entry.lun};
+        staged->luns[key] = LunEntry{l, entry.lun};
         tc->info.luns.push_back(entry.lun);
-        if (l.size_bytes > entry.spec.size_bytes) grows.push_back({entry.lun, l.size_bytes, who});
+        if (lp.grow) staged->grows.push_back({entry.lun, l.size_bytes, who});
         continue;
       }
-      if (old == impl_->luns.end()) {
-        inventory_changed = true;
-        added.insert(l.id);
-      }
-      if (l.backing == BackingKind::kFile) {
-        if (Status s = PrepareFile(who, l, *impl_->backing.paths); !s.ok()) {
-          return s;
-        }
-      }
-      std::shared_ptr<backing::BackingStore> store;
-      std::shared_ptr<backing::OfflineRbdStore> offline;
-      std::shared_ptr<backing::SharedObject> shared_state;  // rbd with other gateways
-      uint64_t size = l.size_bytes;
-      switch (l.backing) {
-        case BackingKind::kRam:
-          store = backing::NewRamStore(l.size_bytes);
-          break;
-        case BackingKind::kNull:
-          store = backing::NewNullStore(l.size_bytes);
-          break;
-        case BackingKind::kFile: {
-          auto fs =
-              backing::FileStore::Open(FileOptionsOf(l, impl_->backing), impl_->pool.contexts());
-          if (!fs.ok()) {
-            return Status(fs.status().code(), who + fs.status().message());
-          }
-          size = fs.value()->size_bytes();
-          if (size % l.block_size != 0) {
-            return InvalidArgument(who + "file " + l.path + " size " + std::to_string(size) +
-                                   " is not a multiple of block_size " +
-                                   std::to_string(l.block_size));
-          }
-          store = std::move(fs).value();
-          break;
-        }
-        case BackingKind::kRbd: {
-          const backing::RbdStoreOptions ro =
-              RbdOptionsOf(l, impl_->backing, impl_->shared_images ? impl_->gateway_id : 0);
-          auto opened = pre.find(key);
-          auto rs = opened != pre.end() ? std::move(opened->second)
-                                        : backing::RbdStore::Open(ro, impl_->pool.contexts());
-          if (!rs.ok() && mode == ApplyMode::kStartup &&
-              rs.status().code() != StatusCode::kInvalidArgument) {
-            // One unreachable cluster must not keep the daemon, and every other LUN, down.
-            offline = std::make_shared<backing::OfflineRbdStore>(
-                ro, impl_->pool.contexts(), l.block_size, who + rs.status().message());
-            size = offline->size_bytes();
-            shared_state = offline->shared_object();
-            store = offline;
-            break;
-          }
-          if (!rs.ok()) {
-            return Status(rs.status().code(), who + rs.status().message());
-          }
-          size = rs.value()->size_bytes();
-          if (size % l.block_size != 0) {
-            return InvalidArgument(who + "rbd image " + rs.value()->name() + " size " +
-                                   std::to_string(size) + " is not a multiple of block_size " +
-                                   std::to_string(l.block_size));
-          }
-          shared_state = rs.value()->shared_object();
-          store = std::move(rs).value();
-          break;
-        }
-      }
-      scsi::LunConfig lc;
-      lc.id = l.id;
-      lc.block_size = l.block_size;
-      lc.physical_block_size = l.physical_block_size;
-      lc.read_only = l.read_only;
-      // Other gateways export an rbd image too: its reservations live in the image's shared
-      // object. Without one (the image was not reachable at start) none here, rather than one
-      // that fences this gateway's paths only.
-      lc.shared_state = shared_state;
-      lc.reservations =
-          !(impl_->shared_images && l.backing == BackingKind::kRbd) || shared_state != nullptr;
-      const uint64_t h = Fnv1a(t.name + "/" + std::to_string(l.id));
-      if (l.serial.empty()) {
-        char buf[17];
-        std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-        lc.serial = buf;
-      } else {
-        lc.serial = l.serial;
-      }
-      // NAA 6 (IEEE Registered Extended) with a locally derived, stable identifier.
-      lc.naa_id = l.device_id ? l.device_id : ((uint64_t{6} << 60) | (h & 0x0fffffffffffffffull));
-      lc.state_store = impl_->lun_state ? impl_->lun_state->ForLun(t.name, l.id) : nullptr;
-      lc.task_aborter = std::make_shared<GatewayTaskAborter>(impl_->gateway, t.name);
-      lc.post = [pool = &impl_->pool](unsigned slot, std::function<void()> fn) {
-        asio::post(pool->context(slot), std::move(fn));
-      };
-      if (l.fault.active()) {
-        // Inside the instrumented wrapper, so that injected errors are counted like real ones.
-        store =
-            std::make_shared<backing::FaultStore>(std::move(store), l.fault, DeferOn(&impl_->pool));
-        log::Ctl().warn("lun {} of {}: fault injection on (delay {} ms, error {}, after {} calls)",
-                        l.id, t.name, l.fault.delay.count(), l.fault.error, l.fault.after_ops);
-      }
-      // Backing I/O errors are counted per LUN around every store call, and the latency of the
-      // stores whose calls can wait (files, rbd); ram and null complete inline in memory.
-      store = std::make_shared<InstrumentedStore>(
-          std::move(store), runtime::Stats::Global().ForLun(t.name, l.id),
-          l.backing == BackingKind::kFile || l.backing == BackingKind::kRbd);
-      auto lun = std::make_shared<scsi::Lun>(lc, std::move(store));
-      next[key] = Impl::LunEntry{l, lun};
-      if (offline) offline_starts.push_back({offline, lun});
+      auto opened = OpenStore(t.name, l, who, mode, pre);
+      if (!opened.ok()) return opened.status();
+      LunStore& ls = opened.value();
+      auto lun =
+          std::make_shared<scsi::Lun>(LunConfigOf(t.name, l, ls.shared_state), std::move(ls.store));
+      staged->luns[key] = LunEntry{l, lun};
+      if (ls.offline) staged->offline_starts.push_back({ls.offline, lun});
       tc->info.luns.push_back(lun);
       log::Ctl().info(
           "lun {} of {}: {} store, {} bytes, block size {}{}", l.id, t.name,
@@ -894,17 +899,15 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
           : l.backing == BackingKind::kRbd
               ? "rbd " + l.rbd.pool + "/" + (l.rbd.ns.empty() ? "" : l.rbd.ns + "/") + l.rbd.image
               : "file " + l.path,
-          size, l.block_size, l.read_only ? ", read-only" : "");
+          ls.size, l.block_size, l.read_only ? ", read-only" : "");
     }
-    for (const auto& [key, entry] : impl_->luns) {
-      if (key.first == t.name && !next.count(key)) inventory_changed = true;  // removed
-    }
-    if (inventory_changed) {
-      changed_inventory.push_back(tc);
-      new_ids.push_back(std::move(added));
-    }
-    snapshot->targets.push_back(std::move(tc));
+    if (tp.inventory_changed) staged->changed_inventory.push_back({tc, tp.added});
+    staged->snapshot->targets.push_back(std::move(tc));
   }
+  return Status::Ok();
+}
+
+Status Dataplane::Impl::GrowStores(const std::vector<Staged::Grow>& grows) {
   for (const auto& g : grows) {
     if (g.size % g.lun->block_size() != 0) {
       return InvalidArgument(g.who + "size_bytes " + std::to_string(g.size) +
@@ -920,20 +923,22 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
     g.lun->RaiseUnitAttention(scsi::UnitAttention{0x2a, 0x09}, nullptr);
     log::Ctl().info("{}grown to {} bytes", g.who, g.size);
   }
-  for (size_t i = 0; i < changed_inventory.size(); ++i) {
+  return Status::Ok();
+}
+
+void Dataplane::Impl::Commit(const ApplyPlan& plan, Staged staged) {
+  for (const auto& [tc, added] : staged.changed_inventory) {
     // SPC-4 7.x REPORT LUNS: REPORTED LUNS DATA HAS CHANGED on the LUNs that existed before.
-    RaiseOnTarget(changed_inventory[i]->info.luns, scsi::UnitAttention{0x3f, 0x0e}, new_ids[i]);
+    RaiseOnTarget(tc->info.luns, scsi::UnitAttention{0x3f, 0x0e}, added);
   }
-  if (impl_->lun_state) {
+  if (lun_state) {
     // A LUN that is gone takes its durable SCSI state with it: a LUN created later under the same
     // id must not inherit its persistent reservations or saved mode pages.
-    for (const auto& [key, entry] : impl_->luns) {
-      if (!next.count(key)) impl_->lun_state->Remove(entry.lun->config().state_store);
-    }
+    for (const auto& key : plan.removed) lun_state->Remove(luns.at(key).lun->config().state_store);
   }
-  impl_->luns = std::move(next);
-  impl_->gateway.Publish(std::move(snapshot));
-  for (auto& o : offline_starts) {
+  luns = std::move(staged.luns);
+  gateway.Publish(std::move(staged.snapshot));
+  for (auto& o : staged.offline_starts) {
     o.store->Start([weak = std::weak_ptr<scsi::Lun>(o.lun)](uint64_t offline_size, uint64_t size) {
       // SBC-3 4.7: the image's size is not the one the LUN reported while offline.
       auto lun = weak.lock();
@@ -942,6 +947,38 @@ Status Dataplane::Apply(const Config& config, ApplyMode mode) {
       }
     });
   }
+}
+
+// Validate, plan, build the new LUNs' stores, and publish them, or nothing: a change that fails
+// after validation drops what it built, and the LUNs and targets served stay as they were. What
+// cannot be taken back stays: a store reopened in place keeps its new settings
+// (docs/live-lun-changes.md), one grown before another failed to grow its size.
+Status Dataplane::Apply(const Config& config, ApplyMode mode) {
+  // The whole configuration is checked first: nothing reaches a cluster for a refused change.
+  if (Status s = ValidateConfig(config, impl_->backing, mode); !s.ok()) return s;
+
+  // rbd images are opened before the configuration lock is taken: an open waits for its cluster
+  // (up to client_mount_timeout), and lun get/list and the metrics scrape, which take the lock,
+  // must not wait with it. Only LUNs that are new or whose backing changed are opened, in order;
+  // a strict change stops at the first that fails (the locked pass refuses it there). Changes are
+  // serialized by the caller (state::StateStore), so the locked pass finds the LUNs as they were.
+  Impl::PreOpened pre;
+  {
+    ApplyPlan plan;
+    {
+      std::lock_guard lock(impl_->config_mu);
+      plan = PlanApply(impl_->Live(), config);
+    }
+    pre = impl_->OpenRbdImages(config, plan, mode);
+  }
+
+  std::lock_guard lock(impl_->config_mu);
+  const ApplyPlan plan = PlanApply(impl_->Live(), config);
+  // Unit attentions are raised only once everything opened and the snapshot is about to go out.
+  Impl::Staged staged;
+  if (Status s = impl_->Stage(config, plan, mode, pre, &staged); !s.ok()) return s;
+  if (Status s = impl_->GrowStores(staged.grows); !s.ok()) return s;
+  impl_->Commit(plan, std::move(staged));
   return Status::Ok();
 }
 

@@ -11,6 +11,11 @@
 // or a login reject; a stream that cannot be trusted (header digest error, malformed framing)
 // closes the connection. Threading: every member but admission_ is used only on the reactor thread
 // the connection was placed on.
+//
+// The implementation has a file per phase: connection.cc (lifetime, reader and dispatch, NOP,
+// timers, logout), connection_login.cc, connection_text.cc (text and SendTargets discovery),
+// connection_command.cc (SCSI commands, Data-Out and R2T), connection_tmf.cc (task management)
+// and connection_send.cc (the send path and its batching).
 #pragma once
 
 #include <sys/uio.h>
@@ -112,36 +117,53 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   enum class Phase : uint8_t { kLogin, kFullFeature, kLoggingOut, kClosed };
 
+  // The private member functions by phase, each phase in a file of its own.
+
+  // Lifetime, receive and dispatch, NOP and the timers, logout (connection.cc).
   boost::asio::awaitable<void> ReadLoop();
   boost::asio::awaitable<void> TimerLoop();
   // Frames and handles every complete PDU in the receive buffer. False: close the connection.
   bool ParseBuffered();
-
   // Receive side. Returns false when the connection must close.
   bool HandleFrame(const pdu::Frame& f);
-  bool HandleLogin(const pdu::Frame& f);
-  bool HandleScsiCommand(const pdu::Frame& f);
-  bool HandleDataOut(const pdu::Frame& f);
-  // Ends a write whose Data-Out broke the sequence rules: CHECK CONDITION, ABORTED COMMAND with
-  // `ascq` of ASC 4Bh (DATA PHASE ERROR family); later Data-Out for it is discarded.
-  bool FailDataOut(Task* t, uint8_t ascq);
   bool HandleNopOut(const pdu::Frame& f);
-  bool HandleTaskMgmt(const pdu::Frame& f);
-  bool HandleText(const pdu::Frame& f);
   bool HandleLogout(const pdu::Frame& f);
   // CmdSN rules for a non-login request (RFC 7143 4.2.2.1). Returns false when the PDU must be
   // silently ignored (outside the window).
   bool AcceptCmdSn(const pdu::BhsView& h);
+  std::string PortalAddress() const;
 
-  // Login helpers.
+  // Login (connection_login.cc).
+  bool HandleLogin(const pdu::Frame& f);
   bool SendLoginReject(const pdu::BhsView& req, LoginStatus status);
   // A request the stage rules refuse (login_stages.h): logged, then SendLoginReject.
   bool RefuseLoginStage(const pdu::BhsView& req, LoginStatus status, std::string_view why);
   // Before the first request is negotiated: the authentication the target (or discovery) demands.
   void PrepareAuth(const std::vector<pdu::KeyValue>& first_request);
-  bool FinishLogin(const pdu::BhsView& req);
+  // The names the first request gives (RFC 7143 6.3.1): kSuccess when they are a new session of
+  // a discovery or of a target this initiator may use, else the status to reject the login with.
+  LoginStatus CheckFirstRequest();
+  // One CHAP step of a security stage request (RFC 7143 12.1.3): kSuccess, or the status to
+  // reject the login with; a failure counts towards the source's lockout (auth_throttle.h).
+  LoginStatus StepChap(const std::vector<pdu::KeyValue>& keys, std::vector<pdu::KeyValue>* out);
+  // The session of a login going to full feature phase, registered; `replaced` receives the
+  // sessions it reinstates.
+  void CreateSession(uint32_t cmd_sn, std::vector<std::shared_ptr<Session>>* replaced);
+  // Holds login response `c` until the tasks of the `replaced` sessions have ended.
+  void HoldLoginResponse(ControlPdu* c, const std::vector<std::shared_ptr<Session>>& replaced);
+  // After the last login response is queued: full feature phase with the negotiated limits.
+  void EnterFullFeaturePhase();
+  void ApplyNegotiatedLimits();
 
-  // SCSI task flow.
+  // Full-feature text negotiation and SendTargets discovery (connection_text.cc).
+  bool HandleText(const pdu::Frame& f);
+
+  // SCSI commands, Data-Out and R2T, and the task flow to its response (connection_command.cc).
+  bool HandleScsiCommand(const pdu::Frame& f);
+  bool HandleDataOut(const pdu::Frame& f);
+  // Ends a write whose Data-Out broke the sequence rules: CHECK CONDITION, ABORTED COMMAND with
+  // `ascq` of ASC 4Bh (DATA PHASE ERROR family); later Data-Out for it is discarded.
+  bool FailDataOut(Task* t, uint8_t ascq);
   void IssueR2Ts(Task* t);
   void StartExecution(Task* t);
   static void OnScsiComplete(scsi::Task* st, void* ctx);
@@ -152,14 +174,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // With DataDigest, Data-In is copied out of store memory first, so that the digest covers the
   // bytes that are sent even while another reactor writes the same blocks.
   void CopyDataInForDigest(Task* t);
+
+  // Task management (connection_tmf.cc, with AbortTasks).
+  bool HandleTaskMgmt(const pdu::Frame& f);
   Task* FindTaskByItt(uint32_t itt);
 
-  // Send side.
+  // Send side (connection_send.cc).
   ControlPdu* NewControl();
-  void QueueControl(ControlPdu* c);
+  void QueueControl(ControlPdu* c) { Queue(c); }
   // A drain that queues `c` (and flushes) on this reactor once every task it waits for has ended.
   std::shared_ptr<TaskDrain> QueueWhenDrained(ControlPdu* c);
-  void Queue(TxItem* item);
+  // Appends to the send queue. Here, not in connection_send.cc: the command path queues every
+  // R2T and response through it, and it is too small to be worth a call.
+  void Queue(TxItem* item) {
+    if (item->tx_queued || closed_) return;
+    item->tx_queued = true;
+    item->tx_next = nullptr;
+    if (tx_tail_ != nullptr) {
+      tx_tail_->tx_next = item;
+    } else {
+      tx_head_ = item;
+    }
+    tx_tail_ = item;
+  }
   // Takes a queued item off the send queue (a task released before its R2Ts went out).
   void Dequeue(TxItem* item);
   void SendReject(const uint8_t* bhs, pdu::RejectReason reason);
@@ -184,9 +221,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void FlushSoon();
   void FillSn(pdu::Bhs& h, bool advance_stat_sn);
 
-  void ApplyNegotiatedLimits();
-  std::string PortalAddress() const;
-
   // Metrics (dataplane/runtime/stats.h): this reactor's shard, or null while counting is off.
   runtime::ReactorShard* Counters() const {
     return runtime::Stats::Global().enabled() ? stats_ : nullptr;
@@ -194,9 +228,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void CountTx(const uint8_t* bhs) {
     if (auto* s = Counters()) s->Pdu(1, bhs[0]);
   }
-  void CountLogin(uint16_t status);
-  void CountCommand(const Task* t);
-  void CountTmf(uint8_t function, uint8_t response);
+  void CountLogin(uint16_t status);                   // connection_login.cc
+  void CountCommand(const Task* t);                   // connection_command.cc
+  void CountTmf(uint8_t function, uint8_t response);  // connection_tmf.cc
 
   Gateway& gw_;
   const unsigned reactor_;

@@ -1,8 +1,8 @@
 // LoginStages: the stage machine of one login (RFC 7143 6.3, 11.12, 12), apart from the keys.
 // It decides, from a Login Request's CSG, NSG, T and C and from whether the authentication the
 // login requires has succeeded, whether the request may be taken in the stage the target is in,
-// and whether the answer may carry T=1. The connection (connection.cc) asks it for every login
-// PDU; the login fuzzer and the model test (tests/) hold it to the same rules.
+// and whether the answer may carry T=1. The connection (connection_login.cc) asks it for every
+// login PDU; the login fuzzer and the model test (tests/) hold it to the same rules.
 //
 // The rules (docs/security.md lists them with the attacks they stop):
 //   1. The first request starts the login in its CSG, security (0) or operational (1). Every later

@@ -21,6 +21,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "base/endian.h"
@@ -527,242 +528,271 @@ struct ProutRequest {
   NexusMatch move_to;     // REGISTER AND MOVE
 };
 
+// One PERSISTENT RESERVE OUT service action at work on `res` (the caller holds res.mu()): what it
+// asks, who asks, and where its outcome goes. Each service action below sets the task's status
+// when the command fails, queues in `fx` what other nexuses must learn, and sets *persist when
+// reservation state changed.
+struct ProutCall {
+  Reservations& res;
+  const ProutRequest& q;
+  const Nexus& me;
+  Task& task;
+  ProutEffects& fx;
+  bool* persist;
+  Reservations::Registrant* reg;  // the issuer's registration; null when it has none
+
+  // A registration changed: the generation PERSISTENT RESERVE IN reports moves, and the state is
+  // to be saved.
+  void Changed() const {
+    res.bump_generation();
+    *persist = true;
+  }
+  // Whether the issuer is registered and presented its own key; RESERVATION CONFLICT when not
+  // (every service action but REGISTER and REGISTER AND IGNORE EXISTING KEY).
+  bool Registered() const {
+    if (reg != nullptr && reg->key == q.rk) return true;
+    SetConflict(task);
+    return false;
+  }
+};
+
+// REGISTER and REGISTER AND IGNORE EXISTING KEY (SPC-4 5.13.7): register, change the key, or
+// unregister (5.13.11.3).
+void ProutRegister(const ProutCall& c) {
+  Reservations& res = c.res;
+  auto& regs = res.registrants();
+  const uint64_t sark = c.q.sark;
+  // An unregistered nexus must present key 0 (REGISTER); a registered one its own key (REGISTER);
+  // REGISTER AND IGNORE EXISTING KEY skips the check.
+  if (c.q.sa == kRegister && c.q.rk != (c.reg != nullptr ? c.reg->key : 0)) {
+    SetConflict(c.task);
+    return;
+  }
+  if (c.reg == nullptr) {
+    if (sark == 0) return;  // nothing to register, nothing to do
+    const bool ar = res.pr_reserved() && Reservations::AllRegistrantsType(res.pr_type());
+    Reservations::Registrant r;
+    r.key = sark;
+    r.all_tg_pt = c.q.all_tg_pt;
+    r.nexus = NexusMatch{c.me.initiator_port(), false,
+                         static_cast<uint16_t>(c.q.all_tg_pt ? 0 : c.me.relative_port_id())};
+    regs.push_back(std::move(r));
+    // A new registrant of an all-registrants reservation holds it too (5.13.9).
+    if (ar) regs.back().holder = true;
+  } else if (sark != 0) {
+    c.reg->key = sark;
+  } else {
+    // Unregister (5.13.11.3). The holder's reservation goes with it, unless all registrants hold
+    // it and others remain.
+    const bool was_holder = c.reg->holder && res.pr_reserved();
+    const uint8_t old_type = res.pr_type();
+    regs.erase(regs.begin() + (c.reg - regs.data()));
+    if (was_holder && (!Reservations::AllRegistrantsType(old_type) || regs.empty())) {
+      res.set_pr(false, 0);
+      // 5.13.11.2.2: releasing a registrants-only reservation tells the other registrants.
+      if (Reservations::RegistrantsOnlyType(old_type)) {
+        RaiseForRegistrants(c.fx, regs, Asc::kReservationsReleased,
+                            [](const auto&) { return true; });
+      }
+    }
+  }
+  res.set_aptpl(c.q.aptpl);
+  c.Changed();
+}
+
+// RESERVE (SPC-4 5.13.9): only a registrant with its key; a reservation of another type or by
+// another holder conflicts; the same reservation again is a no-op.
+void ProutReserve(const ProutCall& c) {
+  Reservations& res = c.res;
+  if (!c.Registered()) return;
+  if (res.pr_reserved()) {
+    if (!c.reg->holder || res.pr_type() != c.q.type) SetConflict(c.task);
+    return;
+  }
+  if (Reservations::AllRegistrantsType(c.q.type)) {
+    for (auto& r : res.registrants()) r.holder = true;
+  } else {
+    c.reg->holder = true;
+  }
+  res.set_pr(true, c.q.type);
+  *c.persist = true;
+}
+
+// RELEASE (SPC-4 5.13.11.2): the holder lets the reservation go; the other registrants of a
+// registrants-only or all-registrants one learn of it.
+void ProutRelease(const ProutCall& c) {
+  Reservations& res = c.res;
+  if (!c.Registered()) return;
+  if (!res.pr_reserved() || !c.reg->holder) return;  // no-op, GOOD
+  if (res.pr_type() != c.q.type) {
+    SetCheckCondition(c.task, SenseKey::kIllegalRequest,
+                      Asc::kInvalidReleaseOfPersistentReservation);
+    return;
+  }
+  const uint8_t old_type = res.pr_type();
+  res.set_pr(false, 0);
+  if (Reservations::RegistrantsOnlyType(old_type) || Reservations::AllRegistrantsType(old_type)) {
+    RaiseForRegistrants(c.fx, res.registrants(), Asc::kReservationsReleased,
+                        [](const auto&) { return true; });
+  }
+  *c.persist = true;
+}
+
+// CLEAR (SPC-4 5.13.11): every registration and the reservation go; the others learn of it.
+void ProutClear(const ProutCall& c) {
+  if (!c.Registered()) return;
+  auto& regs = c.res.registrants();
+  const Reservations::Registrant* self = c.reg;
+  RaiseForRegistrants(c.fx, regs, Asc::kReservationsPreempted,
+                      [self](const auto& r) { return &r != self; });
+  regs.clear();
+  c.res.set_pr(false, 0);
+  c.Changed();
+}
+
+// PREEMPT and PREEMPT AND ABORT (SPC-4 5.13.11.4): the registrations with SERVICE ACTION
+// RESERVATION KEY go, and the issuer may take the reservation. The nexuses preempted are queued
+// in fx.aborted; the caller aborts their tasks for PREEMPT AND ABORT.
+void ProutPreempt(const ProutCall& c) {
+  Reservations& res = c.res;
+  if (!c.Registered()) return;
+  auto& regs = res.registrants();
+  const uint64_t sark = c.q.sark;
+  const size_t self = static_cast<size_t>(c.reg - regs.data());
+  const bool reserved = res.pr_reserved();
+  const uint8_t old_type = res.pr_type();
+  uint64_t holder_key = 0;
+  for (const auto& r : regs) {
+    if (r.holder) holder_key = r.key;
+  }
+  // Whether the issuer takes the reservation: key 0 against an all-registrants reservation (every
+  // other registration goes), or the holder's key against any other type.
+  bool take = false;
+  bool all_others = false;
+  if (reserved && Reservations::AllRegistrantsType(old_type)) {
+    take = all_others = sark == 0;
+  } else if (reserved) {
+    take = sark == holder_key;
+  }
+  if (!take && sark == 0) {  // 5.13.11.4.4: key 0 names no registration
+    SetInvalidFieldInParameterList(c.task, 8);
+    return;
+  }
+  bool named = all_others;
+  std::vector<Reservations::Registrant> keep;
+  size_t self_in_keep = 0;
+  for (size_t i = 0; i < regs.size(); ++i) {
+    const auto& r = regs[i];
+    if (r.key == sark) named = true;
+    if (i != self && (all_others || r.key == sark)) {
+      c.fx.aborted.push_back(r.nexus);
+      c.fx.uas.emplace_back(
+          UnitAttention{Asc::kRegistrationsPreempted.asc, Asc::kRegistrationsPreempted.ascq},
+          r.nexus);
+      continue;
+    }
+    if (i == self) self_in_keep = keep.size();
+    keep.push_back(r);
+  }
+  if (!named) {  // 5.13.11.4.4: nobody registered with that key
+    SetConflict(c.task);
+    return;
+  }
+  regs = std::move(keep);
+  if (take) {
+    if (old_type != c.q.type) {
+      // 5.13.11.4.3: a new type releases the old reservation for those still registered.
+      for (size_t i = 0; i < regs.size(); ++i) {
+        if (i == self_in_keep) continue;
+        c.fx.uas.emplace_back(
+            UnitAttention{Asc::kReservationsReleased.asc, Asc::kReservationsReleased.ascq},
+            regs[i].nexus);
+      }
+    }
+    res.set_pr(false, 0);
+    res.set_pr(true, c.q.type);
+    if (Reservations::AllRegistrantsType(c.q.type)) {
+      for (auto& r : regs) r.holder = true;
+    } else {
+      regs[self_in_keep].holder = true;
+    }
+  } else if (reserved &&
+             std::none_of(regs.begin(), regs.end(), [](const auto& r) { return r.holder; })) {
+    res.set_pr(false, 0);
+  }
+  c.Changed();
+}
+
+// REGISTER AND MOVE (SPC-4 5.13.8): the holder hands its reservation to another I_T nexus,
+// registering it with SERVICE ACTION RESERVATION KEY.
+void ProutRegisterAndMove(const ProutCall& c) {
+  Reservations& res = c.res;
+  const ProutRequest& q = c.q;
+  if (!c.Registered()) return;
+  if (!res.pr_reserved() || !c.reg->holder || Reservations::AllRegistrantsType(res.pr_type())) {
+    SetConflict(c.task);
+    return;
+  }
+  if (q.sark == 0) {
+    SetInvalidFieldInParameterList(c.task, 8);
+    return;
+  }
+  if (q.move_to.Matches(c.me)) {  // moving to itself
+    SetInvalidFieldInParameterList(c.task, 24);
+    return;
+  }
+  auto& regs = res.registrants();
+  const uint8_t rtype = res.pr_type();
+  Reservations::Registrant* dest = nullptr;
+  for (auto& r : regs) {
+    if (r.nexus.initiator == q.move_to.initiator && r.nexus.any_isid == q.move_to.any_isid &&
+        (r.nexus.relative_port_id == 0 || r.nexus.relative_port_id == q.move_rel)) {
+      dest = &r;
+    }
+  }
+  c.reg->holder = false;
+  if (dest == nullptr) {
+    regs.push_back(Reservations::Registrant{q.sark, q.move_to, false, true});
+  } else {
+    dest->key = q.sark;
+    dest->holder = true;
+  }
+  if (q.unreg) {
+    std::erase_if(regs, [&](const auto& r) { return r.nexus.Matches(c.me) && !r.holder; });
+  }
+  res.set_pr(true, rtype);
+  res.set_aptpl(q.aptpl);
+  c.Changed();
+}
+
+// The service actions by code (SPC-4 6.17.2, table 177).
+using ProutHandler = void (*)(const ProutCall&);
+constexpr ProutHandler kProutHandlers[] = {
+    ProutRegister,         // kRegister
+    ProutReserve,          // kReserve
+    ProutRelease,          // kRelease
+    ProutClear,            // kClear
+    ProutPreempt,          // kPreempt
+    ProutPreempt,          // kPreemptAndAbort
+    ProutRegister,         // kRegisterAndIgnore
+    ProutRegisterAndMove,  // kRegisterAndMove
+};
+static_assert(std::size(kProutHandlers) == kRegisterAndMove + 1);
+
 // The state change of one PERSISTENT RESERVE OUT (SPC-4 5.13.7-5.13.11) on `res` (the caller
 // holds res.mu()): sets the task's status when the command fails, queues what other nexuses must
-// learn in `fx`, and sets *persist when APTPL state changed.
+// learn in `fx`, and sets *persist when APTPL state changed. *persist is false on entry.
 void ApplyProut(Reservations& res, const ProutRequest& q, const Nexus& me, Task& task,
                 ProutEffects& fx, bool* persist) {
-  const uint8_t sa = q.sa;
-  const uint8_t type = q.type;
-  const uint64_t rk = q.rk;
-  const uint64_t sark = q.sark;
-  const bool aptpl = q.aptpl;
-  const bool all_tg_pt = q.all_tg_pt;
-  const bool unreg = q.unreg;
-  const uint16_t move_rel = q.move_rel;
-  const NexusMatch& move_to = q.move_to;
   if (res.spc2_reserved()) {  // SPC-4 5.13.3
     SetConflict(task);
     return;
   }
   const bool was_aptpl = res.aptpl();
-  auto& regs = res.registrants();
-  Reservations::Registrant* reg = res.FindRegistrant(&me);
-  const bool ar = res.pr_reserved() && Reservations::AllRegistrantsType(res.pr_type());
-
-  auto remove_reg = [&](size_t i) { regs.erase(regs.begin() + static_cast<ptrdiff_t>(i)); };
-  auto changed = [&] {
-    res.bump_generation();
-    *persist = true;
-  };
-
-  switch (sa) {
-    case kRegister:
-    case kRegisterAndIgnore: {
-      // 5.13.7: an unregistered nexus must present key 0 (REGISTER); a registered one its own
-      // key (REGISTER); REGISTER AND IGNORE EXISTING KEY skips the check.
-      if (sa == kRegister && rk != (reg != nullptr ? reg->key : 0)) {
-        SetConflict(task);
-        return;
-      }
-      if (reg == nullptr) {
-        if (sark == 0) return;  // nothing to register, nothing to do
-        Reservations::Registrant r;
-        r.key = sark;
-        r.all_tg_pt = all_tg_pt;
-        r.nexus = NexusMatch{me.initiator_port(), false,
-                             static_cast<uint16_t>(all_tg_pt ? 0 : me.relative_port_id())};
-        regs.push_back(std::move(r));
-        // A new registrant of an all-registrants reservation holds it too (5.13.9).
-        if (ar) regs.back().holder = true;
-      } else if (sark != 0) {
-        reg->key = sark;
-      } else {
-        // Unregister (5.13.11.3). The holder's reservation goes with it, unless all registrants
-        // hold it and others remain.
-        const bool was_holder = reg->holder && res.pr_reserved();
-        const uint8_t old_type = res.pr_type();
-        remove_reg(static_cast<size_t>(reg - regs.data()));
-        if (was_holder && (!Reservations::AllRegistrantsType(old_type) || regs.empty())) {
-          res.set_pr(false, 0);
-          // 5.13.11.2.2: releasing a registrants-only reservation tells the other registrants.
-          if (Reservations::RegistrantsOnlyType(old_type)) {
-            RaiseForRegistrants(fx, regs, Asc::kReservationsReleased,
-                                [](const auto&) { return true; });
-          }
-        }
-      }
-      res.set_aptpl(aptpl);
-      changed();
-      break;
-    }
-    case kReserve:
-      // 5.13.9: only a registrant with its key; a reservation of another type or by another
-      // holder conflicts; the same reservation again is a no-op.
-      if (reg == nullptr || reg->key != rk) {
-        SetConflict(task);
-        return;
-      }
-      if (res.pr_reserved()) {
-        if (!reg->holder || res.pr_type() != type) SetConflict(task);
-        return;
-      }
-      if (Reservations::AllRegistrantsType(type)) {
-        for (auto& r : regs) r.holder = true;
-      } else {
-        reg->holder = true;
-      }
-      res.set_pr(true, type);
-      *persist = true;
-      break;
-    case kRelease: {
-      // 5.13.11.2.
-      if (reg == nullptr || reg->key != rk) {
-        SetConflict(task);
-        return;
-      }
-      if (!res.pr_reserved() || !reg->holder) return;  // no-op, GOOD
-      if (res.pr_type() != type) {
-        SetCheckCondition(task, SenseKey::kIllegalRequest,
-                          Asc::kInvalidReleaseOfPersistentReservation);
-        return;
-      }
-      const uint8_t old_type = res.pr_type();
-      res.set_pr(false, 0);
-      if (Reservations::RegistrantsOnlyType(old_type) ||
-          Reservations::AllRegistrantsType(old_type)) {
-        RaiseForRegistrants(fx, regs, Asc::kReservationsReleased, [](const auto&) { return true; });
-      }
-      *persist = true;
-      break;
-    }
-    case kClear:
-      // 5.13.11.2.? (CLEAR): every registration and the reservation go; the others learn of it.
-      if (reg == nullptr || reg->key != rk) {
-        SetConflict(task);
-        return;
-      }
-      RaiseForRegistrants(fx, regs, Asc::kReservationsPreempted,
-                          [&](const auto& r) { return &r != reg; });
-      regs.clear();
-      res.set_pr(false, 0);
-      changed();
-      break;
-    case kPreempt:
-    case kPreemptAndAbort: {
-      // 5.13.11.4.
-      if (reg == nullptr || reg->key != rk) {
-        SetConflict(task);
-        return;
-      }
-      const size_t self = static_cast<size_t>(reg - regs.data());
-      const bool reserved = res.pr_reserved();
-      const uint8_t old_type = res.pr_type();
-      uint64_t holder_key = 0;
-      for (const auto& r : regs) {
-        if (r.holder) holder_key = r.key;
-      }
-      // Whether the issuer takes the reservation: key 0 against an all-registrants reservation
-      // (every other registration goes), or the holder's key against any other type.
-      bool take = false;
-      bool all_others = false;
-      if (reserved && Reservations::AllRegistrantsType(old_type)) {
-        take = all_others = sark == 0;
-      } else if (reserved) {
-        take = sark == holder_key;
-      }
-      if (!take && sark == 0) {  // 5.13.11.4.4: key 0 names no registration
-        SetInvalidFieldInParameterList(task, 8);
-        return;
-      }
-      bool named = all_others;
-      std::vector<Reservations::Registrant> keep;
-      size_t self_in_keep = 0;
-      for (size_t i = 0; i < regs.size(); ++i) {
-        const auto& r = regs[i];
-        if (r.key == sark) named = true;
-        if (i != self && (all_others || r.key == sark)) {
-          fx.aborted.push_back(r.nexus);
-          fx.uas.emplace_back(
-              UnitAttention{Asc::kRegistrationsPreempted.asc, Asc::kRegistrationsPreempted.ascq},
-              r.nexus);
-          continue;
-        }
-        if (i == self) self_in_keep = keep.size();
-        keep.push_back(r);
-      }
-      if (!named) {  // 5.13.11.4.4: nobody registered with that key
-        SetConflict(task);
-        return;
-      }
-      regs = std::move(keep);
-      if (take) {
-        if (old_type != type) {
-          // 5.13.11.4.3: a new type releases the old reservation for those still registered.
-          for (size_t i = 0; i < regs.size(); ++i) {
-            if (i == self_in_keep) continue;
-            fx.uas.emplace_back(
-                UnitAttention{Asc::kReservationsReleased.asc, Asc::kReservationsReleased.ascq},
-                regs[i].nexus);
-          }
-        }
-        res.set_pr(false, 0);
-        res.set_pr(true, type);
-        if (Reservations::AllRegistrantsType(type)) {
-          for (auto& r : regs) r.holder = true;
-        } else {
-          regs[self_in_keep].holder = true;
-        }
-      } else if (reserved &&
-                 std::none_of(regs.begin(), regs.end(), [](const auto& r) { return r.holder; })) {
-        res.set_pr(false, 0);
-      }
-      changed();
-      break;
-    }
-    case kRegisterAndMove: {
-      // 5.13.8: the holder hands its reservation to another I_T nexus, registering it with
-      // SERVICE ACTION RESERVATION KEY.
-      if (reg == nullptr || reg->key != rk) {
-        SetConflict(task);
-        return;
-      }
-      if (!res.pr_reserved() || !reg->holder || Reservations::AllRegistrantsType(res.pr_type())) {
-        SetConflict(task);
-        return;
-      }
-      if (sark == 0) {
-        SetInvalidFieldInParameterList(task, 8);
-        return;
-      }
-      if (move_to.Matches(me)) {  // moving to itself
-        SetInvalidFieldInParameterList(task, 24);
-        return;
-      }
-      const uint8_t rtype = res.pr_type();
-      Reservations::Registrant* dest = nullptr;
-      for (auto& r : regs) {
-        if (r.nexus.initiator == move_to.initiator && r.nexus.any_isid == move_to.any_isid &&
-            (r.nexus.relative_port_id == 0 || r.nexus.relative_port_id == move_rel)) {
-          dest = &r;
-        }
-      }
-      reg->holder = false;
-      if (dest == nullptr) {
-        regs.push_back(Reservations::Registrant{sark, move_to, false, true});
-      } else {
-        dest->key = sark;
-        dest->holder = true;
-      }
-      if (unreg) {
-        std::erase_if(regs, [&](const auto& r) { return r.nexus.Matches(me) && !r.holder; });
-      }
-      res.set_pr(true, rtype);
-      res.set_aptpl(aptpl);
-      changed();
-      break;
-    }
+  if (q.sa < std::size(kProutHandlers)) {
+    kProutHandlers[q.sa](ProutCall{res, q, me, task, fx, persist, res.FindRegistrant(&me)});
   }
+  // Only a change to state that is, or was, to survive a power loss is saved.
   *persist = *persist && (was_aptpl || res.aptpl());
 }
 

@@ -6,7 +6,8 @@ protocol and SCSI cost. The client is libiscsi's iscsi-perf (random READ16), wit
 client processes; each target is credited with its best. Target CPU time comes from
 /proc/<pid>/stat (utime + stime) over the measured interval, divided by the I/Os completed.
 
-Usage: e2e_vs_tgtd.py [--seconds N] [--depth 32] [--blocks 8]
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/bench/e2e_vs_tgtd.py [--seconds N] [--depth 32] [--blocks 8]
 Prints a table and the ratios iscsigwd/tgtd. Needs root (tgtd) and the tgt package.
 """
 import argparse
@@ -17,8 +18,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import harness  # noqa: E402
+from iscsigw_test import harness
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

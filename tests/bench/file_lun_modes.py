@@ -4,7 +4,8 @@ tgtd's rdwr store on the same file, in one run: uncached 4 KiB random reads (isc
 4 KiB random writes without and with FUA (build/bin/iscsi_load). The page cache is dropped before
 each read measurement and written back before each write measurement.
 
-Usage: file_lun_modes.py [--seconds 10] [--depth 32] [--size-gib 4]
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/bench/file_lun_modes.py [--seconds 10] [--depth 32] [--size-gib 4]
 Needs root (tgtd, drop_caches), `scripts/install-deps.sh --bench` and a build with iscsi_load.
 """
 import argparse
@@ -12,12 +13,11 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import harness  # noqa: E402
-from e2e_vs_tgtd import free_port, run_perf, start_tgtd  # noqa: E402
-from file_lun_read import data_file, drop_caches  # noqa: E402
-from suite import iscsi_load  # noqa: E402
+from iscsigw_test import harness
+
+from e2e_vs_tgtd import free_port, run_perf, start_tgtd
+from file_lun_read import data_file, drop_caches
+from suite import iscsi_load
 
 
 def load(url, pid, seconds, depth, fua):

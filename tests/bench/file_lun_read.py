@@ -6,8 +6,10 @@ in one run. The page cache is dropped before each measurement, so every read rea
 The file (default 4 GiB of random data under /var/tmp/iscsigw-bench) is written once and kept:
 a sparse or fallocated file would read as zeros without touching the device.
 
-Usage: file_lun_read.py [--seconds 10] [--depth 32] [--blocks 8] [--size-gib 4] [--direct]
-                        [--iscsigwd PATH ...]   (several builds of iscsigwd, compared in one run)
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/bench/file_lun_read.py [--seconds 10] [--depth 32] [--blocks 8]
+      [--size-gib 4] [--direct]
+      [--iscsigwd PATH ...]   (several builds of iscsigwd, compared in one run)
 Needs root (tgtd, drop_caches) and `scripts/install-deps.sh --bench` (tgt, fio, libiscsi-bin).
 """
 import argparse
@@ -16,10 +18,9 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import harness  # noqa: E402
-from e2e_vs_tgtd import free_port, run_perf, start_tgtd  # noqa: E402
+from iscsigw_test import harness
+
+from e2e_vs_tgtd import free_port, run_perf, start_tgtd
 
 
 def data_file(size_gib):

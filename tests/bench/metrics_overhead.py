@@ -4,16 +4,17 @@ with --metrics-counting=false, in one run, on a null LUN with iscsi-perf (4 KiB 
 QD32), the way e2e_vs_tgtd.py measures. Runs alternate on/off several times so machine noise hits
 both alike; prints the median IOPS and target CPU per I/O of each and the overhead in percent.
 
-Usage: metrics_overhead.py [--seconds N] [--rounds R] [--depth 32] [--blocks 8]
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/bench/metrics_overhead.py [--seconds N] [--rounds R] [--depth 32]
+      [--blocks 8]
 """
 import argparse
 import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e_vs_tgtd  # noqa: E402
-from e2e_vs_tgtd import harness  # noqa: E402
+import e2e_vs_tgtd
+from e2e_vs_tgtd import harness
 
 
 def main():

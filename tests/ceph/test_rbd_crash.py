@@ -1,4 +1,4 @@
-"""Crash consistency on an rbd LUN: the scenario of tests/integration/test_crash_consistency.py
+"""Crash consistency on an rbd LUN: the scenario of iscsigw_test/crash_consistency.py
 (four pipelined writers mixing WRITE, WRITE FUA and SYNCHRONIZE CACHE, kill -9 of iscsigwd
 mid-run, a restart on the same state dir, every block read back) with LUN 0 on an RBD image of the
 module's throwaway cluster.
@@ -10,13 +10,10 @@ OSD. The restart also has to take the image's exclusive lock over from the kille
 the daemon serves after the restart is compared with `rbd export` of the image.
 """
 import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from ceph_cluster import TestCluster  # noqa: E402
-from test_crash_consistency import BLOCK, LUN_BYTES, CrashScenario  # noqa: E402
+from iscsigw_test.ceph_cluster import TestCluster
+from iscsigw_test.crash_consistency import BLOCK, LUN_BYTES, CrashScenario
 
 CLUSTER = TestCluster()
 

@@ -29,15 +29,9 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-import harness  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
-import cu_results  # noqa: E402
-from ceph_cluster import TestCluster, stop_process  # noqa: E402
-import fence_check  # noqa: E402
-import test_abort_storm  # noqa: E402
-from iscsi_client import Initiator, sense_key_asc  # noqa: E402
+from iscsigw_test import abort_storm, cu_results, fence_check, harness
+from iscsigw_test.ceph_cluster import TestCluster, stop_process
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 TARGET = harness.IQN_PREFIX + "shared"
 CLUSTER = TestCluster()
@@ -272,12 +266,12 @@ class TwoGatewaysTest(GatewayPairTest):
               f"(store delay {delay} s)", file=sys.stderr)
 
     def test_the_abort_storm_through_both_gateways(self):
-        # tests/integration/test_abort_storm.py with two writers logged in to each gateway, the
-        # LUN RESETs sent through gateway 1, and sessions killed on both: no write acknowledged
-        # GOOD is lost, and no aborted write lands after the target said it had ended. (The
-        # storm settles each write a reset may have ended with an ABORT TASK of its own, so a
-        # reset answered early is for test_a_fence_through_one_gateway_... to see.)
-        storm = test_abort_storm
+        # The abort storm (iscsigw_test/abort_storm.py) with two writers logged in to each
+        # gateway, the LUN RESETs sent through gateway 1, and sessions killed on both: no write
+        # acknowledged GOOD is lost, and no aborted write lands after the target said it had
+        # ended. (The storm settles each write a reset may have ended with an ABORT TASK of its
+        # own, so a reset answered early is for test_a_fence_through_one_gateway_... to see.)
+        storm = abort_storm
         for i in (0, 1):
             self.gateways[i].stop()
             self.gateways[i] = self.start_gateway(i + 1, fault={"delayMs": storm.DELAY_MS},

@@ -29,13 +29,12 @@ import time
 import unittest
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-import harness  # noqa: E402
-import rados  # noqa: E402
-import rbd as rbdlib  # noqa: E402
-from ceph_cluster import TestCluster, stop_process, threads_stopped  # noqa: E402
-from iscsi_client import Initiator, sense_key_asc  # noqa: E402
+import rados
+import rbd as rbdlib
+
+from iscsigw_test import harness
+from iscsigw_test.ceph_cluster import TestCluster, stop_process, threads_stopped
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 TARGET = harness.IQN_PREFIX + "rbd"
 CLUSTER = TestCluster()

@@ -6,7 +6,9 @@ Every test not listed there must PASS. A listed test carries the result it is ex
 (SKIP or FAIL) and the reason (spec section, scope decision, or libiscsi test bug). Any difference,
 in either direction, fails the run, so an expectation cannot go stale silently.
 
-Usage: run_conformance.py [--store ram|file|file-direct|rbd] [--keep-log PATH]
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/conformance/run_conformance.py [--store ram|file|file-direct|rbd]
+      [--keep-log PATH]
 
 --store rbd serves an RBD image of a throwaway Ceph cluster (scripts/ceph-test-cluster.sh) that
 the run starts in its work directory and stops at the end. The LUN is 512e (512-byte blocks on
@@ -19,9 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-import harness  # noqa: E402
-import cu_results  # noqa: E402
+from iscsigw_test import cu_results, harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INITIATOR_1 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test"

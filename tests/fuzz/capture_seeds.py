@@ -9,7 +9,9 @@ written as seeds in each fuzz target's input format (see the *_fuzz.cc files):
   corpus/state/  the repository's state and bootstrap files
   corpus/session/  hand-written only (CHAP logins, reinstatement, TSIHs): kept as they are
 
-Usage: capture_seeds.py [--build DIR]   (run again after a protocol change; commit the result)
+Usage, from the repository's root:
+  PYTHONPATH=tests/lib tests/fuzz/capture_seeds.py [--build DIR]
+Run it again after a protocol change and commit the result.
 """
 import argparse
 import hashlib
@@ -17,13 +19,12 @@ import os
 import re
 import socket
 import struct
-import sys
 import threading
+
+from iscsigw_test import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-import harness  # noqa: E402
 
 SUITES = ["ALL.Inquiry", "ALL.ReadCapacity16", "ALL.Read10.Simple", "ALL.Write10.Simple",
           "ALL.Unmap", "ALL.WriteSame16", "ALL.CompareAndWrite", "ALL.ModeSense6",

@@ -1,6 +1,6 @@
-// A login driven by a sequence of requests, through the pieces connection.cc uses and in its order:
-// LoginStages (stage rules), Negotiator (keys), ChapAuthenticator (security stage of a CHAP
-// login), then the transition. Each request is a header byte (CSG, NSG, T, C, and whether to
+// A login driven by a sequence of requests, through the pieces connection_login.cc uses and in
+// its order: LoginStages (stage rules), Negotiator (keys), ChapAuthenticator (security stage of a
+// CHAP login), then the transition. Each request is a header byte (CSG, NSG, T, C, and whether to
 // append the right CHAP response) and a text data segment.
 //
 // Oracles, beyond the sanitizers:

@@ -5,7 +5,7 @@ alongside (tests/bench/iscsi_load, 4 KiB random reads at queue depth 32 on a RAM
 what must hold on any machine: the daemon stays up, its resident memory stays under RSS_BOUND_MIB,
 every command of the well-behaved session ends GOOD, its p99 latency under the abuse stays within
 P99_FACTOR of its p99 alone (at least P99_FLOOR_MS: a starved session waits seconds), and the
-abusive traffic is refused or bounded as README.md documents under "Hostile input" (counts from
+abusive traffic is refused or bounded as docs/hostile-input.md documents (counts from
 the daemon and the abuse itself). Throughput is printed, never judged here: what the abuse costs
 in IOPS is measured by the benchmark suite (scripts/bench.sh), alone on the machine, where a miss
 is a finding and not a red build. Every figure is printed, so that the run's output is the record.
@@ -23,8 +23,8 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, IQN_PREFIX, load, simple_state, wait_for
-from iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
+from iscsigw_test.harness import DaemonTestCase, IQN_PREFIX, load, simple_state, wait_for
+from iscsigw_test.iscsi_client import OPERATIONAL, Initiator, encode_keys, login_status
 
 MiB = 1 << 20
 MAX_CONNECTIONS = 1024  # iscsigwd's default --max-connections
@@ -181,7 +181,7 @@ def abuse_state():
 class AbuseTest(DaemonTestCase):
     STATE = abuse_state()
     # At warn, as a gateway under attack would be run: at info every login also writes two
-    # lines, which is 40% of what a login costs the daemon (README.md, Hostile input).
+    # lines, which is 40% of what a login costs the daemon (docs/hostile-input.md).
     EXTRA_ARGS = ("--log-level", "warn", "--login-timeout", str(LOGIN_TIMEOUT_S))
 
     @classmethod

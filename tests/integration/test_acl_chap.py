@@ -5,8 +5,8 @@ import subprocess
 import unittest
 from urllib.parse import quote
 
-from harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
-from iscsi_client import Initiator, LoginError, chap_response, login_status
+from iscsigw_test.harness import IQN_PREFIX, INITIATOR, Daemon, run, wait_for
+from iscsigw_test.iscsi_client import Initiator, LoginError, chap_response, login_status
 
 OTHER = "iqn.2026-11.io.iscsigw.test:other"
 # The one initiator the CHAP target "chapacl" lists: the name the stage-jump attacker claims.

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import Daemon, IQN_PREFIX, perf, wait_for
+from iscsigw_test.harness import Daemon, IQN_PREFIX, perf, wait_for
 
 SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
 SHORT_S, LONG_S = 1, 4

@@ -7,7 +7,7 @@ import os
 import subprocess
 import unittest
 
-from harness import IQN_PREFIX, Daemon, binary
+from iscsigw_test.harness import IQN_PREFIX, Daemon, binary
 
 MiB = 1 << 20
 

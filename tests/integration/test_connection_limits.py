@@ -6,8 +6,8 @@ import socket
 import time
 import unittest
 
-from harness import IQN_PREFIX, Daemon, simple_state, wait_for
-from iscsi_client import Initiator, login_status
+from iscsigw_test.harness import IQN_PREFIX, Daemon, simple_state, wait_for
+from iscsigw_test.iscsi_client import Initiator, login_status
 
 NAME = "iqn.2026-11.io.iscsigw.test:limits"
 OUT_OF_RESOURCES = 0x0302

@@ -8,8 +8,8 @@ import tempfile
 import threading
 import unittest
 
-from harness import (IQN_PREFIX, INITIATOR, Daemon, binary, run, simple_state, wait_for)
-from iscsi_client import Initiator, sense_key_asc
+from iscsigw_test.harness import (IQN_PREFIX, INITIATOR, Daemon, binary, run, simple_state, wait_for)
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 MiB = 1 << 20
 

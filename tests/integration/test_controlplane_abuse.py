@@ -3,31 +3,24 @@ names that are not names, and many clients changing the same objects at once. Ea
 that the daemon answers with the documented status, stays up, stays within its memory bound, and
 that the state file stays valid JSON that matches the API and survives a restart.
 
-The calls go through Python's grpcio (Debian python3-grpcio) with message classes that protoc
-generates from proto/ into a temporary directory at import (python3-protobuf), so the test sees the
-API exactly as any client does; malformed bytes are sent with an identity serializer.
+The calls go through Python's grpcio (Debian python3-grpcio) with message classes generated from
+proto/ into a temporary directory at import (iscsigw_test.csi_stubs), so the test sees the API
+exactly as any client does; malformed bytes are sent with an identity serializer.
 """
 import json
 import os
 import random
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import grpc
 
-from harness import IQN_PREFIX, REPO, Daemon
+from iscsigw_test.csi_stubs import gateway_pb2 as pb
+from iscsigw_test.csi_stubs import state_pb2 as st
+from iscsigw_test.harness import IQN_PREFIX, Daemon
 
-_GEN = tempfile.mkdtemp(prefix="iscsigw-pb2-")
-subprocess.run(["protoc", "-I", os.path.join(REPO, "proto"), "--python_out", _GEN,
-                "iscsigw/v1/state.proto", "iscsigw/v1/gateway.proto"], check=True)
-sys.path.insert(0, _GEN)
-from iscsigw.v1 import gateway_pb2 as pb  # noqa: E402
-from iscsigw.v1 import state_pb2 as st  # noqa: E402
 
 MiB = 1 << 20
 SERVICE = "/iscsigw.v1.GatewayService/"
@@ -38,20 +31,17 @@ RESPONSES = {
     "ListAclEntries": pb.ListAclEntriesResponse, "RemoveAclEntry": pb.RemoveAclEntryResponse,
     "SetChap": st.ChapConfig, "GetGatewayInfo": pb.GatewayInfo,
 }
-# The flood's target limit. The default, 4096 (README "Limits", controlplane/state/limits.h), is
-# reached the same way, but every change rewrites the whole state, so filling 4096 targets takes
-# ~20 s of daemon CPU on its own (~45 s on a busy 2-core machine); 1024 keeps the test short.
+# The flood's target limit. The default, 4096 (docs/reference/api.md "Limits",
+# controlplane/state/limits.h), is reached the same way, but every change rewrites the whole
+# state, so filling 4096 targets takes ~20 s of daemon CPU on its own (~45 s on a busy 2-core
+# machine); 1024 keeps the test short.
 FLOOD_MAX_TARGETS = 1024
-# The daemon's resident memory after the flood (README "Limits": 40 MiB measured with 4096
-# targets).
+# The daemon's resident memory after the flood (docs/reference/api.md "Limits": 40 MiB measured
+# with 4096 targets).
 RSS_BOUND = 128 * MiB
 # Under ASan (scripts/sanitized.sh) most of the RSS is the sanitizer's quarantine: not judged.
 SANITIZED = os.environ.get("ISCSIGW_SANITIZED") == "1"
 INITIATOR_PREFIX = "iqn.2026-11.io.iscsigw.test:"
-
-
-def tearDownModule():
-    shutil.rmtree(_GEN, ignore_errors=True)
 
 
 def rss_bytes(pid):

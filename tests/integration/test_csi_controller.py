@@ -27,10 +27,10 @@ import unittest
 
 import grpc
 
-from csi_harness import CsiPlugin
-from csi_stubs import csi_grpc, csi_pb2, gateway_grpc, gateway_pb2, state_pb2
-from harness import INITIATOR, IQN_PREFIX, Daemon, wait_for
-from iscsi_client import Initiator, login_status
+from iscsigw_test.csi_harness import CsiPlugin
+from iscsigw_test.csi_stubs import csi_grpc, csi_pb2, gateway_grpc, gateway_pb2, state_pb2
+from iscsigw_test.harness import INITIATOR, IQN_PREFIX, Daemon, wait_for
+from iscsigw_test.iscsi_client import Initiator, login_status
 
 MiB = 1 << 20
 GiB = 1 << 30

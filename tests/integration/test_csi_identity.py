@@ -15,9 +15,9 @@ import unittest
 
 import grpc
 
-from csi_harness import CsiPlugin
-from csi_stubs import csi_grpc, csi_pb2, gateway_grpc, gateway_pb2
-from harness import REPO, Daemon, binary, simple_state
+from iscsigw_test.csi_harness import CsiPlugin
+from iscsigw_test.csi_stubs import csi_grpc, csi_pb2, gateway_grpc, gateway_pb2
+from iscsigw_test.harness import REPO, Daemon, binary, simple_state
 
 PLUGIN_NAME = "iscsi.iscsigw.io"
 Service = csi_pb2.PluginCapability.Service

@@ -4,8 +4,8 @@ import signal
 import subprocess
 import unittest
 
-import harness
-from harness import Daemon, DaemonTestCase, IQN_PREFIX, perf, run, wait_for
+from iscsigw_test import harness
+from iscsigw_test.harness import Daemon, DaemonTestCase, IQN_PREFIX, perf, run, wait_for
 
 MiB = 1 << 20
 

@@ -10,7 +10,7 @@ import unittest
 
 import grpc
 
-from harness import Daemon, wait_for
+from iscsigw_test.harness import Daemon, wait_for
 
 SERVING, NOT_SERVING = 1, 2
 UNAVAILABLE = 14

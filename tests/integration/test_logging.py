@@ -5,8 +5,8 @@ import re
 import struct
 import unittest
 
-from harness import IQN_PREFIX, INITIATOR, Daemon, simple_state, wait_for
-from iscsi_client import Initiator, LoginError
+from iscsigw_test.harness import IQN_PREFIX, INITIATOR, Daemon, simple_state, wait_for
+from iscsigw_test.iscsi_client import Initiator, LoginError
 
 TARGET = IQN_PREFIX + "logs"
 # SendReject's debug line for the SNACK below (opcode 0x10, reason 0x05 command not supported).

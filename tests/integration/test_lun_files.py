@@ -4,22 +4,16 @@ capacity. Driven through iscsigwctl against the real iscsigwd; data through the 
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import grpc
 
-from harness import IQN_PREFIX, INITIATOR, REPO, Daemon, loop_xfs, simple_state
-from iscsi_client import Initiator
-
-_GEN = tempfile.mkdtemp(prefix="iscsigw-pb2-")
-subprocess.run(["protoc", "-I", os.path.join(REPO, "proto"), "--python_out", _GEN,
-                "iscsigw/v1/state.proto", "iscsigw/v1/gateway.proto"], check=True)
-sys.path.insert(0, _GEN)
-from iscsigw.v1 import gateway_pb2 as pb  # noqa: E402
-from iscsigw.v1 import state_pb2 as st  # noqa: E402
+from iscsigw_test.csi_stubs import gateway_pb2 as pb
+from iscsigw_test.csi_stubs import state_pb2 as st
+from iscsigw_test.harness import IQN_PREFIX, INITIATOR, Daemon, loop_xfs, simple_state
+from iscsigw_test.iscsi_client import Initiator
 
 MiB = 1 << 20
 OLD = bytes((i * 7 + 3) & 0xFF for i in range(4096))
@@ -487,10 +481,6 @@ class SnapshotTest(Fixture):
         with open(snap["path"], "rb") as f:
             f.seek(1000 * 512)
             self.assertEqual(f.read(4096), OLD)
-
-
-def tearDownModule():
-    shutil.rmtree(_GEN, ignore_errors=True)
 
 
 class ReflinkTest(Fixture):

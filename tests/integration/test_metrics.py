@@ -16,8 +16,8 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from harness import Daemon, IQN_PREFIX, simple_state, wait_for
-from iscsi_client import Initiator, sense_key_asc
+from iscsigw_test.harness import Daemon, IQN_PREFIX, simple_state, wait_for
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"

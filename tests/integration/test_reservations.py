@@ -13,11 +13,8 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance"))
-import harness  # noqa: E402
-import cu_results  # noqa: E402
-import fence_check  # noqa: E402
-from iscsi_client import Initiator  # noqa: E402
+from iscsigw_test import cu_results, fence_check, harness
+from iscsigw_test.iscsi_client import Initiator
 
 INITIATOR_1 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test"
 INITIATOR_2 = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test-2"

@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 import unittest
 
-import harness
-from iscsi_client import Initiator, sense_key_asc
+from iscsigw_test import harness
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 TARGET = harness.IQN_PREFIX + "wb"
 WRITE_ERROR = (2, (0x3, 0x0C, 0x00))

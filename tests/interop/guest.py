@@ -14,10 +14,9 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+from iscsigw_test import harness
 
-import harness  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 HOST_FROM_GUEST = "10.0.2.2"
 TARGET = harness.IQN_PREFIX + "interop"

@@ -25,14 +25,13 @@ import time
 import unittest
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc
 
-import grpc  # noqa: E402
+from iscsigw_test.csi_harness import CsiPlugin
+from iscsigw_test.csi_stubs import csi_grpc, csi_pb2
+from iscsigw_test.harness import BUILD, loop_xfs
 
-import guest as g  # noqa: E402
-from csi_harness import CsiPlugin  # noqa: E402
-from csi_stubs import csi_grpc, csi_pb2  # noqa: E402
-from harness import BUILD, loop_xfs  # noqa: E402
+import guest as g
 
 CSI_PORT = 10000  # the node plugin's port inside the guest
 # The guest's address as the gateway sees its logins: QEMU's user network connects from the

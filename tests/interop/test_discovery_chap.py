@@ -3,12 +3,9 @@ the advertised portal, the discovered record logs in with CHAP and mutual CHAP (
 node.session.auth.*), and a wrong secret is refused. i. Logout and node delete leave no session
 on the gateway: its session and connection gauges are back at 0."""
 import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import guest as g  # noqa: E402
+import guest as g
 
 
 class DiscoveryChapTest(g.InteropTestCase):

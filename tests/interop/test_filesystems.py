@@ -2,12 +2,9 @@
 the LUN's VPD pages, ext4 and xfs carry an fio verify and check clean; fstrim gives space back
 through UNMAP; an online resize reaches the mounted file system."""
 import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import guest as g  # noqa: E402
+import guest as g
 
 MIB = 1 << 20
 

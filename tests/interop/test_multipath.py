@@ -7,9 +7,7 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import guest as g  # noqa: E402
+import guest as g
 
 
 class MultipathTest(g.InteropTestCase):

@@ -1,18 +1,13 @@
 """The Linux kernel initiator on rbd LUNs: the filesystems scenario (the kernel's block limits
 against the LUN's VPD pages, ext4 on a 512-byte-block LUN and xfs on a 4096-byte-block LUN, each
 carrying an fio crc32c verify and checking clean) with both LUNs on RBD images of a throwaway
-cluster (tests/ceph/ceph_cluster.py); afterwards the data the guest wrote is on the images, read
+cluster (iscsigw_test.ceph_cluster); afterwards the data the guest wrote is on the images, read
 with `rbd export` apart from any gateway."""
-import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "ceph"))
+from iscsigw_test.ceph_cluster import TestCluster
 
-import guest as g  # noqa: E402
-from ceph_cluster import TestCluster  # noqa: E402
+import guest as g
 
 MIB = 1 << 20
 CLUSTER = TestCluster()

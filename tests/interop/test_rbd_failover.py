@@ -4,18 +4,14 @@ optimized path with -9 and later starts it again on the same portal and state. T
 reports the verified writes across the failover and the longest write fio saw (the I/O pause);
 the test prints both and bounds the pause. First, a reservation taken with sg_persist through
 one gateway's path must fence writes through the other's."""
-import os
 import signal
 import sys
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "ceph"))
+from iscsigw_test.ceph_cluster import TestCluster
 
-import guest as g  # noqa: E402
-from ceph_cluster import TestCluster  # noqa: E402
+import guest as g
 
 LUN_BYTES = 256 << 20
 CLUSTER = TestCluster()

@@ -16,9 +16,7 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import guest as g  # noqa: E402
+import guest as g
 
 LUN_BYTES = 128 << 20
 HELD_OFFSET = 64 << 20  # past fio's 16 MiB

@@ -8,9 +8,7 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import guest as g  # noqa: E402
+import guest as g
 
 IQN_A = "iqn.2026-11.io.iscsigw.interop:node-a"
 IQN_B = "iqn.2026-11.io.iscsigw.interop:node-b"

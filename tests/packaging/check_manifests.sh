@@ -92,6 +92,7 @@ check "helmrender default values (grpc.insecure)" sh -c \
 check "helmrender ci/full-values.yaml" sh -c \
   "'$out/helmrender' -chart $chart -strict -api-versions snapshot.storage.k8s.io/v1 -f $chart/ci/full-values.yaml -name prod -namespace storage -notes '$out/notes-full.txt' > '$out/helm-full.yaml'"
 rendered+=("$out/helm-default.yaml" "$out/helm-full.yaml")
+check "ci/full-values.yaml sets every key of values.yaml" "$here/check_full_values.py"
 # The other ci/ files (the CSI driver with and without TLS), each as its own release; rendered as
 # for a cluster that serves the snapshot CRDs, as `helm install` on one would.
 for values in $chart/ci/*-values.yaml; do

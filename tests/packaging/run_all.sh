@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every packaging check, as the README's "Deploying on Kubernetes" section names it:
+# Every packaging check, as docs/testing.md ("Packaging") names it:
 #   1. check_manifests.sh  kustomize overlays + CSI example + Helm chart: render, yamllint,
 #                          Kubernetes API schema validation, values.schema.json refusals (~1 min)
 #   2. container_test.sh   build the Dockerfile with podman (debootstrapped bookworm-slim base),

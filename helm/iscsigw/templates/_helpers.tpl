@@ -100,7 +100,7 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/part-of: iscsigw
 {{- end }}
 
-{{/* The CSI driver's name (DESIGN.md contracts): fixed, so one release per cluster enables it. */}}
+{{/* The CSI driver's name (a contract: docs/kubernetes.md, "The CSI driver"): fixed, so one release per cluster enables it. */}}
 {{- define "iscsigw.csiDriverName" -}}
 iscsi.iscsigw.io
 {{- end }}

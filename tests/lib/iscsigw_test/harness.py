@@ -14,7 +14,8 @@ import time
 import unittest
 import urllib.request
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests/lib/iscsigw_test/harness.py: four levels below the repository's root.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.environ.get("ISCSIGW_BUILD", os.path.join(REPO, "build"))
 IQN_PREFIX = "iqn.2026-11.io.iscsigw:"
 INITIATOR = "iqn.2026-11.io.iscsigw.test:initiator"

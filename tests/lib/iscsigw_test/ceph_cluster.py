@@ -11,11 +11,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-import harness  # noqa: E402
+from . import harness
 
-SCRIPT = os.path.join(HERE, "..", "..", "scripts", "ceph-test-cluster.sh")
+SCRIPT = os.path.join(harness.REPO, "scripts", "ceph-test-cluster.sh")
 
 
 class TestCluster:

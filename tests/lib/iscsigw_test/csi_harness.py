@@ -9,7 +9,7 @@ import re
 import shutil
 import tempfile
 
-from harness import LoggedProcess, binary, wait_for
+from .harness import LoggedProcess, binary, wait_for
 
 _LISTENING = re.compile(r"^iscsigw-csi: listening on (\S+)$", re.M)
 

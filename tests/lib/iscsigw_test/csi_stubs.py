@@ -4,7 +4,7 @@ grpc_tools.protoc (Debian python3-grpc-tools) writes csi.v1's and iscsigw.v1's m
 and service stubs into a temporary directory that goes on sys.path, so the tests always speak the
 protocol as it is in the tree. Use:
 
-    from csi_stubs import csi_pb2, csi_grpc, gateway_pb2, gateway_grpc
+    from iscsigw_test.csi_stubs import csi_pb2, csi_grpc, gateway_pb2, gateway_grpc
 """
 import atexit
 import os
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import REPO
+from .harness import REPO
 
 _PROTOS = ["csi/v1/csi.proto", "iscsigw/v1/state.proto", "iscsigw/v1/gateway.proto"]
 

@@ -14,7 +14,7 @@ import os
 import struct
 import time
 
-from iscsi_client import sense_key_asc
+from .iscsi_client import sense_key_asc
 
 BLOCKS = 8
 WRITE_10 = struct.pack(">BBIBHB", 0x2A, 0, 0, 0, BLOCKS, 0)
