@@ -150,47 +150,40 @@ int DeleteLun(Client& cl, const Global& g, const LunArgs& a) {
   return 0;
 }
 
-// lun create and its arguments: the LUN, its backing (file or rbd flags) and where its data comes
-// from.
-CLI::App* AddCreate(CLI::App* lun, LunArgs& a) {
-  auto* c = lun->add_subcommand("create", "add a LUN to a target");
-  c->add_option("target", a.target)->required();
-  c->add_option("id", a.id, "LUN id 0..255")->required();
-  c->add_option("--backing", a.backing, "ram|null|file|rbd")
-      ->check(CLI::IsMember({"ram", "null", "file", "rbd"}));
-  c->add_option("--size", a.size, "size in bytes, or with K/M/G/T (binary)");
-  c->add_option("--path", a.path,
-                "file or block device (file backing); a relative path is in the LUN directory");
-  c->add_flag("--create", a.create, "create the file or rbd image if missing (with --size)");
-  c->add_option("--pool", a.pool, "Ceph pool of the image (rbd backing)");
-  c->add_option("--image", a.image, "RBD image name (rbd backing)");
-  c->add_option("--namespace", a.namespace_, "RADOS namespace in the pool (rbd backing)");
-  c->add_option("--ceph-conf", a.ceph_conf,
-                "ceph.conf path on the gateway (rbd backing; default: /etc/ceph/ceph.conf)");
-  c->add_option("--client-id", a.client_id, "cephx user, e.g. admin (rbd backing)");
-  c->add_option("--keyring", a.keyring, "keyring file path on the gateway (rbd backing)");
-  c->add_flag("--thick", a.thick, "allocate the whole file when creating it");
-  c->add_flag("--direct", a.direct, "O_DIRECT: aligned I/O bypasses the page cache");
-  c->add_option("--block-size", a.block, "512 or 4096");
-  c->add_option("--physical-block-size", a.physical,
-                "4096 over --block-size 512 (512e: initiators align to 4 KiB); default: the same");
-  c->add_flag("--read-only", a.read_only);
-  c->add_option("--request-id", a.request_id, "makes a retried create idempotent");
-  auto* from_snap = c->add_option("--from-snapshot", a.from_snapshot,
-                                  "start as a copy of this snapshot (file backing, --create)");
-  c->add_option("--from-lun", a.from_lun,
-                "start as a copy of the file LUN TARGET:ID (file backing, --create)")
-      ->excludes(from_snap);
-  return c;
-}
-
 }  // namespace
 
 void AddLunCommands(CLI::App& app, const Global& g, Action& action) {
   auto* lun = app.add_subcommand("lun", "LUNs of a target")->require_subcommand(1);
   auto a = std::make_shared<LunArgs>();
 
-  auto* c = AddCreate(lun, *a);
+  auto* c = lun->add_subcommand("create", "add a LUN to a target");
+  c->add_option("target", a->target)->required();
+  c->add_option("id", a->id, "LUN id 0..255")->required();
+  c->add_option("--backing", a->backing, "ram|null|file|rbd")
+      ->check(CLI::IsMember({"ram", "null", "file", "rbd"}));
+  c->add_option("--size", a->size, "size in bytes, or with K/M/G/T (binary)");
+  c->add_option("--path", a->path,
+                "file or block device (file backing); a relative path is in the LUN directory");
+  c->add_flag("--create", a->create, "create the file or rbd image if missing (with --size)");
+  c->add_option("--pool", a->pool, "Ceph pool of the image (rbd backing)");
+  c->add_option("--image", a->image, "RBD image name (rbd backing)");
+  c->add_option("--namespace", a->namespace_, "RADOS namespace in the pool (rbd backing)");
+  c->add_option("--ceph-conf", a->ceph_conf,
+                "ceph.conf path on the gateway (rbd backing; default: /etc/ceph/ceph.conf)");
+  c->add_option("--client-id", a->client_id, "cephx user, e.g. admin (rbd backing)");
+  c->add_option("--keyring", a->keyring, "keyring file path on the gateway (rbd backing)");
+  c->add_flag("--thick", a->thick, "allocate the whole file when creating it");
+  c->add_flag("--direct", a->direct, "O_DIRECT: aligned I/O bypasses the page cache");
+  c->add_option("--block-size", a->block, "512 or 4096");
+  c->add_option("--physical-block-size", a->physical,
+                "4096 over --block-size 512 (512e: initiators align to 4 KiB); default: the same");
+  c->add_flag("--read-only", a->read_only);
+  c->add_option("--request-id", a->request_id, "makes a retried create idempotent");
+  auto* from_snap = c->add_option("--from-snapshot", a->from_snapshot,
+                                  "start as a copy of this snapshot (file backing, --create)");
+  c->add_option("--from-lun", a->from_lun,
+                "start as a copy of the file LUN TARGET:ID (file backing, --create)")
+      ->excludes(from_snap);
   OnParsed(c, action, [&g, a](Client& cl) { return CreateLun(cl, g, *a); });
 
   auto* get = lun->add_subcommand("get", "show a LUN");
