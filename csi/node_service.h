@@ -208,6 +208,14 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   Result<std::vector<std::string>> ResolvePortals(const std::vector<std::string>& portals);
   // The work of each RPC; run on a worker, one volume at a time.
   Status Stage(const ::csi::v1::NodeStageVolumeRequest& req, const Target& target);
+  // Stage's steps (node_stage.cc, node_format.cc). LogIn: under the target's lock, which
+  // sessions and node records are the volume's (`old`: what an earlier stage wrote, or null),
+  // written to its record before the first login, then a login wherever no session is there.
+  Status LogIn(VolumeRecord& rec, const VolumeRecord* old, const Target& target);
+  // Waits for each portal's device and, with several, the multipath map over them; records it.
+  Status AttachDevice(VolumeRecord& rec, const Target& target);
+  // Mount access: a file system made on a blank device only, mounted at the staging path.
+  Status MountStaged(const VolumeRecord& rec, const ::csi::v1::VolumeCapability& cap);
   Status Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req);
   Status Publish(const ::csi::v1::NodePublishVolumeRequest& req);
   Status Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req);
@@ -224,7 +232,7 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   void Queue(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
              const std::string& key, std::function<grpc::Status()> work);
 
-  class Host;        // the host commands the RPCs are made of (node_service.cc)
+  class Host;        // the host commands the RPCs are made of (csi/node_host.h)
   struct StatsCall;  // one NodeGetVolumeStats call between its probe and its alarm
   class TargetLock;  // one target's session decisions at a time
 

@@ -4,8 +4,8 @@
   - every flag of iscsigwd (server/flags.cc), iscsigw-csi (server/csi_flags.cc) and iscsigwctl's
     global flags (server/iscsigwctl.cc), with its environment variable, has a row in its binary's
     section of docs/reference/flags.md;
-  - every option of every iscsigwctl command has a row under that command's heading in
-    docs/reference/cli.md;
+  - every option of every iscsigwctl command (server/ctl/, one file per noun) has a row under that
+    command's heading in docs/reference/cli.md;
   - every metric family the code registers (Family("name", ...) or simple("name", ...) anywhere in
     the sources) has a row in docs/reference/metrics.md;
 
@@ -21,6 +21,7 @@ Usage: check_reference.py [--self-test]
 Exit 1 with one line per name missing or stale. --self-test plants an undocumented flag, command
 option and metric, a documented flag that does not exist and a changed default in a copy of the
 tree, and fails unless each is reported."""
+import glob
 import os
 import re
 import shutil
@@ -32,18 +33,19 @@ SOURCES = ("base", "dataplane", "controlplane", "server", "csi", "rpc")
 FLAGS_DOC = "docs/reference/flags.md"
 CLI_DOC = "docs/reference/cli.md"
 METRICS_DOC = "docs/reference/metrics.md"
-# Binary -> the file that defines its command line.
+# Binary -> the files that define its command line, read as one text in this order (a pattern
+# stands for its matches, sorted): iscsigwctl's program and global flags, then one file per noun.
 BINARIES = {
-    "iscsigwd": "server/flags.cc",
-    "iscsigw-csi": "server/csi_flags.cc",
-    "iscsigwctl": "server/iscsigwctl.cc",
+    "iscsigwd": ("server/flags.cc",),
+    "iscsigw-csi": ("server/csi_flags.cc",),
+    "iscsigwctl": ("server/iscsigwctl.cc", "server/ctl/*.cc"),
 }
 # Binary -> the file whose struct holds the defaults of its program-level flags, and where named
 # constants in those defaults and ranges are defined.
 DEFAULTS = {
     "iscsigwd": "server/flags.h",
     "iscsigw-csi": "server/csi_flags.h",
-    "iscsigwctl": "server/iscsigwctl.cc",
+    "iscsigwctl": "server/ctl/client.h",
 }
 CONSTANTS = "controlplane/state/limits.h"
 
@@ -59,6 +61,15 @@ HEADING = re.compile(r'^(#+)\s+(.*?)\s*$')
 def read(repo, rel):
     with open(os.path.join(repo, rel), errors="replace") as f:
         return f.read()
+
+
+def source_text(repo, binary):
+    """The text of the files that define BINARY's command line, one after the other."""
+    parts = []
+    for spec in BINARIES[binary]:
+        matches = sorted(glob.glob(os.path.join(repo, spec)))
+        parts += [read(repo, os.path.relpath(m, repo)) for m in matches]
+    return "\n".join(parts)
 
 
 def dashed(names):
@@ -140,7 +151,7 @@ def resolve(token, constants):
 def code_defaults(repo, binary):
     """{flag: (default or None, (lo, hi) or None)} of a program's own flags: the default from the
     member's initialiser (None for none, an empty string or a list), the range from CLI::Range."""
-    text = read(repo, BINARIES[binary])
+    text = source_text(repo, binary)
     constants = dict(CONSTANT.findall(read(repo, CONSTANTS)))
     members = {name: value for name, value in MEMBER.findall(read(repo, DEFAULTS[binary]))}
     out = {}
@@ -224,8 +235,9 @@ def check(repo=REPO):
     problems = []
     flags_doc = doc_sections(read(repo, FLAGS_DOC))
     cli_doc = doc_sections(read(repo, CLI_DOC))
-    for binary, source in BINARIES.items():
-        options = code_options(read(repo, source))
+    for binary, sources in BINARIES.items():
+        source = ", ".join(sources)
+        options = code_options(source_text(repo, binary))
         rows = flags_doc.get(binary)
         if rows is None:
             problems.append(f"{FLAGS_DOC}: no section '{binary}'")
@@ -277,8 +289,8 @@ def self_test():
         edit("server/flags.cc", "  try {\n",
              '  app.add_option("--planted-flag", f->state_dir, "x")->envname("ISCSIGW_PLANTED");\n'
              "  try {\n")
-        edit("server/iscsigwctl.cc", 'c->add_option("--alias", t_alias);',
-             'c->add_option("--alias", t_alias);\n    c->add_flag("--planted-option", t_any);')
+        edit("server/ctl/target.cc", 'c->add_option("--alias", a->alias);',
+             'c->add_option("--alias", a->alias);\n  c->add_flag("--planted-option", a->allow_any);')
         edit("controlplane/metrics/collectors.cc", '  simple("iscsigw_iscsi_logouts_total"',
              '  simple("iscsigw_planted_total", "x", logouts);\n'
              '  simple("iscsigw_iscsi_logouts_total"')
