@@ -9,13 +9,13 @@
 #include <set>
 #include <thread>
 
+#include "base/log.h"
+#include "base/log_format.h"
 #include "controlplane/service/lookup.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/text_check.h"
-#include "base/log.h"
-#include "base/log_format.h"
 
 namespace iscsigw::service {
 

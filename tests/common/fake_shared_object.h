@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/backing/shared_object.h"
 #include "base/on_release.h"
+#include "dataplane/backing/shared_object.h"
 
 namespace iscsigw::test {
 

@@ -14,10 +14,10 @@
 #include <future>
 #include <sstream>
 
+#include "base/log.h"
 #include "controlplane/service/server.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_store.h"
-#include "base/log.h"
 
 namespace iscsigw::service {
 namespace gateway_service_test {
