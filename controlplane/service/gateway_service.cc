@@ -168,7 +168,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char
       if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, state::EscapeText(s.ToString()));
       call_.clear();
       {
-        std::lock_guard lock(mu_);
+        std::lock_guard held(mu_);  // on the worker, later: not the lock above
         queued_bytes_ -= bytes;
       }
       r->Finish(ToGrpcStatus(s));
