@@ -167,7 +167,7 @@ def strip_template(header):
 
 
 def top_level(header):
-    """header with each parenthesised group emptied to `()`, and the `(` positions kept."""
+    """header with each parenthesised group emptied to `()`."""
     out = []
     depth = 0
     for c in header:
@@ -196,8 +196,9 @@ def classify(header):
         return "namespace"
     if first == "extern" and len(words) <= 2 and "(" not in h:
         return "namespace"  # extern "C" {
-    if first in ("class", "struct", "union") or first == "typedef" and len(words) > 1 and \
-            words[1] in ("struct", "class", "union"):
+    if first in ("class", "struct", "union"):
+        return "class"
+    if first == "typedef" and len(words) > 1 and words[1] in ("struct", "class", "union"):
         return "class"
     if first == "enum":
         return "other"
