@@ -7,8 +7,8 @@
 #include <exception>
 #include <limits>
 
-#include "csi/volume_model.h"
 #include "base/log.h"
+#include "csi/volume_model.h"
 #include "rpc/grpc_util.h"
 
 namespace iscsigw::csi {

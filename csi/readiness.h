@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "csi/host_exec.h"
 #include "base/status.h"
+#include "csi/host_exec.h"
 
 namespace iscsigw::csi {
 

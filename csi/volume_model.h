@@ -34,8 +34,8 @@
 #include <string_view>
 #include <vector>
 
-#include "csi/v1/csi.pb.h"
 #include "base/status.h"
+#include "csi/v1/csi.pb.h"
 
 namespace iscsigw::csi {
 

@@ -142,7 +142,7 @@ Status RecordStore::Save(const VolumeRecord& r) const {
   if (!google::protobuf::util::MessageToJsonString(s, &json, opts).ok()) {
     return Internal("volume " + r.volume_id + ": cannot encode its record");
   }
-  if (Status s = PrivateDir(dir_); !s.ok()) return s;
+  if (Status dir = PrivateDir(dir_); !dir.ok()) return dir;
   const std::string path = PathOf(r.volume_id);
   // A new file of our own (O_CREAT | O_EXCL, 0600): never one that was there, nor a symlink.
   std::string tmp = dir_ + "/.tmp-XXXXXX";

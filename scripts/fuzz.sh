@@ -26,7 +26,8 @@ if [ "$build" = 1 ]; then
   mkdir -p "$dir"
   # Only the fuzzers: the seed replays are the sanitized tree's tests.
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DISCSIGW_FUZZ=ON -DISCSIGW_UNIT_TESTS=OFF -DISCSIGW_UNITY_BUILD=ON >"$dir/configure.log" 2>&1 \
+    -DISCSIGW_FUZZ=ON -DISCSIGW_UNIT_TESTS=OFF -DISCSIGW_UNITY_BUILD=ON -DISCSIGW_WERROR=ON \
+    >"$dir/configure.log" 2>&1 \
     || { cat "$dir/configure.log"; exit 1; }
   cmake --build "$dir" --target fuzzers
 fi

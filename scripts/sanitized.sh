@@ -26,7 +26,7 @@ if [ "$build" = 1 ]; then
   scripts/install-deps.sh
   mkdir -p "$dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DISCSIGW_FAULT_INJECTION=ON \
-    -DISCSIGW_SANITIZE=ON -DISCSIGW_UNIT_TESTS=ON -DISCSIGW_UNITY_BUILD=ON \
+    -DISCSIGW_SANITIZE=ON -DISCSIGW_UNIT_TESTS=ON -DISCSIGW_UNITY_BUILD=ON -DISCSIGW_WERROR=ON \
     >"$dir/configure.log" 2>&1 \
     || { cat "$dir/configure.log"; exit 1; }
   cmake --build "$dir"

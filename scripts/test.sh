@@ -7,8 +7,9 @@
 # Stages, each timed (the table at the end; a warning past BUDGET_S):
 #   builds first, so that no test holds a lock while compiling: the release tree (build), the
 #   ASan/UBSan tree (build/asan, scripts/sanitized.sh) and the fuzzers (build/fuzz, clang,
-#   scripts/fuzz.sh), all through ccache and in unity batches (cmake/unity_build.cmake); the
-#   kernel initiator's guest image beside them (it is debootstrap and dpkg, mostly waiting).
+#   scripts/fuzz.sh), all through ccache and in unity batches (cmake/unity_build.cmake), every
+#   compiler warning an error (ISCSIGW_WERROR); the kernel initiator's guest image beside them (it
+#   is debootstrap and dpkg, mostly waiting).
 #   Every behaviour runs once, in the strictest build that can run it (ctest labels,
 #   tests/CMakeLists.txt): the sanitized tree runs the unit tests, the fuzz seed replays and the
 #   functional integration tests; the release tree what the sanitizers distort, the kernel
@@ -147,7 +148,7 @@ background_stage guest-image sh -c 'tests/interop/guest_image.sh >/dev/null'
 # Line tables only (-g1): a backtrace's file and line, a quarter less compile time than -g.
 stage build-release sh -c 'cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DISCSIGW_FAULT_INJECTION=ON \
-  -DISCSIGW_UNIT_TESTS=OFF -DISCSIGW_UNITY_BUILD=ON >build/configure.log 2>&1 \
+  -DISCSIGW_UNIT_TESTS=OFF -DISCSIGW_UNITY_BUILD=ON -DISCSIGW_WERROR=ON >build/configure.log 2>&1 \
   || { cat build/configure.log; exit 1; }; cmake --build build'
 # The kernel initiator's tests (label guest) need only the release tree and the guest image, and
 # are the longest chain of the run (one TCG guest at a time, 20 minutes): they start as soon as

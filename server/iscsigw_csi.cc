@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/log.h"
 #include "csi/controller_service.h"
 #include "csi/gateway_channel.h"
 #include "csi/host_exec.h"
@@ -18,7 +19,6 @@
 #include "csi/plugin_server.h"
 #include "csi/readiness.h"
 #include "csi/volume_model.h"
-#include "base/log.h"
 #include "server/csi_flags.h"
 #include "server/shutdown_signals.h"
 

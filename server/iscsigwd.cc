@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 
+#include "base/log.h"
 #include "controlplane/metrics/exposer.h"
 #include "controlplane/service/server.h"
 #include "controlplane/state/lun_files.h"
@@ -24,7 +25,6 @@
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
-#include "base/log.h"
 #include "server/flags.h"
 #include "server/shutdown_bound.h"
 #include "server/shutdown_signals.h"

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "controlplane/metrics/collectors.h"
 #include "base/status.h"
+#include "controlplane/metrics/collectors.h"
 
 namespace prometheus {
 class Exposer;

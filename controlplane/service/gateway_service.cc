@@ -9,13 +9,13 @@
 #include <set>
 #include <thread>
 
+#include "base/log.h"
+#include "base/log_format.h"
 #include "controlplane/service/lookup.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/text_check.h"
-#include "base/log.h"
-#include "base/log_format.h"
 
 namespace iscsigw::service {
 
@@ -168,7 +168,7 @@ GatewayServiceImpl::Reactor* GatewayServiceImpl::Serialized(Ctx* ctx, const char
       if (!s.ok()) log::Ctl().info("{}: refused: {}", call_, state::EscapeText(s.ToString()));
       call_.clear();
       {
-        std::lock_guard lock(mu_);
+        std::lock_guard held(mu_);  // on the worker, later: not the lock above
         queued_bytes_ -= bytes;
       }
       r->Finish(ToGrpcStatus(s));

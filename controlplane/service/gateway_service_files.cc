@@ -9,11 +9,11 @@
 #include <chrono>
 #include <set>
 
+#include "base/log.h"
 #include "controlplane/service/gateway_service.h"
 #include "controlplane/service/lookup.h"
 #include "controlplane/state/lun_files.h"
 #include "controlplane/state/state_file.h"
-#include "base/log.h"
 
 namespace iscsigw::service {
 

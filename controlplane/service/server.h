@@ -17,8 +17,8 @@
 #include <string>
 #include <thread>
 
-#include "controlplane/service/gateway_service.h"
 #include "base/status.h"
+#include "controlplane/service/gateway_service.h"
 
 namespace iscsigw::service {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "dataplane/api/dataplane.h"
 #include "base/status.h"
+#include "dataplane/api/dataplane.h"
 
 namespace iscsigw::state {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/api/dataplane.h"
 #include "base/status.h"
+#include "dataplane/api/dataplane.h"
 #include "iscsigw/v1/state.pb.h"
 
 namespace iscsigw::state {

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <utility>
 
+#include "base/log.h"
 #include "controlplane/state/shared_config.h"
 #include "controlplane/state/state_file.h"
-#include "base/log.h"
 
 namespace iscsigw::state {
 

@@ -39,9 +39,9 @@
 #include <string>
 #include <thread>
 
+#include "base/status.h"
 #include "controlplane/state/limits.h"
 #include "dataplane/api/dataplane.h"
-#include "base/status.h"
 #include "iscsigw/v1/state.pb.h"
 
 namespace iscsigw::state {

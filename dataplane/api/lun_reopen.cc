@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
-#include "dataplane/api/instrumented_store.h"
 #include "base/log.h"
+#include "dataplane/api/instrumented_store.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/iscsi/task_drain.h"
 #include "dataplane/scsi/sense.h"

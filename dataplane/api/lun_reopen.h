@@ -8,11 +8,11 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "dataplane/api/dataplane.h"
 #include "dataplane/backing/backing_store.h"
 #include "dataplane/backing/fault_store.h"
 #include "dataplane/backing/shared_object.h"
-#include "base/status.h"
 #include "dataplane/iscsi/gateway.h"
 #include "dataplane/runtime/reactor_pool.h"
 #include "dataplane/scsi/engine.h"

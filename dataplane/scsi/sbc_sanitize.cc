@@ -17,8 +17,8 @@
 #include <memory>
 #include <new>
 
-#include "dataplane/backing/zero_buffer.h"
 #include "base/endian.h"
+#include "dataplane/backing/zero_buffer.h"
 #include "dataplane/scsi/handlers.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/sbc_ops.h"

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/backing/shared_object.h"
 #include "base/on_release.h"
+#include "dataplane/backing/shared_object.h"
 
 namespace iscsigw::test {
 
@@ -74,7 +74,7 @@ class FakeObject final : public backing::SharedObject {
     return 0;
   }
   int Notify(uint64_t version, const std::string& data, const std::string& events,
-             std::chrono::milliseconds timeout, Silent silent) override {
+             std::chrono::milliseconds timeout, Silent when_silent) override {
     ++notifies;
     if (c_.notify_failures > 0) {
       --c_.notify_failures;
@@ -84,7 +84,7 @@ class FakeObject final : public backing::SharedObject {
     bool unanswered = false;
     for (FakeObject* w : c_.watchers) {
       if (w == this || !w->silent) continue;
-      if (silent == Silent::kFence && w->fence_err == 0) {
+      if (when_silent == Silent::kFence && w->fence_err == 0) {
         w->fenced = true;
       } else {
         unanswered = true;

@@ -25,8 +25,8 @@
 #include <mutex>
 #include <vector>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/opcodes.h"
 #include "dataplane/scsi/task.h"

@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
 #include "base/log.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/iscsi/chap.h"
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/gateway.h"

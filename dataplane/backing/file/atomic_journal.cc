@@ -110,8 +110,8 @@ bool Decode(const uint8_t* in, Header* h) {
 // One journal file found at open.
 struct JournalFile {
   enum Kind { kNone, kLive, kDiscard, kReplay } kind = kNone;
-  Header header;
-  std::vector<uint8_t> data;
+  Header header{};
+  std::vector<uint8_t> data{};
 };
 
 Result<JournalFile> Examine(const std::string& path, const std::string& who,

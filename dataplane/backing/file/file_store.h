@@ -72,7 +72,7 @@ struct FileStoreOptions {
   bool direct = false;
   // Where the path may lead (docs/security.md): opened, created and removed only through it. Null
   // (the store's own tests): the path is opened as it is; the data plane always sets it.
-  std::shared_ptr<const AllowedPaths> allowed;
+  std::shared_ptr<const AllowedPaths> allowed{};
 };
 
 class FileStore final : public BackingStore {

@@ -18,9 +18,9 @@
 #include <sstream>
 #include <thread>
 
+#include "base/log.h"
 #include "csi/plugin_server.h"
 #include "csi/work_queue.h"
-#include "base/log.h"
 
 namespace iscsigw::csi {
 namespace node_service_test {

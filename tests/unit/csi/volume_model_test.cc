@@ -317,7 +317,9 @@ TEST(NodeId, IsTheNameThenTheNodesAddresses) {
                           "iqn.x@10.0.0.0/8", "iqn.x@[fd00::5]", "iqn.x@10.0.0.5@10.0.0.6"}) {
     auto r = ParseNodeId(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
   }
   // One form for one set: sorted, each address once.
   id = ParseNodeId("iqn.x@10.0.0.6,10.0.0.5,10.0.0.6");

@@ -14,10 +14,10 @@
 #include <future>
 #include <sstream>
 
+#include "base/log.h"
 #include "controlplane/service/server.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_store.h"
-#include "base/log.h"
 
 namespace iscsigw::service {
 namespace gateway_service_test {
@@ -123,7 +123,7 @@ class ServiceTest : public ::testing::TestWithParam<bool> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Channels, ServiceTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+                         [](const auto& p) { return p.param ? "InProcess" : "Tcp"; });
 
 TEST_P(ServiceTest, CreateGetAndDuplicateTarget) {
   v1::Target t;
@@ -695,7 +695,7 @@ class SmallLimitsTest : public ServiceTest {
 };
 
 INSTANTIATE_TEST_SUITE_P(Channels, SmallLimitsTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+                         [](const auto& p) { return p.param ? "InProcess" : "Tcp"; });
 
 TEST_P(SmallLimitsTest, CreatesPastALimitAreResourceExhaustedAndChangeNothing) {
   ASSERT_TRUE(CreateTarget("a").ok());
@@ -746,7 +746,7 @@ class NoQueueTest : public ServiceTest {
 };
 
 INSTANTIATE_TEST_SUITE_P(Channels, NoQueueTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "InProcess" : "Tcp"; });
+                         [](const auto& p) { return p.param ? "InProcess" : "Tcp"; });
 
 TEST_P(NoQueueTest, ChangesPastTheQueueBoundAreResourceExhausted) {
   auto s = CreateTarget("a");

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/scsi/engine.h"
 
 namespace iscsigw::api {

@@ -153,7 +153,7 @@ TEST_P(AllowedPathsTest, ARacingRenameNeverReachesOutside) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Resolution, AllowedPathsTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Walk" : "Openat2"; });
+                         [](const auto& p) { return p.param ? "Walk" : "Openat2"; });
 
 TEST(AllowedPathsMake, RefusesRootsThatAreNotDirectoriesOrDevices) {
   EXPECT_FALSE(AllowedPaths::Make({"relative/dir"}).ok());

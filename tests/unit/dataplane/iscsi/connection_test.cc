@@ -342,7 +342,7 @@ INSTANTIATE_TEST_SUITE_P(
         LoginRejectRow{"TsihOfNoSession", {}, 0x7777, 0, 0x020a},
         LoginRejectRow{"VersionMinAboveZero", {}, 0, 1, 0x0205},
         LoginRejectRow{"UnlistedInitiator", {{"TargetName", kAclTarget}}, 0, 0, 0x0202}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& p) { return std::string(p.param.name); });
 
 TEST_F(ConnectionTest, ListedInitiatorPassesTheAcl) {
   TestInitiator ini;

@@ -258,7 +258,7 @@ TEST_P(LoginModelTest, EveryTransitionIsAnsweredAsTheRfcRequires) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rfc7143_6_3, LoginModelTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Discovery" : "Normal"; });
+                         [](const auto& p) { return p.param ? "Discovery" : "Normal"; });
 
 // The attack as reported, step by step: the stage jump is refused and no command is answered.
 TEST_P(LoginModelTest, StageJumpPastChapIsRefused) {

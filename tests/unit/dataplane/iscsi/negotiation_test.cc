@@ -185,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
                [](const SessionParams& p) {
                  EXPECT_EQ(p.max_burst_length, kDefaults.max_burst_length);
                }}),
-    [](const testing::TestParamInfo<KeyRow>& info) { return info.param.name; });
+    [](const testing::TestParamInfo<KeyRow>& p) { return p.param.name; });
 
 TEST(NegotiatorProtocolLevel, AnswersMinimumWithLevelOne) {
   // RFC 7143 13.24 / RFC 7144: Minimum, this target implements level 1.

@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
                   48 + 4 + 4 + 8 + 4,
                   4},
         LayoutRow{"DataDigestPadded", {.dsl = 2, .data_digest = true}, 48 + 4 + 4, 0}),
-    [](const testing::TestParamInfo<LayoutRow>& info) { return info.param.name; });
+    [](const testing::TestParamInfo<LayoutRow>& p) { return p.param.name; });
 
 TEST(ParseFrame, HeaderDigestMismatchIsReportedBeforeAnyLengthIsTrusted) {
   auto pdu = BuildPdu({.dsl = 100, .header_digest = true});

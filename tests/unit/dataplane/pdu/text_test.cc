@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
                     BadText{"InvalidUtf8", Pair("InitiatorAlias", "\xc3(")},
                     BadText{"OverlongUtf8", Pair("InitiatorAlias", "\xc0\xaf")},
                     BadText{"TruncatedUtf8", Pair("InitiatorAlias", "ab\xe2\x82")}),
-    [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
+    [](const testing::TestParamInfo<BadText>& p) { return p.param.name; });
 
 TEST(TextAccumulator, AcceptsBoundaryLengths) {
   const std::string text = Pair(std::string(63, 'K'), std::string(255, 'v')) +

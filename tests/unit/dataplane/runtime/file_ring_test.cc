@@ -26,9 +26,9 @@ constexpr size_t kArena = 4u << 20;
 // One ring operation and its result.
 struct Done : FileRing::Op {
   Done() {
-    complete = [](FileRing::Op* op, int32_t res) {
+    complete = [](FileRing::Op* op, int32_t result) {
       auto* d = static_cast<Done*>(op);
-      d->res = res;
+      d->res = result;
       ++d->calls;
     };
   }

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "base/endian.h"
 #include "dataplane/backing/null_store.h"
 #include "dataplane/backing/ram_store.h"
-#include "base/endian.h"
 #include "dataplane/scsi/sense.h"
 #include "dataplane/scsi/task.h"
 

@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/mode_pages.h"
 #include "dataplane/scsi/sense.h"

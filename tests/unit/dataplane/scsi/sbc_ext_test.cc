@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
 #include "dataplane/scsi/task.h"

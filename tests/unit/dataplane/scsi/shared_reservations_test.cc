@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/endian.h"
 #include "dataplane/backing/ram_store.h"
 #include "dataplane/backing/shared_object.h"
-#include "base/endian.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/sense.h"
 #include "tests/common/fake_shared_object.h"

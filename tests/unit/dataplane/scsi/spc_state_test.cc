@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/backing/ram_store.h"
 #include "base/endian.h"
+#include "dataplane/backing/ram_store.h"
 #include "dataplane/scsi/engine.h"
 #include "dataplane/scsi/op_table.h"
 #include "dataplane/scsi/sense.h"
