@@ -1,9 +1,9 @@
 // How iscsigwctl reaches the gateway and how it fails. The global flags (Global), the channel they
 // describe (OpenChannel: plain, or TLS with an optional client certificate), one call with its
 // deadline (Client::Call), and the exit statuses and one-line errors that are part of the CLI's
-// contract (README.md): 0 on success, the gRPC status code on an API error, kExitUsage for a usage
-// error, kExitNoInput when a file (a secret, a certificate) cannot be read. Single-threaded: the
-// process makes one call, or one call per page of a list.
+// contract (docs/reference/cli.md): 0 on success, the gRPC status code on an API error, kExitUsage
+// for a usage error, kExitNoInput when a file (a secret, a certificate) cannot be read.
+// Single-threaded: the process makes one call, or one call per page of a list.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

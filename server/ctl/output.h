@@ -1,6 +1,6 @@
 // What iscsigwctl prints on success: human tables and key: value blocks by default, protobuf JSON
 // with -o json (PrintJson: field names as in the .proto, every primitive field shown). The table
-// columns and the JSON are part of the CLI's contract (README.md); tests read both.
+// columns and the JSON are part of the CLI's contract (docs/reference/cli.md); tests read both.
 #pragma once
 
 #include <google/protobuf/message.h>
