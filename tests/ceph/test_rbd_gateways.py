@@ -107,6 +107,8 @@ class TwoGatewaysTest(GatewayPairTest):
         state = {"targets": [{"name": target, "allowAnyInitiator": True, "luns": [lun]}]}
         gw = harness.Daemon(state=state, state_dir=state_dir,
                             extra_args=["--gateway-id", str(gateway_id)])
+        # A test that restarts a gateway replaces its Daemon: each one's directory goes at the end.
+        self.addCleanup(gw.cleanup)
         gw.start(timeout=60)
         return gw
 
@@ -532,6 +534,7 @@ class SharedConfigurationTest(GatewayPairTest):
         gw = harness.Daemon(state=state, state_dir=state_dir, extra_args=[
             "--gateway-id", str(gateway_id), "--shared-config", self.where,
             "--shared-config-conf", self.conf, "--rbd-conf", self.conf])
+        self.addCleanup(gw.cleanup)
         gw.start(timeout=60)
         harness.wait_for(lambda: re.search(r"shared configuration in \S+: version \d+",
                                            gw.read_log()), 30,

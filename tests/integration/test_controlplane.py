@@ -343,6 +343,7 @@ class TlsTest(Fixture):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="iscsigw-tls-")
+        cls.addClassCleanup(shutil.rmtree, cls.dir, True)
 
         def sh(*args):
             subprocess.run(args, check=True, capture_output=True, cwd=cls.dir)
