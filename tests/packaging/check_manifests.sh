@@ -279,6 +279,73 @@ check "by default no node address and no per-volume CHAP parameter (neither fits
 check "NOTES.txt names the StorageClass" grep -q 'StorageClass iscsigw ' "$out/notes-helm-csi.txt"
 refuses "csi.snapshotClass.create without the snapshot API is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/csi-values.yaml
+# Several gateway pods are the paths of one multipath device each (docs/kubernetes.md, "Draining
+# and upgrading"): a PodDisruptionBudget and an anti-affinity keep them apart and up; one pod gets
+# neither. The iSCSI Services keep the initiator's address for ACLs and CHAP lockout.
+avail() { "$here/check_availability.py" "$@"; }
+check "default values (one replica): no PodDisruptionBudget, no anti-affinity" sh -c \
+  "'$here/check_availability.py' '$out/helm-default.yaml' no-pdb && '$here/check_availability.py' '$out/helm-default.yaml' anti-affinity none"
+check "ci/gateways-values.yaml (three replicas): a PodDisruptionBudget, maxUnavailable 1" \
+  avail "$out/helm-gateways.yaml" pdb 1
+check "ci/gateways-values.yaml: the gateway pods preferably on separate nodes" \
+  avail "$out/helm-gateways.yaml" anti-affinity preferred
+printf 'podAntiAffinity: required\npodDisruptionBudget:\n  maxUnavailable: "34%%"\nservice:\n  iscsi:\n    type: LoadBalancer\n' \
+  > "$out/gateways-required.yaml"
+"$out/helmrender" -chart $chart -strict -f $chart/ci/gateways-values.yaml -f "$out/gateways-required.yaml" \
+  -name ha -namespace storage > "$out/helm-gateways-required.yaml"
+rendered+=("$out/helm-gateways-required.yaml")
+check "podAntiAffinity required and a percentage maxUnavailable" sh -c \
+  "'$here/check_availability.py' '$out/helm-gateways-required.yaml' anti-affinity required \
+   && '$here/check_availability.py' '$out/helm-gateways-required.yaml' pdb 34%"
+check "three LoadBalancer iSCSI Services keep the initiator's address (externalTrafficPolicy Local)" \
+  avail "$out/helm-gateways-required.yaml" traffic-policy
+printf 'podAntiAffinity: none\npodDisruptionBudget:\n  enabled: false\n' > "$out/gateways-none.yaml"
+"$out/helmrender" -chart $chart -strict -f $chart/ci/gateways-values.yaml -f "$out/gateways-none.yaml" \
+  > "$out/helm-gateways-none.yaml"
+check "podAntiAffinity none and podDisruptionBudget.enabled false render neither" sh -c \
+  "'$here/check_availability.py' '$out/helm-gateways-none.yaml' no-pdb && '$here/check_availability.py' '$out/helm-gateways-none.yaml' anti-affinity none"
+printf 'podDisruptionBudget:\n  minAvailable: 2\naffinity:\n  nodeAffinity: {}\ntopologySpreadConstraints:\n  - maxSkew: 1\n    topologyKey: topology.kubernetes.io/zone\n    whenUnsatisfiable: DoNotSchedule\n    labelSelector:\n      matchLabels:\n        app.kubernetes.io/component: gateway\n' \
+  > "$out/gateways-own.yaml"
+"$out/helmrender" -chart $chart -strict -f $chart/ci/gateways-values.yaml -f "$out/gateways-own.yaml" \
+  > "$out/helm-gateways-own.yaml"
+rendered+=("$out/helm-gateways-own.yaml")
+check "affinity, topologySpreadConstraints and minAvailable replace the defaults" sh -c \
+  "grep -A1 '^  minAvailable: 2$' '$out/helm-gateways-own.yaml' | grep -q selector \
+   && ! grep -q '^  maxUnavailable:' '$out/helm-gateways-own.yaml' && ! grep -q podAntiAffinity '$out/helm-gateways-own.yaml' \
+   && grep -q '^        nodeAffinity: {}$' '$out/helm-gateways-own.yaml' \
+   && grep -A8 '^      topologySpreadConstraints:$' '$out/helm-gateways-own.yaml' | grep -q 'topologyKey: topology.kubernetes.io/zone'"
+sed '/^kind: PodDisruptionBudget$/,/^---$/ s/component: gateway$/component: csi-node/' "$out/helm-gateways.yaml" \
+  > "$out/pdb-other-pods.yaml"
+refuses "a PodDisruptionBudget selecting other pods is refused" avail "$out/pdb-other-pods.yaml" pdb 1
+sed 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/' "$out/helm-gateways.yaml" > "$out/zone-affinity.yaml"
+refuses "an anti-affinity on another key is refused" avail "$out/zone-affinity.yaml" anti-affinity preferred
+sed 's/externalTrafficPolicy: Local/externalTrafficPolicy: Cluster/' "$out/helm-gateways-required.yaml" > "$out/etp-cluster.yaml"
+refuses "an iSCSI Service with externalTrafficPolicy Cluster is refused" avail "$out/etp-cluster.yaml" traffic-policy
+
+# Storage capacity tracking: GetCapacity advertised by the controller (GET_CAPACITY), published by
+# the provisioner, read by the scheduler through the CSIDriver.
+check "the CSI controller advertises GET_CAPACITY" grep -q 'Rpc::GET_CAPACITY' csi/controller_service.cc
+check "ci/csi-values.yaml: capacity tracking wired" avail "$out/helm-csi.yaml" capacity
+check "ci/full-values.yaml: capacity tracking wired, its poll interval, immediate binding" sh -c \
+  "'$here/check_availability.py' '$out/helm-full.yaml' capacity && grep -q -- '- --capacity-poll-interval=5m' '$out/helm-full.yaml' \
+   && grep -q -- '- --capacity-for-immediate-binding' '$out/helm-full.yaml'"
+check "ci/csi-values.yaml: no capacity for immediate binding by default" sh -c \
+  "! grep -q -- '--capacity-for-immediate-binding' '$out/helm-csi.yaml'"
+printf 'csi:\n  capacity:\n    enabled: false\n' > "$out/no-capacity.yaml"
+"$out/helmrender" -chart $chart -strict -api-versions snapshot.storage.k8s.io/v1 -f $chart/ci/csi-values.yaml \
+  -f "$out/no-capacity.yaml" > "$out/helm-csi-no-capacity.yaml"
+check "csi.capacity.enabled false: no capacity flags, RBAC or storageCapacity" \
+  avail "$out/helm-csi-no-capacity.yaml" no-capacity
+check "default values (no CSI): no capacity RBAC" avail "$out/helm-default.yaml" no-capacity
+sed '/- --enable-capacity/d' "$out/helm-csi.yaml" > "$out/capacity-no-flag.yaml"
+refuses "a provisioner without --enable-capacity is refused" avail "$out/capacity-no-flag.yaml" capacity
+sed 's/resources: \["replicasets"\]/resources: ["deployments"]/' "$out/helm-csi.yaml" > "$out/capacity-no-rs.yaml"
+refuses "capacity RBAC without get on replicasets is refused" avail "$out/capacity-no-rs.yaml" capacity
+sed '/- name: POD_NAME/,+3d' "$out/helm-csi.yaml" > "$out/capacity-no-pod-name.yaml"
+refuses "a provisioner without POD_NAME is refused" avail "$out/capacity-no-pod-name.yaml" capacity
+sed 's/storageCapacity: true/storageCapacity: false/' "$out/helm-csi.yaml" > "$out/capacity-driver-off.yaml"
+refuses "a CSIDriver without storageCapacity is refused" avail "$out/capacity-driver-off.yaml" capacity
+
 # values.schema.json refuses misspelt keys, bad enums and TLS without a Secret.
 printf 'gateway:\n  logLevl: debug\n' > "$out/bad-key.yaml"
 printf 'service:\n  iscsi:\n    type: External\n' > "$out/bad-enum.yaml"
@@ -300,6 +367,18 @@ printf 'ceph:\n  keyringKey: keyrings/gw\n' > "$out/bad-ceph-key.yaml"
 printf 'ceph:\n  mountPath: etc/ceph\n' > "$out/bad-ceph-mountpath.yaml"
 printf 'bootstrap:\n  targets:\n    - name: x\n      luns:\n        - id: 0\n          rbd:\n            pool: rbd\n' \
   > "$out/bad-rbd-lun.yaml"
+printf 'podAntiAffinity: soft\n' > "$out/bad-anti-affinity.yaml"
+printf 'podDisruptionBudget:\n  maxUnavailable: -1\n' > "$out/bad-pdb.yaml"
+printf 'monitoring:\n  prometheusRule:\n    thresholds:\n      lunDirFullPercent: 185\n' > "$out/bad-lun-dir-percent.yaml"
+printf 'monitoring:\n  prometheusRule:\n    thresholds:\n      lunOfflineFor: 2 minutes\n' > "$out/bad-rule-duration.yaml"
+printf 'monitoring:\n  prometheusRule:\n    thresholds:\n      lunOffline: 2m\n' > "$out/bad-rule-key.yaml"
+printf 'monitoring:\n  dashboard:\n    label: "grafana dashboard"\n' > "$out/bad-dashboard-label.yaml"
+printf 'csi:\n  capacity:\n    pollInterval: 1\n' > "$out/bad-capacity-interval.yaml"
+for bad in bad-anti-affinity bad-pdb bad-lun-dir-percent bad-rule-duration bad-rule-key \
+    bad-dashboard-label bad-capacity-interval; do
+  refuses "values.schema.json refuses $bad" \
+    "$out/helmrender" -chart $chart -f "$out/insecure.yaml" -f "$out/$bad.yaml"
+done
 for bad in bad-key bad-enum bad-tls bad-lun bad-chap bad-advertise bad-per-source \
     bad-discovery-sessions bad-discovery-timeout bad-discovery-timeout-max bad-csi-provisioning \
     bad-csi-blocksize bad-csi-image bad-csi-kubeletdir bad-csi-key bad-ceph bad-ceph-key \
