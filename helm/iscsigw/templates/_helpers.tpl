@@ -57,6 +57,25 @@ app.kubernetes.io/part-of: iscsigw
 {{- dict "targets" .Values.bootstrap.targets | toPrettyJson }}
 {{- end }}
 
+{{/*
+The gateway container's seccomp profile (seccompProfile.*, docs/security.md). The chart's profile,
+files/iscsigw-seccomp.json, is installed under a name of its content's hash unless
+seccompProfile.localhostProfile names it: a changed profile is a new file and a new pod spec, and
+releases of different chart versions on one node do not overwrite each other's.
+*/}}
+{{- define "iscsigw.seccompLocalhostProfile" -}}
+{{- .Values.seccompProfile.localhostProfile | default (printf "iscsigw/iscsigw-%s.json" (.Files.Get "files/iscsigw-seccomp.json" | sha256sum | trunc 12)) }}
+{{- end }}
+
+{{/* Whether the gateway pod installs the chart's profile on its node (an init container). */}}
+{{- define "iscsigw.seccompInstall" -}}
+{{- if and (eq .Values.seccompProfile.type "Localhost") .Values.seccompProfile.install }}true{{ end }}
+{{- end }}
+
+{{- define "iscsigw.seccompConfigMap" -}}
+{{- printf "%s-seccomp" (include "iscsigw.fullname" .) }}
+{{- end }}
+
 {{/* A probe: gRPC health check, or a TCP check when the port speaks TLS. */}}
 {{- define "iscsigw.probe" -}}
 {{- if .root.Values.tls.enabled -}}
