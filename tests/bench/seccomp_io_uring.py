@@ -10,8 +10,9 @@ under three seccomp filters, in one run on one machine:
 The container is the chart's pod security context as podman gives it: user 10001, no
 capabilities, no-new-privileges, a read-only root. Its root is a directory holding iscsigwd and
 the libraries it links (no image registry is needed), the network the host's; the state directory
-and the LUN file are bind mounts. The 1 GiB LUN file (random data, under /var/tmp) is read once
-before the runs, so every read is a page-cache hit. Each round runs the three filters one after
+and the LUN file are bind mounts. The 1 GiB LUN file (random data, kept in
+/var/tmp/iscsigw-seccomp-bench/lun for the next run) is read once before the runs, so every read
+is a page-cache hit. Each round runs the three filters one after
 the other (interleaved, so that a change in the machine's load meets all three), each cell is
 the median of --repeats rounds. Each gateway's log and open files are checked: the fallback's
 warning and no io_uring descriptor under runtime-default, io_uring descriptors and no warning
@@ -32,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from iscsigw_test import harness
 
@@ -122,6 +122,8 @@ class Gateway:
              "--metrics-listen", "127.0.0.1:0", "--log-format", "text"],
             env=env, capture_output=True, text=True)
         if out.returncode != 0:
+            subprocess.run(["podman", "rm", "-f", self.container], capture_output=True)
+            shutil.rmtree(self.state, ignore_errors=True)
             raise RuntimeError(f"podman run: {out.stderr}")
         ports_file = os.path.join(self.state, "ports.json")
         ports = harness.wait_for(lambda: os.path.exists(ports_file) and open(ports_file).read(),
@@ -210,6 +212,7 @@ def main():
     finally:
         for gw in gws.values():
             gw.stop()
+        shutil.rmtree(root, ignore_errors=True)
         if latency_pin:
             latency_pin.close()
 
