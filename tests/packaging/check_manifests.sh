@@ -292,7 +292,11 @@ printf 'seccompProfile:\n  nodeDirectory: var/lib/kubelet/seccomp\n' > "$out/bad
 printf 'seccompProfile:\n  localhostProfile: /etc/gw.json\n' > "$out/bad-seccomp-abs.yaml"
 printf 'seccompProfile:\n  localhostProfile: iscsigw/../gw.json\n' > "$out/bad-seccomp-dotdot.yaml"
 printf 'securityContext:\n  seccompProfile:\n    type: Unconfined\n' > "$out/bad-seccomp-container.yaml"
-for bad in bad-seccomp-type bad-seccomp-nodedir bad-seccomp-abs bad-seccomp-dotdot bad-seccomp-container; do
+# The way of earlier charts: a pod-level Localhost profile, which the container's would override.
+printf 'podSecurityContext:\n  seccompProfile:\n    type: Localhost\n    localhostProfile: p.json\n' \
+  > "$out/bad-seccomp-pod.yaml"
+for bad in bad-seccomp-type bad-seccomp-nodedir bad-seccomp-abs bad-seccomp-dotdot bad-seccomp-container \
+    bad-seccomp-pod; do
   refuses "chart refuses $bad" "$out/helmrender" -chart $chart -f "$out/insecure.yaml" -f "$out/$bad.yaml"
 done
 
