@@ -282,6 +282,11 @@ check "seccomp: Unconfined installs nothing" \
 check "seccomp: localhostProfile and nodeDirectory reach the pod" \
   seccomp pod "$out/helm-seccomp-custom-path.yaml" \
   --type Localhost --install --profile gw.json --node-dir /opt/kubelet/seccomp
+# helm upgrade --reuse-values from a chart without seccompProfile renders without the section.
+printf 'seccompProfile: null\n' > "$out/seccomp-absent.yaml"
+check "seccomp: values without seccompProfile (--reuse-values from an earlier chart) get the default" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -f '$out/seccomp-absent.yaml' > '$out/helm-seccomp-absent.yaml' \
+   && '$here/check_seccomp.py' pod '$out/helm-seccomp-absent.yaml' --type Localhost --install"
 refuses "seccomp: a rendering without the profile is refused as one that installs it" \
   seccomp pod "$out/helm-seccomp-localhost-no-install.yaml" --type Localhost --install
 sed '/^ *- name: seccomp-profile$/,/^ *- ALL$/{/^ *drop:$/d;/^ *- ALL$/d}' "$out/helm-default.yaml" > "$out/seccomp-init-caps.yaml"
