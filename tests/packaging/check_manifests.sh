@@ -63,7 +63,7 @@ for dir in deploy/base deploy/overlays/*/ deploy/examples/csi-iscsi; do
     check "kubectl $ver kustomize $dir" sh -c "'$bin' kustomize '$dir' > '$f'"
     check "kubectl $ver: the StatefulSet mounts the ConfigMap generated beside it" \
       "$here/check_configmap_refs.py" "$f"
-    sed -E 's/(iscsigw-bootstrap)-[a-z0-9]{10}$/\1-HASH/' "$f" > "$f.normal"
+    sed -E 's/(iscsigw-(bootstrap|seccomp))-[a-z0-9]{10}$/\1-HASH/' "$f" > "$f.normal"
     if [ -z "$first" ]; then
       first=$f; first_ver=$ver; cp "$f" "$out/$name.yaml"; rendered+=("$out/$name.yaml")
     else
@@ -242,6 +242,68 @@ refuses "replicas > 1 with a fixed nodePort (one advertised address) is refused"
 printf 'replicas: 2\ncsi:\n  enabled: true\n' > "$out/gateways-csi.yaml"
 refuses "replicas > 1 with csi.enabled is refused" \
   "$out/helmrender" -chart $chart -f $chart/ci/gateways-values.yaml -f "$out/gateways-csi.yaml"
+
+# The gateway's seccomp profile (docs/security.md): RuntimeDefault plus io_uring, installed on the
+# node by an init container by default, or expected there, or the runtime's default, or none.
+seccomp() { "$here/check_seccomp.py" "$@"; }
+profile=$chart/files/iscsigw-seccomp.json
+check "seccomp profile: denies by default, allows io_uring, no name twice" seccomp profile $profile
+check "seccomp profile: deploy/base carries the chart's" cmp -s $profile deploy/base/iscsigw-seccomp.json
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["syscalls"] = [r for r in p["syscalls"] if "io_uring_enter" not in r["names"]]; json.dump(p, sys.stdout)' \
+  $profile > "$out/seccomp-no-io-uring.json"
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["syscalls"].append({"names": ["read"], "action": "SCMP_ACT_ALLOW"}); json.dump(p, sys.stdout)' \
+  $profile > "$out/seccomp-twice.json"
+sed 's/"defaultAction": "SCMP_ACT_ERRNO"/"defaultAction": "SCMP_ACT_ALLOW"/' $profile > "$out/seccomp-allow.json"
+head -c 200 $profile > "$out/seccomp-cut.json"
+for bad in no-io-uring twice allow cut; do
+  refuses "seccomp profile: $bad is refused" seccomp profile "$out/seccomp-$bad.json"
+done
+check "seccomp: default values install the chart's profile (init container, hostPath) as Localhost" \
+  seccomp pod "$out/helm-default.yaml" --type Localhost --install
+check "seccomp: ci/full-values.yaml: a Localhost profile put on the nodes beforehand, no hostPath" \
+  seccomp pod "$out/helm-full.yaml" --type Localhost --no-install --profile profiles/iscsigw-io-uring.json
+check "seccomp: kustomize base installs the profile as Localhost" \
+  seccomp pod "$out/kustomize-base.yaml" --type Localhost --install --profile iscsigw/iscsigw-seccomp.json
+for values in "localhost-no-install=type: Localhost|install: false" \
+    "runtimedefault=type: RuntimeDefault|install: true" "unconfined=type: Unconfined|install: true" \
+    "custom-path=type: Localhost|localhostProfile: gw.json|nodeDirectory: /opt/kubelet/seccomp"; do
+  name=${values%%=*}
+  { echo "seccompProfile:"; echo "${values#*=}" | tr '|' '\n' | sed 's/^/  /'; } > "$out/seccomp-$name.yaml"
+  "$out/helmrender" -chart $chart -strict -f "$out/insecure.yaml" -f "$out/seccomp-$name.yaml" \
+    > "$out/helm-seccomp-$name.yaml"
+  rendered+=("$out/helm-seccomp-$name.yaml")
+done
+check "seccomp: Localhost without install: no init container, no hostPath, no profile ConfigMap" \
+  seccomp pod "$out/helm-seccomp-localhost-no-install.yaml" --type Localhost --no-install
+check "seccomp: RuntimeDefault installs nothing" \
+  seccomp pod "$out/helm-seccomp-runtimedefault.yaml" --type RuntimeDefault --no-install
+check "seccomp: Unconfined installs nothing" \
+  seccomp pod "$out/helm-seccomp-unconfined.yaml" --type Unconfined --no-install
+check "seccomp: localhostProfile and nodeDirectory reach the pod" \
+  seccomp pod "$out/helm-seccomp-custom-path.yaml" \
+  --type Localhost --install --profile gw.json --node-dir /opt/kubelet/seccomp
+# helm upgrade --reuse-values from a chart without seccompProfile renders without the section.
+printf 'seccompProfile: null\n' > "$out/seccomp-absent.yaml"
+check "seccomp: values without seccompProfile (--reuse-values from an earlier chart) get the default" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -f '$out/seccomp-absent.yaml' > '$out/helm-seccomp-absent.yaml' \
+   && '$here/check_seccomp.py' pod '$out/helm-seccomp-absent.yaml' --type Localhost --install"
+refuses "seccomp: a rendering without the profile is refused as one that installs it" \
+  seccomp pod "$out/helm-seccomp-localhost-no-install.yaml" --type Localhost --install
+sed '/^ *- name: seccomp-profile$/,/^ *- ALL$/{/^ *drop:$/d;/^ *- ALL$/d}' "$out/helm-default.yaml" > "$out/seccomp-init-caps.yaml"
+refuses "seccomp: an init container that keeps its capabilities is refused" \
+  seccomp pod "$out/seccomp-init-caps.yaml" --type Localhost --install
+printf 'seccompProfile:\n  type: localhost\n' > "$out/bad-seccomp-type.yaml"
+printf 'seccompProfile:\n  nodeDirectory: var/lib/kubelet/seccomp\n' > "$out/bad-seccomp-nodedir.yaml"
+printf 'seccompProfile:\n  localhostProfile: /etc/gw.json\n' > "$out/bad-seccomp-abs.yaml"
+printf 'seccompProfile:\n  localhostProfile: iscsigw/../gw.json\n' > "$out/bad-seccomp-dotdot.yaml"
+printf 'securityContext:\n  seccompProfile:\n    type: Unconfined\n' > "$out/bad-seccomp-container.yaml"
+# The way of earlier charts: a pod-level Localhost profile, which the container's would override.
+printf 'podSecurityContext:\n  seccompProfile:\n    type: Localhost\n    localhostProfile: p.json\n' \
+  > "$out/bad-seccomp-pod.yaml"
+for bad in bad-seccomp-type bad-seccomp-nodedir bad-seccomp-abs bad-seccomp-dotdot bad-seccomp-container \
+    bad-seccomp-pod; do
+  refuses "chart refuses $bad" "$out/helmrender" -chart $chart -f "$out/insecure.yaml" -f "$out/$bad.yaml"
+done
 
 # CSI: nothing without csi.enabled; with it, the driver, both workloads and the classes.
 check "default values render no CSI object" sh -c \

@@ -19,7 +19,7 @@ cleanup() {
   [ -f "$work/pod.yaml" ] && pm kube down "$work/pod.yaml" >/dev/null 2>&1 || true
   pm volume rm -f "$claim" >/dev/null 2>&1 || true
   # kube play keeps each ConfigMap it mounted as a named volume.
-  for cm in $(sed -n 's/^  name: \(iscsigw-bootstrap.*\)$/\1/p' "$work/pod.yaml" 2>/dev/null); do
+  for cm in $(sed -n 's/^  name: \(iscsigw-\(bootstrap\|seccomp\).*\)$/\1/p' "$work/pod.yaml" 2>/dev/null); do
     pm volume rm -f "$cm" >/dev/null 2>&1 || true
   done
   rm -rf "$work"

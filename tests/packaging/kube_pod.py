@@ -48,6 +48,10 @@ def main():
             pr = c.get(probe)
             if pr and "grpc" in pr:
                 pr["grpc"]["port"] = int(grpc)
+    # The init container (it writes the seccomp profile into the hostPath) runs the same image.
+    for c in spec.get("initContainers", []):
+        c["image"] = image
+        c["imagePullPolicy"] = "Never"
     names = {v["name"] for v in spec.get("volumes", [])}
     spec.setdefault("volumes", [])
     for vct in sts["spec"].get("volumeClaimTemplates", []):

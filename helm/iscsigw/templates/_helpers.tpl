@@ -57,6 +57,35 @@ app.kubernetes.io/part-of: iscsigw
 {{- dict "targets" .Values.bootstrap.targets | toPrettyJson }}
 {{- end }}
 
+{{/*
+The gateway container's seccomp profile (seccompProfile.*, docs/security.md). The chart's profile,
+files/iscsigw-seccomp.json, is installed under a name of its content's hash unless
+seccompProfile.localhostProfile names it: a changed profile is a new file and a new pod spec, and
+releases of different chart versions on one node do not overwrite each other's. Each key falls
+back to its default of values.yaml: `helm upgrade --reuse-values` from a chart without them
+renders with the old chart's values, which lack the whole section.
+*/}}
+{{- define "iscsigw.seccompType" -}}
+{{- dig "type" "Localhost" (get .Values "seccompProfile" | default dict) }}
+{{- end }}
+
+{{- define "iscsigw.seccompLocalhostProfile" -}}
+{{- dig "localhostProfile" "" (get .Values "seccompProfile" | default dict) | default (printf "iscsigw/iscsigw-%s.json" (.Files.Get "files/iscsigw-seccomp.json" | sha256sum | trunc 12)) }}
+{{- end }}
+
+{{- define "iscsigw.seccompNodeDirectory" -}}
+{{- dig "nodeDirectory" "/var/lib/kubelet/seccomp" (get .Values "seccompProfile" | default dict) }}
+{{- end }}
+
+{{/* Whether the gateway pod installs the chart's profile on its node (an init container). */}}
+{{- define "iscsigw.seccompInstall" -}}
+{{- if and (eq (include "iscsigw.seccompType" .) "Localhost") (dig "install" true (get .Values "seccompProfile" | default dict)) }}true{{ end }}
+{{- end }}
+
+{{- define "iscsigw.seccompConfigMap" -}}
+{{- printf "%s-seccomp" (include "iscsigw.fullname" .) }}
+{{- end }}
+
 {{/* A probe: gRPC health check, or a TCP check when the port speaks TLS. */}}
 {{- define "iscsigw.probe" -}}
 {{- if .root.Values.tls.enabled -}}
