@@ -3,6 +3,11 @@
 #
 #   podman build --format docker -t iscsigw:dev .      (docker build -t iscsigw:dev . works too)
 #
+# VERSION and REVISION (build arguments) label the image; REVISION is also the commit the binaries
+# report (--version, iscsigw_build_info), which they cannot learn here otherwise: the context leaves
+# .git out. Without it they say "unknown". tests/packaging/build_image.sh passes both, VERSION
+# from CMakeLists.txt and REVISION as `git rev-parse --short=12 HEAD`.
+#
 # Stage 1 builds with the same install script as the README; stage 2 is bookworm-slim with only the
 # shared libraries the binaries link (found with ldd + dpkg -S, so a new library dependency is
 # picked up without editing this file). --format docker keeps HEALTHCHECK, which the OCI image
@@ -17,7 +22,8 @@ WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN scripts/install-deps.sh --build-only && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE} \
+ARG REVISION=
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DISCSIGW_COMMIT=${REVISION} \
  && cmake --build /build --target iscsigwd iscsigwctl iscsigw-csi \
  && install -d /out/bin \
  && install -m 0755 -s /build/bin/iscsigwd /build/bin/iscsigwctl /build/bin/iscsigw-csi /out/bin/ \
@@ -39,6 +45,7 @@ LABEL org.opencontainers.image.title="iscsigw" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
 COPY --from=build /out/runtime-packages /usr/share/iscsigw/runtime-packages
 RUN apt-get update \
@@ -53,6 +60,7 @@ RUN apt-get update \
 # (util-linux, part of every Debian image), so the image itself needs none of them.
 COPY --from=build /out/bin/iscsigwd /out/bin/iscsigwctl /out/bin/iscsigw-csi /usr/local/bin/
 COPY deploy/examples/demo.json /usr/share/iscsigw/demo.json
+COPY LICENSE /usr/share/doc/iscsigw/LICENSE
 
 # Every flag of iscsigwd has an ISCSIGW_* variable; these are the container defaults. gRPC listens
 # on all interfaces so that Kubernetes' gRPC probes (which dial the pod IP) reach it, and without

@@ -2,11 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "server/build_info.h"
+
 namespace iscsigw::server {
 
 int ParseCsiFlags(int argc, char** argv, CsiFlags* f) {
   CLI::App app{"iscsigw-csi: CSI plugin (driver iscsi.iscsigw.io) for iscsigw gateways"};
   app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version", VersionLine("iscsigw-csi"),
+                       "Print the version and commit and exit");
   app.add_option("--endpoint", f->endpoint,
                  "CSI endpoint: unix:///PATH (kubelet, sidecars) or tcp://HOST:PORT (port 0 picks "
                  "a free port)")

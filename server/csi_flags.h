@@ -26,7 +26,8 @@ struct CsiFlags {
   unsigned copy_timeout_s = 600;    // ... of one that copies data: a clone, a restore, a snapshot
 };
 
-// Returns -1 to go on, or the exit code: 0 for --help, CLI11's code for a flag it cannot parse.
+// Returns -1 to go on, or the exit code: 0 for --help and --version, CLI11's code for a flag it
+// cannot parse.
 int ParseCsiFlags(int argc, char** argv, CsiFlags* flags);
 
 }  // namespace iscsigw::server

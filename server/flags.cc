@@ -6,12 +6,52 @@
 #include <cstdio>
 
 #include "dataplane/api/dataplane.h"
+#include "server/build_info.h"
 
 namespace iscsigw::server {
+
+namespace {
+
+// What CLI11 cannot check, between flags or through the data plane's parsers: -1 to go on, or 2
+// with the reason on stderr.
+int CheckFlags(const Flags& flags) {
+  if (!flags.shared_config.empty() && flags.gateway_id == 0) {
+    std::fprintf(stderr,
+                 "--shared-config needs --gateway-id: the gateways that share a configuration "
+                 "export the same images, each with its own id\n");
+    return 2;
+  }
+  if (auto d = api::ParseChapDigests(flags.chap_digests); !d.ok()) {
+    std::fprintf(stderr, "--chap-digests: %s\n", d.status().message().c_str());
+    return 2;
+  }
+  for (const std::string& entry : flags.rbd_allow) {
+    if (Status s = api::BackingPolicy::ValidateRbdAllow(entry); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  // docs/security.md: the admin API answers whoever reaches it, so off this host it needs client
+  // certificates, or an operator who says it may go without.
+  if (!IsLocalOnlyListen(flags.grpc_listen) && flags.tls_client_ca.empty() &&
+      !flags.grpc_insecure) {
+    std::fprintf(stderr,
+                 "--grpc-listen %s is reachable from other hosts: give --tls-cert, --tls-key and "
+                 "--tls-client-ca (mutual TLS), listen on loopback or a unix: socket, or pass "
+                 "--grpc-insecure to serve the admin API without authentication\n",
+                 flags.grpc_listen.c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace
 
 int ParseFlags(int argc, char** argv, Flags* f) {
   CLI::App app{"iscsigwd: iSCSI gateway daemon"};
   app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version", VersionLine("iscsigwd"),
+                       "Print the version and commit and exit");
   app.add_option("--state-dir", f->state_dir, "Directory for state.json and ports.json")
       ->envname("ISCSIGW_STATE_DIR");
   app.add_option("--portal", f->portals,
@@ -154,32 +194,7 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (!f->shared_config.empty() && f->gateway_id == 0) {
-    std::fprintf(stderr,
-                 "--shared-config needs --gateway-id: the gateways that share a configuration "
-                 "export the same images, each with its own id\n");
-    return 2;
-  }
-  if (auto d = api::ParseChapDigests(f->chap_digests); !d.ok()) {
-    std::fprintf(stderr, "--chap-digests: %s\n", d.status().message().c_str());
-    return 2;
-  }
-  for (const std::string& entry : f->rbd_allow) {
-    if (Status s = api::BackingPolicy::ValidateRbdAllow(entry); !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  // docs/security.md: the admin API answers whoever reaches it, so off this host it needs client
-  // certificates, or an operator who says it may go without.
-  if (!IsLocalOnlyListen(f->grpc_listen) && f->tls_client_ca.empty() && !f->grpc_insecure) {
-    std::fprintf(stderr,
-                 "--grpc-listen %s is reachable from other hosts: give --tls-cert, --tls-key and "
-                 "--tls-client-ca (mutual TLS), listen on loopback or a unix: socket, or pass "
-                 "--grpc-insecure to serve the admin API without authentication\n",
-                 f->grpc_listen.c_str());
-    return 2;
-  }
+  if (int rc = CheckFlags(*f); rc >= 0) return rc;
   if (f->portals.empty()) f->portals.push_back("0.0.0.0:3260");
   return -1;
 }

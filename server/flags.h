@@ -64,10 +64,10 @@ struct Flags {
   unsigned max_acl_entries = state::kDefaultMaxAclEntriesPerTarget;
 };
 
-// Returns -1 to go on, or the exit code: 0 for --help; CLI11's code for a flag it cannot parse (an
-// unknown flag, a value out of range); 2 for a usage error found after parsing (--shared-config
-// without --gateway-id, a bad --chap-digests or --rbd-allow, --grpc-listen off loopback without
-// --tls-client-ca or --grpc-insecure).
+// Returns -1 to go on, or the exit code: 0 for --help and --version; CLI11's code for a flag it
+// cannot parse (an unknown flag, a value out of range); 2 for a usage error found after parsing
+// (--shared-config without --gateway-id, a bad --chap-digests or --rbd-allow, --grpc-listen off
+// loopback without --tls-client-ca or --grpc-insecure).
 int ParseFlags(int argc, char** argv, Flags* flags);
 
 // Whether a --grpc-listen address is reachable from this host only: a unix socket, or a loopback

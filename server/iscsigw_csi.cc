@@ -19,6 +19,7 @@
 #include "csi/plugin_server.h"
 #include "csi/readiness.h"
 #include "csi/volume_model.h"
+#include "server/build_info.h"
 #include "server/csi_flags.h"
 #include "server/shutdown_signals.h"
 
@@ -97,7 +98,7 @@ int Run(int argc, char** argv) {
     services.push_back(std::make_unique<csi::NodeService>(std::move(nopts)));
   }
   csi::IdentityOptions iopts;
-  iopts.vendor_version = ISCSIGW_VERSION;
+  iopts.vendor_version = BuildVersion();
   iopts.controller_service = controller;
   services.push_back(std::make_unique<csi::IdentityService>(iopts, std::move(checks)));
 
@@ -107,7 +108,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   const std::string bound = server.value()->endpoint().ToString();
-  lg.info("iscsigw-csi {} ({}): mode {}, {}{}", ISCSIGW_VERSION, csi::kPluginName, flags.mode,
+  lg.info("{}: driver {}, mode {}, {}{}", VersionLine("iscsigw-csi"), csi::kPluginName, flags.mode,
           controller ? "gateway " + flags.gateway : "no gateway",
           controller && tls.enabled() ? " (TLS)" : "");
   if (node) lg.info("host commands run {}", flags.host_exec);

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
+#include "server/build_info.h"
 #include "server/ctl/client.h"
 #include "server/ctl/commands.h"
 
@@ -35,6 +36,9 @@ void AddGlobalOptions(CLI::App& app, Global& g) {
       "66 unreadable input.\nEnvironment (a flag wins over its variable): ISCSIGW_SERVER, "
       "ISCSIGW_TLS_CA, ISCSIGW_TLS_SERVER_NAME, ISCSIGW_TLS_CLIENT_CERT, ISCSIGW_TLS_CLIENT_KEY.");
   app.require_subcommand(1);
+  // Runs as the flag is parsed, before the check for a command: `iscsigwctl --version` alone.
+  app.set_version_flag("--version", server::VersionLine("iscsigwctl"),
+                       "print the version and commit and exit");
   app.add_option("--server", g.server, "gRPC address HOST:PORT")->envname("ISCSIGW_SERVER");
   app.add_option("-o,--output", g.output, "table|json")->check(CLI::IsMember({"table", "json"}));
   app.add_option("--tls-ca", g.tls_ca, "CA bundle to verify the server (enables TLS)")
@@ -68,6 +72,8 @@ int Run(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return Fail(kExitUsage, e.what());

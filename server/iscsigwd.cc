@@ -25,6 +25,7 @@
 #include "controlplane/state/state_file.h"
 #include "controlplane/state/state_store.h"
 #include "dataplane/api/dataplane.h"
+#include "server/build_info.h"
 #include "server/flags.h"
 #include "server/shutdown_bound.h"
 #include "server/shutdown_signals.h"
@@ -243,7 +244,7 @@ int Run(int argc, char** argv) {
   }
 
   service::ServiceOptions sopts;
-  sopts.version = ISCSIGW_VERSION;
+  sopts.version = BuildVersion();
   sopts.lun_dir = flags.lun_dir;
   sopts.backing = backing;
   sopts.health_interval = std::chrono::milliseconds(flags.health_interval_ms);
@@ -265,8 +266,8 @@ int Run(int argc, char** argv) {
   ctl.info(
       "gRPC control plane listening on {}{}", grpc_server.value()->address(),
       flags.tls_cert.empty() ? "" : (flags.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
-  ctl.info("{} reactor(s); gateway id {}; state in {}", dataplane.reactors(), flags.gateway_id,
-           store.path());
+  ctl.info("{}: {} reactor(s); gateway id {}; state in {}", VersionLine("iscsigwd"),
+           dataplane.reactors(), flags.gateway_id, store.path());
   const auto roots = backing.paths->roots();
   ctl.info("file LUNs may use {}; rbd LUNs the pools {}",
            roots.empty() ? "nothing (--lun-dir, --backing-allow)"
@@ -290,8 +291,8 @@ int Run(int argc, char** argv) {
   runtime::Stats::Global().SetEnabled(flags.metrics_counting);
   metrics::MetricsOptions mopts;
   mopts.listen = flags.metrics_listen;
-  mopts.version = ISCSIGW_BUILD_VERSION;
-  mopts.commit = ISCSIGW_COMMIT;
+  mopts.version = BuildVersion();
+  mopts.commit = BuildCommit();
   mopts.sessions = [&dataplane, &store] {
     std::map<std::string, metrics::StatsCollector::TargetGauges> n;
     // Every configured target has its gauges, at 0 when nobody is logged in: a series that

@@ -18,9 +18,9 @@ cell starts with the name in backquotes (| `--portal` | ..., or several: | `-o`,
 flag's environment variable is written in the same row.
 
 Usage: check_reference.py [--self-test]
-Exit 1 with one line per name missing or stale. --self-test plants an undocumented flag, command
-option and metric, a documented flag that does not exist and a changed default in a copy of the
-tree, and fails unless each is reported."""
+Exit 1 with one line per name missing or stale. --self-test plants an undocumented flag, version
+flag, command option and metric, a documented flag that does not exist and a changed default in a
+copy of the tree, and fails unless each is reported."""
 import glob
 import os
 import re
@@ -49,9 +49,10 @@ DEFAULTS = {
 }
 CONSTANTS = "controlplane/state/limits.h"
 
-# `X = P->add_subcommand("name"` (P may be `app.`), and `X->add_option("names"` / add_flag.
+# `X = P->add_subcommand("name"` (P may be `app.`), and `X->add_option("names"` / add_flag /
+# set_version_flag.
 SUBCOMMAND = re.compile(r'(?:(\w+)\s*=\s*)?(\w+)\s*(?:->|\.)\s*add_subcommand\(\s*"([^"]+)"')
-OPTION = re.compile(r'(\w+)\s*(?:->|\.)\s*add_(?:option|flag)\(\s*"([^"]+)"')
+OPTION = re.compile(r'(\w+)\s*(?:->|\.)\s*(?:add_(?:option|flag)|set_version_flag)\(\s*"([^"]+)"')
 ENVNAME = re.compile(r'envname\(\s*"([^"]+)"\s*\)')
 FAMILY = re.compile(r'\b(?:Family|simple)\(\s*"([a-z_][a-z0-9_]*)"')
 ROW = re.compile(r'^\|\s*(`[^|]*)\|')
@@ -294,11 +295,14 @@ def self_test():
         edit("controlplane/metrics/collectors.cc", '  simple("iscsigw_iscsi_logouts_total"',
              '  simple("iscsigw_planted_total", "x", logouts);\n'
              '  simple("iscsigw_iscsi_logouts_total"')
+        edit("server/csi_flags.cc", "  try {\n",
+             '  app.set_version_flag("--planted-version", "x");\n  try {\n')
         edit("server/flags.h", "unsigned nop_interval_s = 30;", "unsigned nop_interval_s = 31;")
         with open(os.path.join(tmp, FLAGS_DOC), "a") as f:
             f.write("\n## iscsigw-csi\n\n| `--planted-stale` | gone |\n")
         found = check(tmp)
         expected = ["--planted-flag is not documented", "--planted-option is not documented",
+                    "--planted-version is not documented",
                     "iscsigw_planted_total is not documented",
                     "--planted-stale is documented but the code has no such name",
                     "--nop-interval: the code's default 31 is not in its row"]

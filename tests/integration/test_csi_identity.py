@@ -5,7 +5,6 @@ Also the endpoint rules every CSI deployment relies on: a stale unix socket is r
 one is refused, and SIGTERM stops the plugin cleanly and removes its socket.
 """
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -15,18 +14,14 @@ import unittest
 
 import grpc
 
+from iscsigw_test.build_info import project_version
 from iscsigw_test.csi_harness import CsiPlugin
 from iscsigw_test.csi_stubs import csi_grpc, csi_pb2, gateway_grpc, gateway_pb2
-from iscsigw_test.harness import REPO, Daemon, binary, simple_state
+from iscsigw_test.harness import Daemon, binary, simple_state
 
 PLUGIN_NAME = "iscsi.iscsigw.io"
 Service = csi_pb2.PluginCapability.Service
 Expansion = csi_pb2.PluginCapability.VolumeExpansion
-
-
-def project_version():
-    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-        return re.search(r"project\(iscsigw VERSION (\S+)", f.read()).group(1)
 
 
 def capabilities(channel):

@@ -27,10 +27,20 @@ inspect() { pm image inspect "$image" --format "$1"; }
 [ "$(inspect '{{.Config.StopSignal}}')" = "SIGTERM" ] || die "STOPSIGNAL is not SIGTERM"
 inspect '{{json .Config.Volumes}}' | grep -q '/var/lib/iscsigw' || die "no state volume"
 pm image inspect "$image" | grep -q '"Healthcheck"' || die "no HEALTHCHECK (build with --format docker)"
-for l in title description version revision created; do
+for l in title description version revision created licenses; do
   inspect "{{index .Labels \"org.opencontainers.image.$l\"}}" | grep -q . \
     || die "label org.opencontainers.image.$l missing"
 done
+# The binaries say what the labels say: the version of CMakeLists.txt and the commit built.
+label() { inspect "{{index .Labels \"org.opencontainers.image.$1\"}}"; }
+for b in iscsigwd iscsigwctl iscsigw-csi; do
+  want="$b $(label version) (commit $(label revision))"
+  got=$(pm run --rm --network none "${pkg_ulimits[@]}" --entrypoint "/usr/local/bin/$b" "$image" \
+    --version) || die "$b --version failed"
+  [ "$got" = "$want" ] || die "$b --version: '$got', the labels say '$want'"
+done
+pm run --rm --network none "${pkg_ulimits[@]}" --entrypoint sh "$image" -c \
+  "grep -q 'Apache License' /usr/share/doc/iscsigw/LICENSE" || die "the image lacks its LICENSE"
 # Only runtime libraries: no compiler, no -dev package.
 devs=$(pm run --rm --network none "${pkg_ulimits[@]}" --entrypoint sh "$image" -c \
   "dpkg-query -W -f='\${Package}\n' | grep -E -- '-dev$' || true
