@@ -83,6 +83,23 @@ Result<bool> NodeService::Host::NodeRecordExists(const std::string& iqn,
   return r->exit_code == 0;
 }
 
+Result<std::set<std::string>> NodeService::Host::NodeRecordPortals(const std::string& iqn) {
+  auto r = Check({"iscsiadm", "-m", "node"}, {0, kIscsiErrNoObjsFound});
+  if (!r.ok()) return r.status();
+  std::set<std::string> portals;
+  // "10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:pvc-1", "[fd00::2]:3260,1 iqn...": one per record
+  // (and per interface: the same line again).
+  std::istringstream lines(r->exit_code == 0 ? r->stdout_data : "");
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string portal, target;
+    if (!(words >> portal >> target) || target != iqn) continue;
+    portals.insert(portal.substr(0, portal.find(',')));
+  }
+  return portals;
+}
+
 Status NodeService::Host::Login(const std::string& iqn, const std::string& portal,
                                 const ChapSecrets& chap, bool new_record) {
   const std::vector<std::string> node = {"iscsiadm", "-m", "node", "-T", iqn, "-p", portal};
@@ -138,16 +155,10 @@ Result<std::string> NodeService::Host::WaitFor(const std::string& path,
 
 Result<std::string> NodeService::Host::WaitForMap(const std::vector<std::string>& paths,
                                                   Clock::time_point deadline) {
-  const std::string sd = paths.front().substr(paths.front().rfind('/') + 1);
   for (;;) {
-    auto r = Run({"ls", "/sys/block/" + sd + "/holders"});
-    if (!r.ok()) return r.status();
-    for (const auto& holder : Split(r->ok() ? r->stdout_data : "", '\n')) {
-      if (!holder.starts_with("dm-")) continue;
-      auto name = Run({"cat", "/sys/block/" + holder + "/dm/name"});
-      if (!name.ok()) return name.status();
-      if (name->ok() && !Trim(name->stdout_data).empty()) return Trim(name->stdout_data);
-    }
+    auto map = MapOver(paths.front());
+    if (!map.ok()) return map.status();
+    if (!map->empty()) return map.value();
     if (Clock::now() >= deadline) {
       return Internal("no multipath map over " + Join(paths, ", ") + " within " +
                       std::to_string(options_.attach_timeout.count() / 1000) +
@@ -155,6 +166,19 @@ Result<std::string> NodeService::Host::WaitForMap(const std::vector<std::string>
     }
     std::this_thread::sleep_for(options_.poll_interval);
   }
+}
+
+Result<std::string> NodeService::Host::MapOver(const std::string& device) {
+  const std::string sd = device.substr(device.rfind('/') + 1);
+  auto r = Run({"ls", "/sys/block/" + sd + "/holders"});
+  if (!r.ok()) return r.status();
+  for (const auto& holder : Split(r->ok() ? r->stdout_data : "", '\n')) {
+    if (!holder.starts_with("dm-")) continue;
+    auto name = Run({"cat", "/sys/block/" + holder + "/dm/name"});
+    if (!name.ok()) return name.status();
+    if (name->ok() && !Trim(name->stdout_data).empty()) return Trim(name->stdout_data);
+  }
+  return std::string();
 }
 
 Result<std::optional<NodeService::Host::Mount>> NodeService::Host::MountedAt(

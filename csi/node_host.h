@@ -51,6 +51,8 @@ class NodeService::Host {
   Result<std::set<std::string>> SessionPortals(const std::string& iqn);
   // Whether open-iscsi has a node record for `iqn` at `portal`.
   Result<bool> NodeRecordExists(const std::string& iqn, const std::string& portal);
+  // The portals (HOST:PORT) open-iscsi keeps a node record of `iqn` at (`iscsiadm -m node`).
+  Result<std::set<std::string>> NodeRecordPortals(const std::string& iqn);
   // new_record: make the node record (`-o new`, startup manual); else it is someone else's and
   // only gets the volume's CHAP settings, which the login needs.
   Status Login(const std::string& iqn, const std::string& portal, const ChapSecrets& chap,
@@ -64,6 +66,9 @@ class NodeService::Host {
   Result<std::string> WaitFor(const std::string& path, Clock::time_point deadline);
   // The dm-multipath map multipathd made over `paths` (/dev/sdX): its name, polled for.
   Result<std::string> WaitForMap(const std::vector<std::string>& paths, Clock::time_point deadline);
+  // The dm-multipath map over `device` (/dev/sdX), looked at once: its name, or "" when
+  // nothing holds the device.
+  Result<std::string> MapOver(const std::string& device);
   // Whether `a` and `b` are (or lead to) the same device node: their major:minor.
   Result<bool> SameDevice(const std::string& a, const std::string& b);
   Result<int64_t> SizeOf(const std::string& device);

@@ -34,7 +34,15 @@
 //                      portal's session and delete its node record, but only those this plugin
 //                      made (an administrator's session, or one made before us, stays), and
 //                      neither while another staged volume on the target (another LUN) uses
-//                      it; forget the volume. Whatever is already gone is fine.
+//                      it; forget the volume. Whatever is already gone is fine. A volume with
+//                      no record (a state directory lost or emptied): the target its id names
+//                      (kGatewayIqnPrefix + volume_id, csi/volume_model.h) is looked up in
+//                      open-iscsi instead; the multipath map over its LUN 0 flushed, every
+//                      session of it logged out and every node record of it deleted (they hold
+//                      its CHAP secrets), but for the portals another recorded volume on the
+//                      target uses. Nothing there: OK. An id that names no target of the volume
+//                      model (no plain volume name): NOT_FOUND, the CSI spec's "volume does not
+//                      exist", after the staging path is unmounted.
 //   NodePublishVolume  bind mount the staging path (mount) or the device (block: onto a file
 //                      created at target_path) to target_path; ro honoured. Already mounted
 //                      there: OK if it is that (the staging mount's source, or the device's
@@ -59,8 +67,9 @@
 // What was staged (IQN, portals and their addresses, which node records and sessions are ours,
 // the capability, device, map) is kept in a per-volume JSON file under
 // NodeOptions.state_dir (csi/volume_record.h), so Unstage, Publish (block), Expand and Stats work
-// after a plugin restart. It is written before the first login, so an attach that fails half way
-// can still be undone by NodeUnstageVolume.
+// after a plugin restart (in Kubernetes the directory is on the node, under the kubelet's plugin
+// directory: docs/kubernetes.md). It is written before the first login, so an attach that fails
+// half way can still be undone by NodeUnstageVolume.
 //
 // Secrets: CHAP credentials go into open-iscsi's node record with `iscsiadm -o update -n KEY -v
 // VALUE`. open-iscsi has no way to take a value from a file or stdin, and writing its record
@@ -217,6 +226,8 @@ class NodeService final : public ::csi::v1::Node::CallbackService {
   // Mount access: a file system made on a blank device only, mounted at the staging path.
   Status MountStaged(const VolumeRecord& rec, const ::csi::v1::VolumeCapability& cap);
   Status Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req);
+  // Unstage of a volume with no record on this node: what to end is found on the host.
+  Status UnstageUnrecorded(const std::string& volume_id);
   Status Publish(const ::csi::v1::NodePublishVolumeRequest& req);
   Status Unpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req);
   Result<int64_t> Expand(const ::csi::v1::NodeExpandVolumeRequest& req);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "base/log.h"
 #include "csi/node_checks.h"
@@ -308,10 +309,7 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
   }
   auto rec = records_.Load(req.volume_id());
   if (!rec.ok()) return rec.status();
-  if (!rec.value()) {
-    // Nothing staged here, or already unstaged: no target to log out of.
-    return Status::Ok();
-  }
+  if (!rec.value()) return UnstageUnrecorded(req.volume_id());
   const VolumeRecord& r = *rec.value();
   if (!r.multipath_map.empty()) {
     auto exists = host_->Run({"readlink", "-e", "/dev/mapper/" + r.multipath_map});
@@ -345,6 +343,77 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
     }
   }
   return records_.Remove(req.volume_id());
+}
+
+Status NodeService::UnstageUnrecorded(const std::string& volume_id) {
+  // Unstaged already, never staged here, or staged by a plugin whose records are gone: only
+  // open-iscsi can tell, and only for a target whose name the volume id gives.
+  if (!IsPlainVolumeName(volume_id)) {
+    return NotFound("volume " + volume_id +
+                    " has no record on this node, and its id names no target of this driver");
+  }
+  const std::string iqn = std::string(kGatewayIqnPrefix) + volume_id;
+  // The checks a stage's targetIqn passes, before the name reaches iscsiadm.
+  if (Status s = CheckTargetIqn(iqn); !s.ok()) {
+    return NotFound("volume " + volume_id + ": " + s.message());
+  }
+  TargetLock lock(*this, iqn);
+  auto sessions = host_->SessionPortals(iqn);
+  if (!sessions.ok()) return sessions.status();
+  auto nodes = host_->NodeRecordPortals(iqn);
+  if (!nodes.ok()) return nodes.status();
+  if (sessions->empty() && nodes->empty()) return Status::Ok();
+  auto all = records_.LoadAll();
+  if (!all.ok()) return all.status();
+  // A portal another volume on the target has a record of is that volume's to end; one that
+  // does not parse as HOST:PORT is nothing iscsiadm gave us.
+  auto kept = [&](const std::string& address) {
+    if (!SplitPortal(address)) {
+      log::Ctl().warn("volume {}: open-iscsi lists {} for {}, which is no HOST:PORT; left alone",
+                      volume_id, address, iqn);
+      return true;
+    }
+    for (const auto& o : all.value()) {
+      if (o.target_iqn == iqn && Contains(o.addresses, address)) {
+        log::Ctl().info("volume {}: {} at {} kept: volume {} uses it", volume_id, iqn, address,
+                        o.volume_id);
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::string> logout, remove;
+  for (const auto& address : sessions.value()) {
+    if (!kept(address)) logout.push_back(address);
+  }
+  for (const auto& address : nodes.value()) {
+    if (!kept(address)) remove.push_back(address);
+  }
+  // The map over the sessions' paths first: one left without paths would queue I/O for ever.
+  // The volume model puts the volume at LUN 0.
+  std::set<std::string> maps;
+  for (const auto& address : logout) {
+    auto dev = host_->Run({"readlink", "-e", ByPath(address, iqn, 0)});
+    if (!dev.ok()) return dev.status();
+    if (!dev->ok() || Trim(dev->stdout_data).empty()) continue;
+    auto map = host_->MapOver(Trim(dev->stdout_data));
+    if (!map.ok()) return map.status();
+    if (!map->empty()) maps.insert(map.value());
+  }
+  for (const auto& map : maps) {
+    if (auto f = host_->Check({"multipath", "-f", map}); !f.ok()) return f.status();
+  }
+  for (const auto& address : logout) {
+    if (Status s = host_->Logout(iqn, address); !s.ok()) return s;
+  }
+  for (const auto& address : remove) {
+    if (Status s = host_->DeleteNodeRecord(iqn, address); !s.ok()) return s;
+  }
+  log::Ctl().info(
+      "volume {}: no record on this node; from open-iscsi: logged out of {} [{}], deleted its "
+      "node records [{}]",
+      volume_id, iqn, Join(logout, ","), Join(remove, ","));
+  return Status::Ok();
 }
 
 Result<std::string> ResolveHost(const std::string& host) {

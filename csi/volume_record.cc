@@ -251,8 +251,13 @@ Result<VolumeRecord> RecordStore::Parse(const std::string& path, const std::stri
 
 Status RecordStore::Remove(const std::string& volume_id) const {
   const std::string path = PathOf(volume_id);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return FileError("remove", path);
-  return Status::Ok();
+  if (::unlink(path.c_str()) != 0) {
+    if (errno != ENOENT) return FileError("remove", path);
+    return Status::Ok();
+  }
+  // The records outlive the plugin and the node's crashes: a removal lost to one would bring
+  // back a volume that is no longer staged, and refuse its next stage as something else.
+  return SyncDir(dir_);
 }
 
 }  // namespace iscsigw::csi

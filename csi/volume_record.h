@@ -57,7 +57,7 @@ class RecordStore {
   // Every volume's record (none when the directory does not exist yet); an error names the
   // first file that cannot be read.
   Result<std::vector<VolumeRecord>> LoadAll() const;
-  // Missing is fine.
+  // Missing is fine; a removal is made durable (fsync of the directory) before it returns.
   Status Remove(const std::string& volume_id) const;
 
   // The file of a volume: its id with every byte outside [A-Za-z0-9._-] written %XX, and a

@@ -11,6 +11,12 @@ system is staged a second time to show that its data survives and that mkfs does
 and the node plugin is restarted between publish and expand of the block volume (its records
 carry the volume over).
 
+A second test restarts the node plugin between NodeStageVolume and NodeUnstageVolume, once with
+its state directory kept (a container restart or DaemonSet upgrade with the chart's hostPath: the
+records say what to end) and once with its records gone (what open-iscsi lists of the volume's
+target says it): either way no session and no node record of the volume is left in the guest,
+and another volume's session stays.
+
 Every controller step is made twice as well, through the CSI Controller. The gateway's LUN
 directory is a loop-mounted XFS with reflink, so that the snapshot and the clone of the staged
 file-system volume, taken after data was written and synced, are points in time; the file is then
@@ -135,6 +141,16 @@ class CsiLifecycleTest(g.InteropTestCase):
     def stop_node_plugin(self):
         self.vm.check("pid=$(cat /tmp/csi.pid); kill $pid\n"
                       "while kill -0 $pid 2>/dev/null; do sleep 0.1; done")
+
+    def guest_sessions(self, iqn):
+        """The portals (HOST:PORT, without the portal group) the guest has a session to IQN at,
+        and those it has a node record of."""
+        def portals(mode, iqn_field, portal_field):
+            return self.vm.check(
+                f"iscsiadm -m {mode} 2>/dev/null | awk '${iqn_field} == \"{iqn}\" "
+                f"{{ sub(/,.*/, \"\", ${portal_field}); print ${portal_field} }}' || true").split()
+        # "tcp: [1] 10.0.2.2:3260,1 IQN (non-flash)"; "10.0.2.2:3260,-1 IQN"
+        return portals("session", 4, 3), portals("node", 2, 1)
 
     def node_call(self, method, request, times=2, timeout=240):
         """Calls Node.METHOD TIMES times (the repeats prove idempotency); returns the last
@@ -397,6 +413,92 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.assertEqual(self.gateway.ctl_json("session", "list").get("sessions", []), [])
         volumes.unpublish(volume_id, node_id)
         volumes.delete(volume_id)
+
+    # ---- a restart between stage and unstage
+
+    def test_node_plugin_restart_between_stage_and_unstage(self):
+        self.timings = []
+        lun_dir = os.path.join(self.tmp, "luns")
+        os.makedirs(lun_dir)
+        self.gateway = g.GatewayOnKnownPorts(extra_args=("--lun-dir", lun_dir)).start()
+        self.controller = CsiPlugin(mode="controller", gateway=self.gateway.grpc).start()
+        volumes = ControllerVolumes(
+            csi_grpc.ControllerStub(grpc.insecure_channel(self.controller.target)), lun_dir)
+        self.vm = g.Guest("shell", {}, bin_dir=os.path.join(BUILD, "bin"), forward=(CSI_PORT,))
+        self.vm.start()
+        self.start_node_plugin()
+        node_id = self.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=60).node_id
+
+        # The state directory kept across the restart: the record says what to end.
+        kept = self.stage_with_chap(volumes, node_id)
+        self.stop_node_plugin()
+        self.start_node_plugin()
+        self.unstage_and_check(volumes, node_id, kept, rebuilt=False)
+
+        # The records gone (a plugin whose state was in its container): open-iscsi says it, for
+        # the unstaged volume's target only.
+        lost = self.stage_with_chap(volumes, node_id)
+        other = self.stage_with_chap(volumes, node_id)
+        self.stop_node_plugin()
+        self.vm.check("rm -rf /var/lib/iscsigw-csi/volumes")
+        self.start_node_plugin()
+        self.unstage_and_check(volumes, node_id, lost, rebuilt=True, others=[other])
+        self.unstage_and_check(volumes, node_id, other, rebuilt=True)
+
+        self.assertEqual(self.gateway.ctl_json("session", "list").get("sessions", []), [])
+        self.assertEqual(self.vm.check("iscsiadm -m session >/dev/null 2>&1 || echo $?").strip(),
+                         "21")
+        self.assertEqual(self.vm.check("iscsiadm -m node >/dev/null 2>&1 || echo $?").strip(),
+                         "21")
+        took = self.vm.end_shell()
+        print("csi restart: " + ", ".join(f"{m} {t:.1f} s" for m, t in self.timings) +
+              f"; guest {took:.0f} s", file=sys.stderr)
+
+    def stage_with_chap(self, volumes, node_id):
+        """A file-system volume with CHAP, created, published and staged in the guest."""
+        name = "pvc-" + uuid.uuid4().hex[:12]
+        volume_id, context = volumes.create(name, 64 * MiB)
+        iqn = context["targetIqn"]
+        secret = "initiator-secret-" + uuid.uuid4().hex[:8]
+        self.gateway.ctl("auth", "set", iqn, "--user", "node-user",
+                         "--secret-file", self.secret(name, secret))
+        cap = mount_cap("ext4")
+        publish_context = volumes.publish(volume_id, node_id, cap)
+        staging = f"/var/lib/kubelet/plugins/staging/{name}"
+        self.vm.check(f"mkdir -p {staging}")
+        self.node_call("NodeStageVolume", csi_pb2.NodeStageVolumeRequest(
+            volume_id=volume_id, publish_context=publish_context, staging_target_path=staging,
+            volume_capability=cap, volume_context=context,
+            secrets={"node.session.auth.username": "node-user",
+                     "node.session.auth.password": secret}), times=1)
+        sessions, nodes = self.guest_sessions(iqn)
+        self.assertEqual(len(sessions), 1, f"sessions of {iqn}")
+        self.assertEqual(nodes, sessions, f"node records of {iqn}")
+        return {"id": volume_id, "iqn": iqn, "staging": staging, "secret": secret}
+
+    def unstage_and_check(self, volumes, node_id, vol, rebuilt, others=()):
+        """NodeUnstageVolume (twice) of VOL, after which the guest has no session, node record
+        (nor its CHAP secret) or mount of it, and each of OTHERS still its session; then the
+        volume is unpublished and deleted (which the gateway refuses while a session is left)."""
+        self.node_call("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=vol["id"], staging_target_path=vol["staging"]))
+        sessions, nodes = self.guest_sessions(vol["iqn"])
+        self.assertEqual(sessions, [], f"sessions of {vol['iqn']} left in the guest")
+        self.assertEqual(nodes, [], f"node records of {vol['iqn']} left in the guest")
+        secrets = "grep -rl -F -e {} /etc/iscsi/nodes /var/lib/iscsi/nodes 2>/dev/null | wc -l"
+        self.assertEqual(self.vm.check(secrets.format(vol["secret"])).strip(), "0",
+                         "the CHAP secret is left in an open-iscsi record")
+        self.assertEqual(self.vm.check(
+            f"findmnt --mountpoint {vol['staging']} || echo none").strip(), "none")
+        self.assertEqual(f"volume {vol['id']}: no record on this node" in self.guest_log(),
+                         rebuilt, self.guest_log()[-4000:])
+        for other in others:
+            self.assertEqual(len(self.guest_sessions(other["iqn"])[0]), 1,
+                             f"{other['iqn']}'s session, which was not unstaged")
+        gateway_sessions = self.gateway.ctl_json("session", "list").get("sessions", [])
+        self.assertNotIn(vol["iqn"], [s["target"] for s in gateway_sessions])
+        volumes.unpublish(vol["id"], node_id)
+        volumes.delete(vol["id"])
 
 
 if __name__ == "__main__":

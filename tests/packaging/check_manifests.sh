@@ -335,6 +335,13 @@ check "csi.node.aclAddress: the node plugin reports its InternalIP for its ACL e
   "$(declare -f daemonset); daemonset '$out/helm-csi.yaml' > '$out/csi-node.yaml' \
    && grep -q -- '- --node-address=\$(NODE_IP)' '$out/csi-node.yaml' \
    && grep -A3 'name: NODE_IP' '$out/csi-node.yaml' | grep -q 'fieldPath: status.hostIP'"
+check "the node plugin keeps its records on the node, under the kubelet's plugin directory" \
+  "$here/check_csi_state_dir.py" "$out/helm-csi.yaml" /var/lib/kubelet/plugins/iscsi.iscsigw.io
+check "... under csi.node.kubeletDir's (full values)" \
+  "$here/check_csi_state_dir.py" "$out/helm-full.yaml" /var/lib/k0s/kubelet/plugins/iscsi.iscsigw.io
+sed '/- --state-dir=/d' "$out/helm-csi.yaml" > "$out/csi-no-state-dir.yaml"
+refuses "... and a node plugin without --state-dir (records in the container) is caught" \
+  "$here/check_csi_state_dir.py" "$out/csi-no-state-dir.yaml" /var/lib/kubelet/plugins/iscsi.iscsigw.io
 check "by default no node address and no per-volume CHAP parameter (neither fits every cluster)" sh -c \
   "$(declare -f daemonset); daemonset '$out/helm-csi-tls.yaml' | grep -q 'kind: DaemonSet' \
    && ! daemonset '$out/helm-csi-tls.yaml' | grep -Eq -- '--node-address|NODE_IP'"

@@ -547,11 +547,15 @@ TEST_F(NodeServiceTest, RepeatedStageAndUnstageChangeNothing) {
                                       "umount -- /stage/pvc-1", kNode + " --logout",
                                       kNode + " -o delete"}));
   EXPECT_FALSE(fs::exists(dir_ / "state" / "volumes" / "pvc-1.json"));
-  // Again: nothing mounted, no record, nothing logged out.
+  // Again: nothing mounted, no record, and open-iscsi has nothing of the target left (only
+  // another target's session): nothing logged out.
   fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(1));
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, "tcp: [4] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:other (non-flash)\n"));
   ASSERT_TRUE(Unstage().ok());
   EXPECT_EQ(fake_->Take(),
-            std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1"});
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      "iscsiadm -m session", "iscsiadm -m node"}));
 }
 
 TEST_F(NodeServiceTest, UnstageToleratesWhatIsAlreadyGone) {
@@ -692,6 +696,128 @@ TEST_F(NodeServiceTest, ADeviceThatNeverAppearsFailsAfterTheDeadline) {
   ASSERT_TRUE(Unstage().ok());
   auto cmds = fake_->Take();
   EXPECT_NE(std::find(cmds.begin(), cmds.end(), kNode + " --logout"), cmds.end());
+}
+
+TEST_F(NodeServiceTest, RecordsCarryAnUnstageAcrossARestartOnTheSameStateDir) {
+  ASSERT_TRUE(Stage(StageRequest(Block())).ok());
+  // A new process on the same directory: the record, not open-iscsi, says what to end.
+  server_.reset();
+  Start();
+  fake_->Take();
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      kNode + " --logout", kNode + " -o delete"}));
+}
+
+// What open-iscsi lists on a host where pvc-1 was staged over two portals (a multipath map over
+// them) by a plugin whose records are gone, next to another target's session and node record.
+void HostWithUnrecordedVolume(FakeHostExec& fake) {
+  const std::string other = "iqn.2026-11.io.iscsigw:pvc-10";
+  fake.Answer("iscsiadm -m session",
+              Exit(0, std::string("tcp: [1] ") + kPortal + ",1 " + kIqn + " (non-flash)\n" +
+                          "tcp: [2] " + kPortal2 + ",1 " + kIqn + " (non-flash)\n" + "tcp: [3] " +
+                          kPortal + ",1 " + other + " (non-flash)\n"));
+  fake.Answer("iscsiadm -m node",
+              Exit(0, std::string(kPortal) + ",1 " + kIqn + "\n" + kPortal2 + ",1 " + kIqn + "\n" +
+                          kPortal + ",1 " + other + "\n" + kPortal + ",1 " + kIqn + "\n"));
+  fake.Answer("ls /sys/block/sdb/holders", Exit(0, "dm-0\n"));
+  fake.Answer("ls /sys/block/sdc/holders", Exit(0, "dm-0\n"));
+  fake.Answer("cat /sys/block/dm-0/dm/name", Exit(0, "mpatha\n"));
+  fake.Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+              Exit(0, "/dev/mapper/mpatha\n"));
+}
+
+TEST_F(NodeServiceTest, UnstageWithoutARecordEndsWhatOpenIscsiHasOfTheVolumesTarget) {
+  HostWithUnrecordedVolume(*fake_);
+  ASSERT_TRUE(Unstage().ok());
+  const std::string node2 = std::string("iscsiadm -m node -T ") + kIqn + " -p " + kPortal2;
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{
+                "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", "umount -- /stage/pvc-1",
+                "iscsiadm -m session", "iscsiadm -m node", std::string("readlink -e ") + kByPath,
+                "ls /sys/block/sdb/holders", "cat /sys/block/dm-0/dm/name",
+                std::string("readlink -e ") + kByPath2, "ls /sys/block/sdc/holders",
+                "cat /sys/block/dm-0/dm/name", "multipath -f mpatha", kNode + " --logout",
+                node2 + " --logout", kNode + " -o delete", node2 + " -o delete"}));
+  EXPECT_NE(Logs().find("no record on this node"), std::string::npos) << Logs();
+
+  // Done: nothing of the target is left, and a repeat finds nothing to end.
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", Exit(1));
+  fake_->Answer("iscsiadm -m session",
+                Exit(0, std::string("tcp: [3] ") + kPortal +
+                            ",1 iqn.2026-11.io.iscsigw:pvc-10 (non-flash)\n"));
+  fake_->Answer("iscsiadm -m node",
+                Exit(0, std::string(kPortal) + ",1 iqn.2026-11.io.iscsigw:pvc-10\n"));
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      "iscsiadm -m session", "iscsiadm -m node"}));
+  // ... and with nothing at all: iscsiadm's "no objects found".
+  fake_->Answer("iscsiadm -m session", Exit(21));
+  fake_->Answer("iscsiadm -m node", Exit(21, "", "iscsiadm: No records found\n"));
+  ASSERT_TRUE(Unstage().ok());
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1",
+                                      "iscsiadm -m session", "iscsiadm -m node"}));
+}
+
+TEST_F(NodeServiceTest, UnstageWithoutARecordLeavesAPortalAnotherRecordedVolumeUses) {
+  // pvc-2, LUN 1 of pvc-1's target, staged and recorded at the first portal.
+  auto second = StageRequest(Block());
+  second.set_volume_id("pvc-2");
+  second.set_staging_target_path("/stage/pvc-2");
+  (*second.mutable_volume_context())["lun"] = "1";
+  fake_->Answer(
+      std::string("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-") + kIqn + "-lun-1",
+      Exit(0, "/dev/sdd\n"));
+  ASSERT_TRUE(Stage(second).ok());
+  HostWithUnrecordedVolume(*fake_);
+  fake_->Take();
+  ASSERT_TRUE(Unstage().ok());
+  const std::string node2 = std::string("iscsiadm -m node -T ") + kIqn + " -p " + kPortal2;
+  EXPECT_EQ(fake_->Take(),
+            (std::vector<std::string>{
+                "findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/pvc-1", "umount -- /stage/pvc-1",
+                "iscsiadm -m session", "iscsiadm -m node", std::string("readlink -e ") + kByPath2,
+                "ls /sys/block/sdc/holders", "cat /sys/block/dm-0/dm/name", "multipath -f mpatha",
+                node2 + " --logout", node2 + " -o delete"}));
+  EXPECT_TRUE(fs::exists(dir_ / "state" / "volumes" / "pvc-2.json"));
+}
+
+TEST_F(NodeServiceTest, UnstageWithoutARecordReportsAnIscsiadmThatFails) {
+  HostWithUnrecordedVolume(*fake_);
+  fake_->Answer(kNode + " --logout", Exit(8, "", "iscsiadm: session in use\n"));
+  grpc::Status s = Unstage();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find(kNode + " --logout: exit status 8"), std::string::npos)
+      << s.error_message();
+  // No node record is deleted under a session still logged in.
+  for (const auto& c : fake_->Take()) EXPECT_FALSE(c.ends_with("-o delete")) << c;
+  // Listing fails: no answer that says all is gone.
+  fake_->Answer("iscsiadm -m session", Exit(1, "", "iscsiadm: can not connect to iSCSI daemon\n"));
+  s = Unstage();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("iscsiadm -m session: exit status 1"), std::string::npos)
+      << s.error_message();
+  fake_->Answer("iscsiadm -m session", Exit(21));
+  fake_->Answer("iscsiadm -m node", Exit(6, "", "iscsiadm: Could not read records\n"));
+  EXPECT_EQ(Unstage().error_code(), grpc::StatusCode::INTERNAL);
+}
+
+TEST_F(NodeServiceTest, UnstageWithoutARecordOfAnIdThatNamesNoTargetIsNotFound) {
+  fake_->Answer("findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/x", Exit(0, "/dev/sdb\n"));
+  for (const std::string& id : std::vector<std::string>{"PVC-1", "iqn.2026-11.io.iscsigw:pvc-1",
+                                                        "pvc_1", "a:b", std::string(65, 'a')}) {
+    const grpc::Status s = Unstage(id, "/stage/x");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << id;
+    EXPECT_NE(s.error_message().find("names no target"), std::string::npos) << s.error_message();
+    // The staging path is unmounted all the same; open-iscsi is not asked.
+    EXPECT_EQ(fake_->Take(),
+              (std::vector<std::string>{"findmnt -n -o SOURCE,OPTIONS --mountpoint /stage/x",
+                                        "umount -- /stage/x"}))
+        << id;
+  }
 }
 
 TEST_F(NodeServiceTest, PublishesAndUnpublishesAFileSystemIdempotently) {
