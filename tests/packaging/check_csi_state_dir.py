@@ -4,8 +4,9 @@
   check_csi_state_dir.py RENDERED.yaml PLUGIN_DIR
 
 The DaemonSet's iscsigw-csi container (--mode=node) must name its --state-dir, and that path must
-lie in a writable volumeMount of a hostPath volume (DirectoryOrCreate) under PLUGIN_DIR (the
-kubelet's plugins/<driver> directory), other than the directory of the plugin's socket: records in
+lie in a writable volumeMount of a hostPath volume (DirectoryOrCreate) under the kubelet's
+plugins directory, the parent of PLUGIN_DIR (plugins/<driver>, the directory of the plugin's
+socket), and not in PLUGIN_DIR, which the CSI specification keeps to the socket alone: records in
 the container's own file system are gone after a container restart or a DaemonSet upgrade, and
 NodeUnstageVolume would then have to rebuild them from open-iscsi (docs/kubernetes.md). Exits 1
 naming each problem.
@@ -63,10 +64,13 @@ def main(argv):
                              posixpath.relpath(state_dir, m["mountPath"])).rstrip("/.")
     if m.get("readOnly"):
         problems.append(f"{where}: volume {m['name']} is mounted read-only")
-    if not under(on_host, plugin_dir) or posixpath.normpath(on_host) == posixpath.normpath(
-            plugin_dir):
+    plugins = posixpath.dirname(posixpath.normpath(plugin_dir))
+    if not under(on_host, plugins) or posixpath.normpath(on_host) == plugins:
         problems.append(f"{where}: the records are at {on_host} on the node, not in a directory "
-                        f"under {plugin_dir}")
+                        f"under {plugins}")
+    if under(on_host, plugin_dir):
+        problems.append(f"{where}: the records are at {on_host}, in the directory of the "
+                        f"plugin's socket {plugin_dir}")
     if m.get("subPath") or m.get("subPathExpr"):
         problems.append(f"{where}: volume {m['name']} is mounted with a subPath")
     if host.get("type") != "DirectoryOrCreate" and m["mountPath"] == state_dir:

@@ -342,6 +342,10 @@ check "... under csi.node.kubeletDir's (full values)" \
 sed '/- --state-dir=/d' "$out/helm-csi.yaml" > "$out/csi-no-state-dir.yaml"
 refuses "... and a node plugin without --state-dir (records in the container) is caught" \
   "$here/check_csi_state_dir.py" "$out/csi-no-state-dir.yaml" /var/lib/kubelet/plugins/iscsi.iscsigw.io
+sed 's|path: /var/lib/kubelet/plugins/iscsi.iscsigw.io-state|path: /var/lib/kubelet/plugins/iscsi.iscsigw.io/state|' \
+  "$out/helm-csi.yaml" > "$out/csi-state-by-socket.yaml"
+refuses "... and records in the directory of the plugin's socket are caught" \
+  "$here/check_csi_state_dir.py" "$out/csi-state-by-socket.yaml" /var/lib/kubelet/plugins/iscsi.iscsigw.io
 check "by default no node address and no per-volume CHAP parameter (neither fits every cluster)" sh -c \
   "$(declare -f daemonset); daemonset '$out/helm-csi-tls.yaml' | grep -q 'kind: DaemonSet' \
    && ! daemonset '$out/helm-csi-tls.yaml' | grep -Eq -- '--node-address|NODE_IP'"
