@@ -21,6 +21,7 @@ struct MetricsOptions {
   std::string commit;
   StatsCollector::SessionCounter sessions;
   StatsCollector::StoreCounter stores;
+  std::string lun_dir;  // --lun-dir, measured at scrape; empty: none
 };
 
 class MetricsServer {

@@ -16,6 +16,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
+from iscsigw_test import no_io_uring
 from iscsigw_test.harness import Daemon, IQN_PREFIX, simple_state, wait_for
 from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
@@ -331,6 +332,166 @@ def sum_of(text, name, **labels):
 
 def sample_labels(text, name, label):
     return sorted({l[label] for l, _ in samples(text, name) if label in l})
+
+
+def rtpg_state(ini, lun):
+    """The asymmetric access state REPORT TARGET PORT GROUPS answers for LUN (SPC-4 6.27)."""
+    for _ in range(3):  # past a new session's unit attentions
+        status, data, _ = ini._command(lun, struct.pack(">BBxxxxIxx", 0xA3, 0x0A, 64),
+                                       read_len=64)
+        if status == 0:
+            return data[4] & 0x0F
+    raise AssertionError(f"REPORT TARGET PORT GROUPS of lun {lun}: status {status}")
+
+
+def good_tur(test, ini, lun):
+    for _ in range(5):
+        if ini.test_unit_ready(lun)[0] == 0:
+            return
+    test.fail(f"lun {lun} never ready")
+
+
+LUNSTATE = IQN_PREFIX + "lunstate"
+
+
+class LunStateMetricsTest(unittest.TestCase):
+    """iscsigw_lun_online and iscsigw_lun_alua_state per LUN, the LUN directory's size and free
+    space, and io_uring in use: a ram LUN, a file LUN in --lun-dir and an rbd LUN whose cluster
+    cannot be reached (a monitor address nobody listens on), which starts offline as
+    docs/multi-gateway.md says and stays so."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="iscsigw-lunstate-")
+        cls.lun_dir = os.path.join(cls.dir, "luns")
+        dead = os.path.join(cls.dir, "dead.conf")
+        with open(dead, "w") as f:
+            f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                    "client mount timeout = 2\nlog file = /dev/null\n")
+        state = simple_state("lunstate", luns=[
+            {"id": 0, "ram": {}, "sizeBytes": str(RAM_SIZE), "blockSize": 512},
+            {"id": 1, "file": {"path": os.path.join(cls.lun_dir, "one.img"), "create": True},
+             "sizeBytes": str(FILE_SIZE), "blockSize": 512},
+            {"id": 2, "rbd": {"pool": "rbd", "image": "unreachable", "conf": dead},
+             "sizeBytes": str(FILE_SIZE), "blockSize": 512}])
+        cls.daemon = Daemon(state=state, backing_allow=(),
+                            extra_args=("--lun-dir", cls.lun_dir, "--reactors", "1")).start(
+                                timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.daemon.stop()
+        log = cls.daemon.read_log()
+        cls.daemon.cleanup()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+
+    def scrape(self):
+        return http_get(f"http://{self.daemon.ports['metrics']}/metrics")
+
+    def test_online_and_alua_state_per_lun(self):
+        text = self.scrape()
+        for lun, online in (("0", 1), ("1", 1), ("2", 0)):
+            self.assertEqual(sample(text, "iscsigw_lun_online", target=LUNSTATE, lun=lun), online,
+                             f"lun {lun}")
+        # The API says the same: lun 2 has an offline reason, the others none.
+        luns = {l["id"]: l for l in self.daemon.ctl_json("lun", "list", "lunstate")["luns"]}
+        self.assertEqual(luns[0]["offline_reason"], "")
+        self.assertEqual(luns[1]["offline_reason"], "")
+        self.assertRegex(luns[2]["offline_reason"], r"127\.0\.0\.1:9")
+        # The ALUA state is what REPORT TARGET PORT GROUPS answers: a gateway alone (no
+        # --gateway-id) is active/optimized for every LUN.
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:lunstate")
+        ini.login(LUNSTATE)
+        try:
+            for lun in (0, 1, 2):
+                answered = rtpg_state(ini, lun)
+                self.assertEqual(answered, 0)
+                self.assertEqual(
+                    sample(text, "iscsigw_lun_alua_state", target=LUNSTATE, lun=str(lun)),
+                    answered, f"lun {lun}")
+            # The offline LUN answers NOT READY, which is what 0 promises.
+            status, sense = ini.test_unit_ready(2)
+            while status == 2 and sense_key_asc(sense)[0] == 6:
+                status, sense = ini.test_unit_ready(2)
+            self.assertEqual((status, sense_key_asc(sense)[0]), (2, 2))
+        finally:
+            ini.close()
+
+    def test_lun_dir_size_and_free_match_statvfs(self):
+        text = self.scrape()
+        st = os.statvfs(self.lun_dir)
+        self.assertEqual(sample(text, "iscsigw_lun_dir_size_bytes"), st.f_blocks * st.f_frsize)
+        # Free space moves with every other writer of the file system between the two reads.
+        self.assertAlmostEqual(sample(text, "iscsigw_lun_dir_free_bytes"),
+                               st.f_bavail * st.f_frsize, delta=64 * MIB)
+        # Writing 8 MiB into a file there shows in the next scrape.
+        with open(os.path.join(self.lun_dir, "filler"), "wb") as f:
+            f.write(b"\x01" * (8 * MIB))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            after = sample(self.scrape(), "iscsigw_lun_dir_free_bytes")
+            st = os.statvfs(self.lun_dir)
+            self.assertAlmostEqual(after, st.f_bavail * st.f_frsize, delta=4 * MIB)
+        finally:
+            os.unlink(os.path.join(self.lun_dir, "filler"))
+
+    def test_io_uring_enabled_on_this_host(self):
+        text = self.scrape()
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 1)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 0)
+        self.assertNotIn("io_uring refused", self.daemon.read_log())
+
+
+class NoIoUringTest(unittest.TestCase):
+    """Under a seccomp filter that refuses io_uring_setup (EPERM, as a container runtime's default
+    profile does): iscsigw_io_uring_enabled is 0 from start-up, before any file LUN exists; the
+    refusal is logged once with its errno; every file LUN opened is counted; their I/O works."""
+
+    def test_io_uring_refused_by_seccomp(self):
+        if not no_io_uring.supported():
+            self.skipTest("no seccomp filter for this architecture")
+        work = tempfile.mkdtemp(prefix="iscsigw-nouring-")
+        self.addCleanup(shutil.rmtree, work, True)
+        daemon = Daemon(state=simple_state("nouring", luns=[]), backing_allow=(work,),
+                        extra_args=("--reactors", "2"))
+        daemon.args = no_io_uring.command(daemon.args)
+        daemon.start()
+        self.addCleanup(daemon.cleanup)
+        url = f"http://{daemon.ports['metrics']}/metrics"
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 0)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 0)
+        refusals = re.findall(r"io_uring refused \(io_uring_setup: .*\(EPERM\)\)",
+                              daemon.read_log())
+        self.assertEqual(len(refusals), 1, daemon.read_log()[-3000:])
+
+        for lun in (0, 1):
+            daemon.ctl("lun", "create", "nouring", lun, "--backing", "file", "--path",
+                       os.path.join(work, f"lun{lun}.img"), "--create", "--size", "4M")
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 0)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 2)
+        # Two stores on two reactors met the refusal: still one warning.
+        self.assertEqual(len(re.findall(r"io_uring refused", daemon.read_log())), 1)
+
+        ini = Initiator(daemon.portal, "iqn.2026-11.io.test:nouring")
+        ini.login(IQN_PREFIX + "nouring")
+        self.addCleanup(ini.close)
+        for lun in (0, 1):
+            good_tur(self, ini, lun)
+            for lba in range(8):
+                self.assertEqual(ini.write(lun, lba, bytes([lun * 16 + lba + 1]) * 512)[0], 0)
+            status, data, _ = ini.read(lun, 0, 8)
+            self.assertEqual(status, 0)
+            self.assertEqual(data, b"".join(bytes([lun * 16 + i + 1]) * 512 for i in range(8)))
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_store_io_errors_total", target=IQN_PREFIX + "nouring",
+                                lun="0"), 0)
+        with open(os.path.join(work, "lun1.img"), "rb") as f:
+            self.assertEqual(f.read(512), bytes([17]) * 512)
 
 
 class JsonLogTest(unittest.TestCase):
