@@ -314,6 +314,7 @@ int Run(int argc, char** argv) {
     }
     return out;
   };
+  mopts.detail = metrics::ParseDetail(flags.metrics_detail).value_or(metrics::Detail::kLun);
   mopts.lun_dir = flags.lun_dir;
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {

@@ -388,7 +388,7 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
   }
   if (stores_) AddStoreFamilies(stores_(), out);
   AddGatewayFamilies(options_, out);
-  return out;
+  return Aggregate(std::move(out), options_.detail);
 }
 
 namespace {

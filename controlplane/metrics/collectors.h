@@ -4,7 +4,8 @@
 //                      store I/O, ...), reads each reactor thread's CPU clock, and adds gauges the
 //                      caller supplies through callbacks (sessions and connections per target,
 //                      capacity, allocation, online and ALUA state per LUN), the LUN directory's
-//                      size and free space, and whether file LUNs have io_uring.
+//                      size and free space, and whether file LUNs have io_uring; then keeps the
+//                      per-LUN detail Options::detail asks for (detail.h).
 //   ProcessCollector - process_* metrics from /proc/self (CPU, resident memory, fds, start time).
 //   BuildInfoCollector - iscsigw_build_info{version,commit} 1.
 // Threading: Collect() runs on the exposer's HTTP threads; it takes Stats' mutex briefly and never
@@ -19,12 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "controlplane/metrics/detail.h"
 #include "dataplane/runtime/stats.h"
 
 namespace iscsigw::metrics {
 
-// What StatsCollector adds besides the counter shards.
+// What StatsCollector adds besides the counter shards, and how much detail it keeps.
 struct StatsCollectorOptions {
+  Detail detail = Detail::kLun;
   // --lun-dir, whose file system is measured (statvfs) at scrape; empty: no lun dir metrics.
   std::string lun_dir;
   // Whether file stores use io_uring and how many fell back (runtime::FileRing's answers);

@@ -22,6 +22,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsOptions
                   "--metrics-listen " + options.listen + ": cannot listen: " + e.what());
   }
   StatsCollector::Options copts;
+  copts.detail = options.detail;
   copts.lun_dir = options.lun_dir;
   copts.io_uring_enabled = runtime::FileRing::Enabled;
   copts.io_uring_fallbacks = runtime::FileRing::Fallbacks;

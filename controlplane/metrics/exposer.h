@@ -21,7 +21,8 @@ struct MetricsOptions {
   std::string commit;
   StatsCollector::SessionCounter sessions;
   StatsCollector::StoreCounter stores;
-  std::string lun_dir;  // --lun-dir, measured at scrape; empty: none
+  Detail detail = Detail::kLun;  // --metrics-detail
+  std::string lun_dir;           // --lun-dir, measured at scrape; empty: none
 };
 
 class MetricsServer {

@@ -334,6 +334,14 @@ def sample_labels(text, name, label):
     return sorted({l[label] for l, _ in samples(text, name) if label in l})
 
 
+def series(text):
+    """(name, labels) of every sample line of a text exposition."""
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            yield m.group(1), dict(_LABEL.findall(m.group(2) or ""))
+
+
 def rtpg_state(ini, lun):
     """The asymmetric access state REPORT TARGET PORT GROUPS answers for LUN (SPC-4 6.27)."""
     for _ in range(3):  # past a new session's unit attentions
@@ -492,6 +500,120 @@ class NoIoUringTest(unittest.TestCase):
                                 lun="0"), 0)
         with open(os.path.join(work, "lun1.img"), "rb") as f:
             self.assertEqual(f.read(512), bytes([17]) * 512)
+
+
+DETAIL_TARGETS = 4
+
+
+class MetricsDetailTest(unittest.TestCase):
+    """--metrics-detail: the same workload seen at each level. At target, per-LUN families are
+    summed per target; at gateway, over everything; LUN online and ALUA state stay per LUN.
+    Also measures the series a LUN adds at each level (docs/operations.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="iscsigw-detail-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def run_level(self, level):
+        """Starts a gateway at LEVEL with DETAIL_TARGETS targets of two file LUNs each, writes to
+        LUN 0 and reads LUN 1 of every target, and returns the scrape."""
+        state = {"targets": []}
+        for t in range(DETAIL_TARGETS):
+            state["targets"].append({
+                "name": IQN_PREFIX + f"detail{t}", "allowAnyInitiator": True,
+                "luns": [{"id": lun, "file": {"path": os.path.join(self.dir, f"{level}-{t}-{lun}"),
+                                              "create": True},
+                          "sizeBytes": str(FILE_SIZE), "blockSize": 512} for lun in (0, 1)]})
+        daemon = Daemon(state=state, extra_args=("--metrics-detail", level))
+        daemon.start()
+        self.addCleanup(daemon.cleanup)
+        for t in range(DETAIL_TARGETS):
+            ini = Initiator(daemon.portal, f"iqn.2026-11.io.test:detail{t}")
+            ini.login(IQN_PREFIX + f"detail{t}")
+            for lun in (0, 1):
+                good_tur(self, ini, lun)
+            for i in range(WRITES):
+                self.assertEqual(ini.write(0, i, bytes([i + 1]) * 512)[0], 0)
+            for i in range(READS):
+                self.assertEqual(ini.read(1, i, 2)[0], 0)
+            self.assertEqual(ini.logout(), 0)
+            ini.close()
+        return http_get(f"http://{daemon.ports['metrics']}/metrics")
+
+    def per_lun_series(self, text):
+        """Samples that carry a target label, divided by the LUNs configured."""
+        n = sum(1 for _, labels in series(text) if "target" in labels)
+        return n / (DETAIL_TARGETS * 2)
+
+    def test_each_level_keeps_what_it_promises(self):
+        texts = {level: self.run_level(level) for level in ("lun", "target", "gateway")}
+        for level, text in texts.items():
+            r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, f"{level}: {r.stdout}{r.stderr}")
+            # Online and ALUA state: one series per LUN at every level.
+            for name in ("iscsigw_lun_online", "iscsigw_lun_alua_state"):
+                got = sorted((l["target"], l["lun"]) for n, l in series(text) if n == name)
+                self.assertEqual(got, sorted((IQN_PREFIX + f"detail{t}", str(lun))
+                                             for t in range(DETAIL_TARGETS) for lun in (0, 1)),
+                                 f"{level} {name}")
+            for name, labels in series(text):
+                if name in ("iscsigw_lun_online", "iscsigw_lun_alua_state"):
+                    continue
+                if level != "lun":
+                    self.assertNotIn("lun", labels, f"{level}: {name}{labels}")
+                if level == "gateway":
+                    self.assertNotIn("target", labels, f"{level}: {name}{labels}")
+            print(f"\n--metrics-detail {level}: {self.per_lun_series(text):.1f} series per LUN "
+                  f"with a target label, {sum(1 for _ in series(text))} in all "
+                  f"({DETAIL_TARGETS} targets x 2 LUNs)")
+
+        lun, target, gateway = texts["lun"], texts["target"], texts["gateway"]
+        t0 = IQN_PREFIX + "detail0"
+        # Per LUN at lun: the writes on LUN 0, the reads on LUN 1.
+        self.assertEqual(sample(lun, "iscsigw_scsi_commands_total", target=t0, lun="0",
+                                **{"class": "write"}), WRITES)
+        self.assertEqual(sample(lun, "iscsigw_scsi_commands_total", target=t0, lun="1",
+                                **{"class": "read"}), READS)
+        # Summed per target at target, over the gateway at gateway: exactly the workload.
+        self.assertEqual(sample(target, "iscsigw_scsi_commands_total", target=t0,
+                                **{"class": "write"}), WRITES)
+        self.assertEqual(sample(target, "iscsigw_scsi_read_bytes_total", target=t0), READS * 1024)
+        self.assertEqual(sample(target, "iscsigw_store_capacity_bytes", target=t0), 2 * FILE_SIZE)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_commands_total", **{"class": "write"}),
+                         DETAIL_TARGETS * WRITES)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_written_bytes_total"),
+                         DETAIL_TARGETS * WRITES * 512)
+        self.assertEqual(sample(gateway, "iscsigw_iscsi_sessions"), 0)
+        # The histograms add up: count and +Inf bucket are every read of the gateway.
+        self.assertEqual(sample(gateway, "iscsigw_scsi_command_duration_seconds_count",
+                                **{"class": "read"}), DETAIL_TARGETS * READS)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_command_duration_seconds_bucket",
+                                le="+Inf", **{"class": "read"}), DETAIL_TARGETS * READS)
+        self.assertEqual(sample(target, "iscsigw_scsi_command_duration_seconds_count",
+                                target=t0, **{"class": "read"}), READS)
+        # Coarser levels keep fewer series per LUN; gateway keeps the two per-LUN gauges only.
+        self.assertLess(self.per_lun_series(target), self.per_lun_series(lun))
+        self.assertEqual(self.per_lun_series(gateway), 2)
+
+    def test_a_bad_level_stops_the_start(self):
+        bad = Daemon(state=simple_state("detailbad"), extra_args=("--metrics-detail", "volume"))
+        self.addCleanup(bad.cleanup)
+        bad.spawn()
+        rc = bad.proc.wait(timeout=20)
+        self.assertNotEqual(rc, 0)
+        self.assertNotEqual(rc, 1)  # CLI11's code, as any value outside a flag's list
+        log = bad.read_log()
+        self.assertIn("--metrics-detail", log)
+        self.assertIn("volume", log)
+        ref = Daemon(state=simple_state("detailbad"), extra_args=("--log-format", "yaml"))
+        self.addCleanup(ref.cleanup)
+        ref.spawn()
+        self.assertEqual(ref.proc.wait(timeout=20), rc)
 
 
 class JsonLogTest(unittest.TestCase):

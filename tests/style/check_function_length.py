@@ -36,9 +36,9 @@ ALLOWED = {
     ("dataplane/scsi/mode_pages.cc", "ModeSelect"):
         (173, "SPC-4 6.9/6.10: the CDB and each page's fields checked in the standard's order"),
     ("server/flags.cc", "ParseFlags"):
-        (174, "the daemon's command-line options, one per flag: a list, not logic"),
+        (180, "the daemon's command-line options, one per flag: a list, not logic"),
     ("server/iscsigwd.cc", "Run"):
-        (265, "the daemon's start-up in its order, each step's failure ending it"),
+        (266, "the daemon's start-up in its order, each step's failure ending it"),
 }
 
 
