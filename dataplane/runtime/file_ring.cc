@@ -50,7 +50,7 @@ void NoteRefused(const std::string& why) {
   log::Backing().warn(
       "io_uring refused ({}): file LUNs run their reads and writes on a fallback thread pool, "
       "at a fraction of the speed; allow io_uring_setup, io_uring_enter and io_uring_register "
-      "(seccomp profile, kernel.io_uring_disabled) for full speed (docs/operations.md)",
+      "(seccomp profile, kernel.io_uring_disabled) for full speed (docs/running.md)",
       why);
 }
 
