@@ -70,6 +70,12 @@ int ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--metrics-counting", f->metrics_counting,
                  "Count per-command metrics (false: only to measure their cost)")
       ->envname("ISCSIGW_METRICS_COUNTING");
+  app.add_option("--metrics-detail", f->metrics_detail,
+                 "lun|target|gateway: per-LUN metric families with {target,lun} labels, summed "
+                 "per target, or summed over the gateway (histograms per LUN only at lun; LUN "
+                 "online and ALUA state stay per LUN)")
+      ->envname("ISCSIGW_METRICS_DETAIL")
+      ->check(CLI::IsMember({"lun", "target", "gateway"}));
   app.add_option("--reactors", f->reactors,
                  "Reactor threads (0: one per CPU the process may use: its affinity, capped by its "
                  "cgroup's CPU quota)")

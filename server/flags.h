@@ -19,6 +19,9 @@ struct Flags {
   // 0.0.0.0 themselves (docs/security.md).
   std::string metrics_listen = "127.0.0.1:9540";
   bool metrics_counting = true;  // off: hot-path counters stay zero (overhead measurements)
+  // lun|target|gateway: per-LUN families kept, summed per target, or summed over the gateway
+  // (controlplane/metrics/detail.h).
+  std::string metrics_detail = "lun";
   unsigned reactors = 0;
   unsigned gateway_id = 0;  // 0: alone; else one of several gateways on the same rbd images
   std::string bootstrap;

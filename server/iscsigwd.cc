@@ -311,10 +311,12 @@ int Run(int argc, char** argv) {
   mopts.stores = [&dataplane] {
     std::vector<metrics::StatsCollector::StoreUsage> out;
     for (const auto& u : dataplane.LunUsages()) {
-      out.push_back({u.target, u.lun, u.capacity_bytes, u.allocated_bytes});
+      out.push_back({u.target, u.lun, u.capacity_bytes, u.allocated_bytes, u.online, u.optimized});
     }
     return out;
   };
+  mopts.detail = metrics::ParseDetail(flags.metrics_detail).value_or(metrics::Detail::kLun);
+  mopts.lun_dir = flags.lun_dir;
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", metrics_server.status().message().c_str());

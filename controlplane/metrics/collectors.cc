@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <array>
@@ -152,6 +153,77 @@ const char* SenseKeyName(uint8_t key) {
       "reserved_0c",    "volume_overflow", "miscompare",     "completed"};
   return kNames[key & 0x0f];
 }
+
+namespace {
+
+// Per-LUN gauges of every configured LUN's store.
+void AddStoreFamilies(const std::vector<StatsCollector::StoreUsage>& stores,
+                      std::vector<MetricFamily>& out) {
+  auto cap =
+      Family("iscsigw_store_capacity_bytes", "Size of the LUN's backing store", MetricType::Gauge);
+  auto alloc = Family("iscsigw_store_allocated_bytes",
+                      "Bytes of the LUN's backing store that hold storage: ram chunks in use, a "
+                      "file's allocated blocks (st_blocks), 0 for a null store, an rbd image's "
+                      "size",
+                      MetricType::Gauge);
+  auto online = Family("iscsigw_lun_online",
+                       "1 while the LUN's store serves I/O; 0 while it answers NOT READY: an rbd "
+                       "image not open yet or whose lock another gateway took, a file store "
+                       "fenced by a failed atomic write, a store a live change left closed",
+                       MetricType::Gauge);
+  auto alua = Family("iscsigw_lun_alua_state",
+                     "Asymmetric access state REPORT TARGET PORT GROUPS reports for the LUN "
+                     "through this gateway (SPC-4 6.27): 0 active/optimized, 1 "
+                     "active/non-optimized",
+                     MetricType::Gauge);
+  for (const StatsCollector::StoreUsage& u : stores) {
+    const std::vector<ClientMetric::Label> labels = {{"lun", std::to_string(u.lun)},
+                                                     {"target", u.target}};
+    AddGauge(cap, labels, static_cast<double>(u.capacity_bytes));
+    AddGauge(alloc, labels, static_cast<double>(u.allocated_bytes));
+    AddGauge(online, labels, u.online ? 1 : 0);
+    // SPC-4 6.27: ASYMMETRIC ACCESS STATE 0h active/optimized, 1h active/non-optimized.
+    AddGauge(alua, labels, u.optimized ? 0 : 1);
+  }
+  for (auto* f : {&cap, &alloc, &online, &alua}) out.push_back(std::move(*f));
+}
+
+// The LUN directory's file system and io_uring: one series each for the gateway.
+void AddGatewayFamilies(const StatsCollectorOptions& options, std::vector<MetricFamily>& out) {
+  struct statvfs st {};
+  // Read at scrape, as df does (f_bavail: what the gateway, not root's reserve, can allocate).
+  if (!options.lun_dir.empty() && ::statvfs(options.lun_dir.c_str(), &st) == 0) {
+    auto dir_size = Family("iscsigw_lun_dir_size_bytes",
+                           "Size of the file system that holds --lun-dir (statvfs f_blocks * "
+                           "f_frsize)",
+                           MetricType::Gauge);
+    AddGauge(dir_size, {}, static_cast<double>(st.f_blocks) * static_cast<double>(st.f_frsize));
+    auto dir_free = Family("iscsigw_lun_dir_free_bytes",
+                           "Bytes of that file system the gateway can still allocate (statvfs "
+                           "f_bavail * f_frsize)",
+                           MetricType::Gauge);
+    AddGauge(dir_free, {}, static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize));
+    out.push_back(std::move(dir_size));
+    out.push_back(std::move(dir_free));
+  }
+  if (const int on = options.io_uring_enabled ? options.io_uring_enabled() : -1; on >= 0) {
+    auto f = Family("iscsigw_io_uring_enabled",
+                    "1 when file LUNs submit through io_uring; 0 when it was refused (ENOSYS, "
+                    "EPERM from a seccomp filter, ...) and a thread pool serves them",
+                    MetricType::Gauge);
+    AddGauge(f, {}, on);
+    out.push_back(std::move(f));
+  }
+  if (options.io_uring_fallbacks) {
+    auto f = Family("iscsigw_io_uring_fallbacks_total",
+                    "File LUN stores opened on the thread pool because io_uring was refused",
+                    MetricType::Counter);
+    AddCounter(f, {}, static_cast<double>(options.io_uring_fallbacks()));
+    out.push_back(std::move(f));
+  }
+}
+
+}  // namespace
 
 std::vector<MetricFamily> StatsCollector::Collect() const {
   std::vector<MetricFamily> out;
@@ -314,23 +386,9 @@ std::vector<MetricFamily> StatsCollector::Collect() const {
     out.push_back(std::move(sess));
     out.push_back(std::move(tconns));
   }
-  if (stores_) {
-    auto cap = Family("iscsigw_store_capacity_bytes", "Size of the LUN's backing store",
-                      MetricType::Gauge);
-    auto alloc = Family("iscsigw_store_allocated_bytes",
-                        "Bytes of the LUN's backing store that hold storage: ram chunks in use, a "
-                        "file's allocated blocks (st_blocks), 0 for a null store, an rbd image's "
-                        "size",
-                        MetricType::Gauge);
-    for (const StoreUsage& u : stores_()) {
-      const std::string lun = std::to_string(u.lun);
-      AddGauge(cap, {{"lun", lun}, {"target", u.target}}, static_cast<double>(u.capacity_bytes));
-      AddGauge(alloc, {{"lun", lun}, {"target", u.target}}, static_cast<double>(u.allocated_bytes));
-    }
-    out.push_back(std::move(cap));
-    out.push_back(std::move(alloc));
-  }
-  return out;
+  if (stores_) AddStoreFamilies(stores_(), out);
+  AddGatewayFamilies(options_, out);
+  return Aggregate(std::move(out), options_.detail);
 }
 
 namespace {

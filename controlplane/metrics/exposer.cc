@@ -4,6 +4,8 @@
 
 #include <exception>
 
+#include "dataplane/runtime/file_ring.h"
+
 namespace iscsigw::metrics {
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsOptions& options) {
@@ -19,8 +21,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsOptions
     return Status(StatusCode::kUnavailable,
                   "--metrics-listen " + options.listen + ": cannot listen: " + e.what());
   }
-  s->stats_ =
-      std::make_shared<StatsCollector>(&runtime::Stats::Global(), options.sessions, options.stores);
+  StatsCollector::Options copts;
+  copts.detail = options.detail;
+  copts.lun_dir = options.lun_dir;
+  copts.io_uring_enabled = runtime::FileRing::Enabled;
+  copts.io_uring_fallbacks = runtime::FileRing::Fallbacks;
+  s->stats_ = std::make_shared<StatsCollector>(&runtime::Stats::Global(), options.sessions,
+                                               options.stores, std::move(copts));
   s->process_ = std::make_shared<ProcessCollector>();
   s->build_ = std::make_shared<BuildInfoCollector>(options.version, options.commit);
   s->exposer_->RegisterCollectable(s->stats_);

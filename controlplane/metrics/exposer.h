@@ -21,6 +21,8 @@ struct MetricsOptions {
   std::string commit;
   StatsCollector::SessionCounter sessions;
   StatsCollector::StoreCounter stores;
+  Detail detail = Detail::kLun;  // --metrics-detail
+  std::string lun_dir;           // --lun-dir, measured at scrape; empty: none
 };
 
 class MetricsServer {

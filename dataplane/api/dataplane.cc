@@ -34,6 +34,7 @@
 #include "dataplane/iscsi/connection.h"
 #include "dataplane/iscsi/session.h"
 #include "dataplane/runtime/cpus.h"
+#include "dataplane/runtime/file_ring.h"
 #include "dataplane/runtime/reactor_pool.h"
 
 namespace iscsigw::api {
@@ -611,6 +612,8 @@ Result<std::unique_ptr<Dataplane>> Dataplane::Start(const Options& options) {
   for (const auto& a : options.gateway.advertise) {
     if (Status s = ValidateAdvertise(a); !s.ok()) return s;
   }
+  // Whether file LUNs will have io_uring is known (and monitored) before the first one opens.
+  runtime::FileRing::Probe();
   auto impl = std::make_unique<Impl>(options);
   std::vector<std::string> bound;
   for (const auto& portal : options.portals) {
@@ -1002,7 +1005,8 @@ std::vector<Dataplane::LunUsage> Dataplane::LunUsages() const {
   out.reserve(impl_->luns.size());
   for (const auto& [key, entry] : impl_->luns) {
     backing::BackingStore& store = entry.lun->store();
-    out.push_back({key.first, key.second, store.size_bytes(), store.allocated_bytes()});
+    out.push_back({key.first, key.second, store.size_bytes(), store.allocated_bytes(),
+                   store.ready() == 0, entry.lun->reported_preferred().load()});
   }
   return out;
 }

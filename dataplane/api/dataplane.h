@@ -154,13 +154,18 @@ class Dataplane {
   std::optional<LunStatus> LunStatusOf(const std::string& target, uint32_t lun) const;
   size_t connections() const;
 
-  // Size and storage in use of every configured LUN's store, for monitoring. Takes the
+  // Size, storage in use and state of every configured LUN's store, for monitoring. Takes the
   // configuration lock and may make a system call per file LUN (fstat); never call it per I/O.
   struct LunUsage {
     std::string target;
     uint32_t lun = 0;
     uint64_t capacity_bytes = 0;
     uint64_t allocated_bytes = 0;
+    // Whether the store serves I/O (ready() == 0): false for an rbd image not open yet or whose
+    // lock was taken (fenced), a file store fenced by a failed atomic write, a store closed by a
+    // live change (LunStatus::offline_reason says why).
+    bool online = true;
+    bool optimized = true;  // the ALUA state reported, as LunStatus::optimized
   };
   std::vector<LunUsage> LunUsages() const;
 

@@ -39,6 +39,50 @@ boost::asio::execution_context::id FixedOffer::id;
 // One warning per process: every reactor meets the same limit.
 std::atomic<bool> fixed_warned{false};
 
+// io_uring refused: recorded for monitoring, and said once per process (every reactor's ring and
+// the start-up probe meet the same refusal).
+std::atomic<int> io_uring_enabled{-1};
+std::atomic<uint64_t> io_uring_fallbacks{0};
+std::atomic<bool> refusal_logged{false};
+void NoteRefused(const std::string& why) {
+  io_uring_enabled.store(0, std::memory_order_relaxed);
+  if (refusal_logged.exchange(true)) return;
+  log::Backing().warn(
+      "io_uring refused ({}): file LUNs run their reads and writes on a fallback thread pool, "
+      "at a fraction of the speed; allow io_uring_setup, io_uring_enter and io_uring_register "
+      "(seccomp profile, kernel.io_uring_disabled) for full speed (docs/running.md)",
+      why);
+}
+
+// "io_uring_setup: Operation not permitted (EPERM)".
+std::string CallErrorText(const char* call, int err) {
+  std::string text = std::string(call) + ": " + ErrnoText(err);
+  if (const char* name = ::strerrorname_np(err)) text += std::string(" (") + name + ")";
+  return text;
+}
+
+// Why io_uring cannot serve this process, or empty when it can. `ring` is set up (and left to the
+// caller) when the setup call succeeded.
+std::string SetUp(io_uring* ring, bool* ring_ok) {
+  *ring_ok = false;
+  if (const char* off = std::getenv("ISCSIGW_DISABLE_IO_URING"); off && *off && *off != '0') {
+    return "io_uring disabled by ISCSIGW_DISABLE_IO_URING";
+  }
+  io_uring_params params{};
+  // Room for the completions of several full submission queues before the kernel has to queue
+  // overflow.
+  params.flags = IORING_SETUP_CQSIZE;
+  params.cq_entries = 4 * FileRing::kEntries;
+  if (int rc = io_uring_queue_init_params(FileRing::kEntries, ring, &params); rc < 0) {
+    return CallErrorText("io_uring_setup", -rc);
+  }
+  *ring_ok = true;
+  if (!(params.features & IORING_FEAT_NODROP)) {
+    return "io_uring: this kernel may drop completions (no IORING_FEAT_NODROP; Linux 5.5+)";
+  }
+  return {};
+}
+
 std::string MiB(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 std::string MemlockText() {
@@ -111,26 +155,34 @@ void FileRing::RegisterFixed(std::span<uint8_t> region) {
   }
 }
 
+void FileRing::Probe() {
+  io_uring ring{};
+  bool ring_ok = false;
+  const std::string why = SetUp(&ring, &ring_ok);
+  if (ring_ok) io_uring_queue_exit(&ring);
+  if (why.empty()) {
+    // A reactor's ring refused earlier keeps the answer at 0.
+    int unknown = -1;
+    io_uring_enabled.compare_exchange_strong(unknown, 1, std::memory_order_relaxed);
+  } else {
+    NoteRefused(why);
+  }
+}
+
+int FileRing::Enabled() { return io_uring_enabled.load(std::memory_order_relaxed); }
+uint64_t FileRing::Fallbacks() { return io_uring_fallbacks.load(std::memory_order_relaxed); }
+void FileRing::CountFallback() { io_uring_fallbacks.fetch_add(1, std::memory_order_relaxed); }
+
 FileRing::FileRing(boost::asio::io_context& ioc)
     : boost::asio::execution_context::service(ioc), ioc_(ioc), event_(ioc) {
-  if (const char* off = std::getenv("ISCSIGW_DISABLE_IO_URING"); off && *off && *off != '0') {
-    error_ = "io_uring disabled by ISCSIGW_DISABLE_IO_URING";
-    return;
-  }
-  io_uring_params params{};
-  // Room for the completions of several full submission queues before the kernel has to queue
-  // overflow.
-  params.flags = IORING_SETUP_CQSIZE;
-  params.cq_entries = 4 * kEntries;
-  if (int rc = io_uring_queue_init_params(kEntries, &ring_, &params); rc < 0) {
-    error_ = std::string("io_uring_setup: ") + ErrnoText(-rc);
-    return;
-  }
-  ring_ok_ = true;
-  if (!(params.features & IORING_FEAT_NODROP)) {
-    error_ = "io_uring: this kernel may drop completions (no IORING_FEAT_NODROP; Linux 5.5+)";
-    return;
-  }
+  struct Refusal {
+    FileRing* ring;
+    ~Refusal() {
+      if (!ring->error_.empty()) NoteRefused(ring->error_);
+    }
+  } refusal{this};
+  error_ = SetUp(&ring_, &ring_ok_);
+  if (!error_.empty()) return;
   event_fd_ = AssignEventFd(event_, &error_);
   if (event_fd_ < 0) return;
   // Blocking work the kernel hands to its workers (fdatasync, buffered writes that must wait):
@@ -139,7 +191,7 @@ FileRing::FileRing(boost::asio::io_context& ioc)
   unsigned workers[2] = {kMaxBlockingWorkers, 0};  // bounded, unbounded (0: unchanged)
   (void)io_uring_register_iowq_max_workers(&ring_, workers);
   if (int rc = io_uring_register_eventfd(&ring_, event_fd_); rc < 0) {
-    error_ = std::string("io_uring_register_eventfd: ") + ErrnoText(-rc);
+    error_ = CallErrorText("io_uring_register_eventfd", -rc);
     return;
   }
 }

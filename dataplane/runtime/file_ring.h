@@ -66,6 +66,21 @@ class FileRing final : public boost::asio::execution_context::service {
   // The ring of ioc's reactor, set up on first use.
   static FileRing& For(boost::asio::io_context& ioc);
 
+  // Whether this process may use io_uring, known before any file LUN opens: sets up a ring as a
+  // reactor's would and tears it down, and records the answer
+  // (Enabled(): the iscsigw_io_uring_enabled metric). A refusal (ENOSYS from the kernel,
+  // EPERM from a seccomp filter or kernel.io_uring_disabled, ISCSIGW_DISABLE_IO_URING) is logged
+  // once per process, with its errno, whether the probe or a reactor's ring meets it first. The
+  // data plane calls it as it starts; any thread.
+  static void Probe();
+  // 1: file stores submit through io_uring; 0: it was refused (by the probe or a reactor's ring)
+  // and the fallback pool serves them; -1: not known (nothing probed yet). Any thread.
+  static int Enabled();
+  // File stores opened on the fallback pool because io_uring was refused; the store counts itself
+  // as it opens (CountFallback). Any thread.
+  static uint64_t Fallbacks();
+  static void CountFallback();
+
   // Offers `region` (page aligned, anonymous memory) as the fixed buffers of ioc's ring, to be
   // registered when a direct store asks (UseFixedBuffers). Call before the reactor serves I/O;
   // the region must outlive the io_context.

@@ -142,6 +142,11 @@ class TwoGatewaysTest(GatewayPairTest):
         """The access state each gateway's API reports for the LUN (lun get)."""
         return [gw.ctl_json("lun", "get", TARGET, 0)["access_state"] for gw in self.gateways]
 
+    def alua_metrics(self):
+        """iscsigw_lun_alua_state of the LUN on each gateway's /metrics."""
+        return [int(gw.metric("iscsigw_lun_alua_state", {"target": TARGET, "lun": "0"}))
+                for gw in self.gateways]
+
     def rbd_option(self, gw, name):
         sock = os.path.join(CLUSTER.dir, "run", f"gw-{gw.proc.pid}.asok")
         out = harness.run(["ceph", "--admin-daemon", sock, "config", "get", name]).stdout
@@ -470,6 +475,10 @@ class TwoGatewaysTest(GatewayPairTest):
         self.assertEqual(rtpg(a), (AO, 0x03, 1, 1))
         self.assertEqual(rtpg(b), (ANO, 0x03, 2, 2))
         self.assertEqual(self.access_states(), ["active/optimized", "active/non-optimized"])
+        # The metric is what REPORT TARGET PORT GROUPS answers, as the SPC-4 code.
+        self.assertEqual(self.alua_metrics(), [AO, ANO])
+        self.assertEqual([gw.metric("iscsigw_lun_online", {"target": TARGET, "lun": "0"})
+                          for gw in self.gateways], [1, 1])
 
         one = pattern(8 * 512, 1)
         self.write_flushed(a, 0, one)
@@ -483,6 +492,7 @@ class TwoGatewaysTest(GatewayPairTest):
         self.wait_change(b, AO, "gateway 2 after it wrote")
         self.assertEqual(a.read(0, 0, 16), (0, one + two, b""))
         self.assertEqual(self.access_states(), ["active/non-optimized", "active/optimized"])
+        self.assertEqual(self.alua_metrics(), [ANO, AO])
         table = self.gateways[0].ctl("lun", "list", TARGET).stdout
         self.assertRegex(table, r"ALUA +SERIAL\n.* online +non-optimized ", table)
         print(f"\nlock handed over to a write of the other gateway in {handover:.3f} s")

@@ -16,6 +16,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
+from iscsigw_test import no_io_uring
 from iscsigw_test.harness import Daemon, IQN_PREFIX, simple_state, wait_for
 from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
@@ -331,6 +332,288 @@ def sum_of(text, name, **labels):
 
 def sample_labels(text, name, label):
     return sorted({l[label] for l, _ in samples(text, name) if label in l})
+
+
+def series(text):
+    """(name, labels) of every sample line of a text exposition."""
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            yield m.group(1), dict(_LABEL.findall(m.group(2) or ""))
+
+
+def rtpg_state(ini, lun):
+    """The asymmetric access state REPORT TARGET PORT GROUPS answers for LUN (SPC-4 6.27)."""
+    for _ in range(3):  # past a new session's unit attentions
+        status, data, _ = ini._command(lun, struct.pack(">BBxxxxIxx", 0xA3, 0x0A, 64),
+                                       read_len=64)
+        if status == 0:
+            return data[4] & 0x0F
+    raise AssertionError(f"REPORT TARGET PORT GROUPS of lun {lun}: status {status}")
+
+
+def good_tur(test, ini, lun):
+    for _ in range(5):
+        if ini.test_unit_ready(lun)[0] == 0:
+            return
+    test.fail(f"lun {lun} never ready")
+
+
+LUNSTATE = IQN_PREFIX + "lunstate"
+
+
+class LunStateMetricsTest(unittest.TestCase):
+    """iscsigw_lun_online and iscsigw_lun_alua_state per LUN, the LUN directory's size and free
+    space, and io_uring in use: a ram LUN, a file LUN in --lun-dir and an rbd LUN whose cluster
+    cannot be reached (a monitor address nobody listens on), which starts offline as
+    docs/multi-gateway.md says and stays so."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="iscsigw-lunstate-")
+        cls.lun_dir = os.path.join(cls.dir, "luns")
+        dead = os.path.join(cls.dir, "dead.conf")
+        with open(dead, "w") as f:
+            f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
+                    "client mount timeout = 2\nlog file = /dev/null\n")
+        state = simple_state("lunstate", luns=[
+            {"id": 0, "ram": {}, "sizeBytes": str(RAM_SIZE), "blockSize": 512},
+            {"id": 1, "file": {"path": os.path.join(cls.lun_dir, "one.img"), "create": True},
+             "sizeBytes": str(FILE_SIZE), "blockSize": 512},
+            {"id": 2, "rbd": {"pool": "rbd", "image": "unreachable", "conf": dead},
+             "sizeBytes": str(FILE_SIZE), "blockSize": 512}])
+        cls.daemon = Daemon(state=state, backing_allow=(),
+                            extra_args=("--lun-dir", cls.lun_dir, "--reactors", "1")).start(
+                                timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.daemon.stop()
+        log = cls.daemon.read_log()
+        cls.daemon.cleanup()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        if rc != 0:
+            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+
+    def scrape(self):
+        return http_get(f"http://{self.daemon.ports['metrics']}/metrics")
+
+    def test_online_and_alua_state_per_lun(self):
+        text = self.scrape()
+        for lun, online in (("0", 1), ("1", 1), ("2", 0)):
+            self.assertEqual(sample(text, "iscsigw_lun_online", target=LUNSTATE, lun=lun), online,
+                             f"lun {lun}")
+        # The API says the same: lun 2 has an offline reason, the others none.
+        luns = {l["id"]: l for l in self.daemon.ctl_json("lun", "list", "lunstate")["luns"]}
+        self.assertEqual(luns[0]["offline_reason"], "")
+        self.assertEqual(luns[1]["offline_reason"], "")
+        self.assertRegex(luns[2]["offline_reason"], r"127\.0\.0\.1:9")
+        # The ALUA state is what REPORT TARGET PORT GROUPS answers: a gateway alone (no
+        # --gateway-id) is active/optimized for every LUN.
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:lunstate")
+        ini.login(LUNSTATE)
+        try:
+            for lun in (0, 1, 2):
+                answered = rtpg_state(ini, lun)
+                self.assertEqual(answered, 0)
+                self.assertEqual(
+                    sample(text, "iscsigw_lun_alua_state", target=LUNSTATE, lun=str(lun)),
+                    answered, f"lun {lun}")
+            # The offline LUN answers NOT READY, which is what 0 promises.
+            status, sense = ini.test_unit_ready(2)
+            while status == 2 and sense_key_asc(sense)[0] == 6:
+                status, sense = ini.test_unit_ready(2)
+            self.assertEqual((status, sense_key_asc(sense)[0]), (2, 2))
+        finally:
+            ini.close()
+
+    def test_lun_dir_size_and_free_match_statvfs(self):
+        text = self.scrape()
+        st = os.statvfs(self.lun_dir)
+        self.assertEqual(sample(text, "iscsigw_lun_dir_size_bytes"), st.f_blocks * st.f_frsize)
+        # Free space moves with every other writer of the file system between the two reads.
+        self.assertAlmostEqual(sample(text, "iscsigw_lun_dir_free_bytes"),
+                               st.f_bavail * st.f_frsize, delta=64 * MIB)
+        # Writing 8 MiB into a file there shows in the next scrape.
+        with open(os.path.join(self.lun_dir, "filler"), "wb") as f:
+            f.write(b"\x01" * (8 * MIB))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            after = sample(self.scrape(), "iscsigw_lun_dir_free_bytes")
+            st = os.statvfs(self.lun_dir)
+            self.assertAlmostEqual(after, st.f_bavail * st.f_frsize, delta=4 * MIB)
+        finally:
+            os.unlink(os.path.join(self.lun_dir, "filler"))
+
+    def test_io_uring_enabled_on_this_host(self):
+        text = self.scrape()
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 1)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 0)
+        self.assertNotIn("io_uring refused", self.daemon.read_log())
+
+
+class NoIoUringTest(unittest.TestCase):
+    """Under a seccomp filter that refuses io_uring_setup (EPERM, as a container runtime's default
+    profile does): iscsigw_io_uring_enabled is 0 from start-up, before any file LUN exists; the
+    refusal is logged once with its errno; every file LUN opened is counted; their I/O works."""
+
+    def test_io_uring_refused_by_seccomp(self):
+        if not no_io_uring.supported():
+            self.skipTest("no seccomp filter for this architecture")
+        work = tempfile.mkdtemp(prefix="iscsigw-nouring-")
+        self.addCleanup(shutil.rmtree, work, True)
+        daemon = Daemon(state=simple_state("nouring", luns=[]), backing_allow=(work,),
+                        extra_args=("--reactors", "2"))
+        daemon.args = no_io_uring.command(daemon.args)
+        daemon.start()
+        self.addCleanup(daemon.cleanup)
+        url = f"http://{daemon.ports['metrics']}/metrics"
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 0)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 0)
+        refusals = re.findall(r"io_uring refused \(io_uring_setup: .*\(EPERM\)\)",
+                              daemon.read_log())
+        self.assertEqual(len(refusals), 1, daemon.read_log()[-3000:])
+
+        for lun in (0, 1):
+            daemon.ctl("lun", "create", "nouring", lun, "--backing", "file", "--path",
+                       os.path.join(work, f"lun{lun}.img"), "--create", "--size", "4M")
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 0)
+        self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 2)
+        # Two stores on two reactors met the refusal: still one warning.
+        self.assertEqual(len(re.findall(r"io_uring refused", daemon.read_log())), 1)
+
+        ini = Initiator(daemon.portal, "iqn.2026-11.io.test:nouring")
+        ini.login(IQN_PREFIX + "nouring")
+        self.addCleanup(ini.close)
+        for lun in (0, 1):
+            good_tur(self, ini, lun)
+            for lba in range(8):
+                self.assertEqual(ini.write(lun, lba, bytes([lun * 16 + lba + 1]) * 512)[0], 0)
+            status, data, _ = ini.read(lun, 0, 8)
+            self.assertEqual(status, 0)
+            self.assertEqual(data, b"".join(bytes([lun * 16 + i + 1]) * 512 for i in range(8)))
+        text = http_get(url)
+        self.assertEqual(sample(text, "iscsigw_store_io_errors_total", target=IQN_PREFIX + "nouring",
+                                lun="0"), 0)
+        with open(os.path.join(work, "lun1.img"), "rb") as f:
+            self.assertEqual(f.read(512), bytes([17]) * 512)
+
+
+DETAIL_TARGETS = 4
+
+
+class MetricsDetailTest(unittest.TestCase):
+    """--metrics-detail: the same workload seen at each level. At target, per-LUN families are
+    summed per target; at gateway, over everything; LUN online and ALUA state stay per LUN.
+    Also measures the series a LUN adds at each level (docs/operations.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="iscsigw-detail-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def run_level(self, level):
+        """Starts a gateway at LEVEL with DETAIL_TARGETS targets of two file LUNs each, writes to
+        LUN 0 and reads LUN 1 of every target, and returns the scrape."""
+        state = {"targets": []}
+        for t in range(DETAIL_TARGETS):
+            state["targets"].append({
+                "name": IQN_PREFIX + f"detail{t}", "allowAnyInitiator": True,
+                "luns": [{"id": lun, "file": {"path": os.path.join(self.dir, f"{level}-{t}-{lun}"),
+                                              "create": True},
+                          "sizeBytes": str(FILE_SIZE), "blockSize": 512} for lun in (0, 1)]})
+        daemon = Daemon(state=state, extra_args=("--metrics-detail", level))
+        daemon.start()
+        self.addCleanup(daemon.cleanup)
+        for t in range(DETAIL_TARGETS):
+            ini = Initiator(daemon.portal, f"iqn.2026-11.io.test:detail{t}")
+            ini.login(IQN_PREFIX + f"detail{t}")
+            for lun in (0, 1):
+                good_tur(self, ini, lun)
+            for i in range(WRITES):
+                self.assertEqual(ini.write(0, i, bytes([i + 1]) * 512)[0], 0)
+            for i in range(READS):
+                self.assertEqual(ini.read(1, i, 2)[0], 0)
+            self.assertEqual(ini.logout(), 0)
+            ini.close()
+        return http_get(f"http://{daemon.ports['metrics']}/metrics")
+
+    def per_lun_series(self, text):
+        """Samples that carry a target label, divided by the LUNs configured."""
+        n = sum(1 for _, labels in series(text) if "target" in labels)
+        return n / (DETAIL_TARGETS * 2)
+
+    def test_each_level_keeps_what_it_promises(self):
+        texts = {level: self.run_level(level) for level in ("lun", "target", "gateway")}
+        for level, text in texts.items():
+            r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, f"{level}: {r.stdout}{r.stderr}")
+            # Online and ALUA state: one series per LUN at every level.
+            for name in ("iscsigw_lun_online", "iscsigw_lun_alua_state"):
+                got = sorted((l["target"], l["lun"]) for n, l in series(text) if n == name)
+                self.assertEqual(got, sorted((IQN_PREFIX + f"detail{t}", str(lun))
+                                             for t in range(DETAIL_TARGETS) for lun in (0, 1)),
+                                 f"{level} {name}")
+            for name, labels in series(text):
+                if name in ("iscsigw_lun_online", "iscsigw_lun_alua_state"):
+                    continue
+                if level != "lun":
+                    self.assertNotIn("lun", labels, f"{level}: {name}{labels}")
+                if level == "gateway":
+                    self.assertNotIn("target", labels, f"{level}: {name}{labels}")
+            print(f"\n--metrics-detail {level}: {self.per_lun_series(text):.1f} series per LUN "
+                  f"with a target label, {sum(1 for _ in series(text))} in all "
+                  f"({DETAIL_TARGETS} targets x 2 LUNs)")
+
+        lun, target, gateway = texts["lun"], texts["target"], texts["gateway"]
+        t0 = IQN_PREFIX + "detail0"
+        # Per LUN at lun: the writes on LUN 0, the reads on LUN 1.
+        self.assertEqual(sample(lun, "iscsigw_scsi_commands_total", target=t0, lun="0",
+                                **{"class": "write"}), WRITES)
+        self.assertEqual(sample(lun, "iscsigw_scsi_commands_total", target=t0, lun="1",
+                                **{"class": "read"}), READS)
+        # Summed per target at target, over the gateway at gateway: exactly the workload.
+        self.assertEqual(sample(target, "iscsigw_scsi_commands_total", target=t0,
+                                **{"class": "write"}), WRITES)
+        self.assertEqual(sample(target, "iscsigw_scsi_read_bytes_total", target=t0), READS * 1024)
+        self.assertEqual(sample(target, "iscsigw_store_capacity_bytes", target=t0), 2 * FILE_SIZE)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_commands_total", **{"class": "write"}),
+                         DETAIL_TARGETS * WRITES)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_written_bytes_total"),
+                         DETAIL_TARGETS * WRITES * 512)
+        self.assertEqual(sample(gateway, "iscsigw_iscsi_sessions"), 0)
+        # The histograms add up: count and +Inf bucket are every read of the gateway.
+        self.assertEqual(sample(gateway, "iscsigw_scsi_command_duration_seconds_count",
+                                **{"class": "read"}), DETAIL_TARGETS * READS)
+        self.assertEqual(sample(gateway, "iscsigw_scsi_command_duration_seconds_bucket",
+                                le="+Inf", **{"class": "read"}), DETAIL_TARGETS * READS)
+        self.assertEqual(sample(target, "iscsigw_scsi_command_duration_seconds_count",
+                                target=t0, **{"class": "read"}), READS)
+        # Coarser levels keep fewer series per LUN; gateway keeps the two per-LUN gauges only.
+        self.assertLess(self.per_lun_series(target), self.per_lun_series(lun))
+        self.assertEqual(self.per_lun_series(gateway), 2)
+
+    def test_a_bad_level_stops_the_start(self):
+        bad = Daemon(state=simple_state("detailbad"), extra_args=("--metrics-detail", "volume"))
+        self.addCleanup(bad.cleanup)
+        bad.spawn()
+        rc = bad.proc.wait(timeout=20)
+        self.assertNotEqual(rc, 0)
+        self.assertNotEqual(rc, 1)  # CLI11's code, as any value outside a flag's list
+        log = bad.read_log()
+        self.assertIn("--metrics-detail", log)
+        self.assertIn("volume", log)
+        ref = Daemon(state=simple_state("detailbad"), extra_args=("--log-format", "yaml"))
+        self.addCleanup(ref.cleanup)
+        ref.spawn()
+        self.assertEqual(ref.proc.wait(timeout=20), rc)
 
 
 class JsonLogTest(unittest.TestCase):

@@ -246,15 +246,15 @@ Result<std::unique_ptr<FileStore>> FileStore::Open(
   UniqueFd direct(direct_raw);
 
   // Where io_uring is refused (a container runtime's default seccomp profile blocks it, for
-  // one), the store still works: every call runs on a thread pool instead, at a cost.
+  // one), the store still works: every call runs on a thread pool instead, at a cost. The ring
+  // logs the refusal once per process; each store that falls back is counted.
   std::vector<runtime::FileRing*> rings;
   for (auto* ioc : slots) {
     runtime::FileRing& ring = runtime::FileRing::For(*ioc);
     if (!ring.error().empty()) {
-      log::Backing().warn(
-          "file store {}: {}: reads and writes run on a pool of {} threads instead; allow "
-          "io_uring_setup, io_uring_enter and io_uring_register (seccomp) for full speed",
-          path, ring.error(), kFallbackThreads);
+      log::Backing().debug("file store {}: {}: reads and writes run on a pool of {} threads", path,
+                           ring.error(), kFallbackThreads);
+      runtime::FileRing::CountFallback();
       rings.assign(slots.size(), nullptr);
       break;
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 #include <pthread.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include <cerrno>
@@ -25,6 +26,13 @@ const MetricFamily& FindFamily(const std::vector<MetricFamily>& fs, const std::s
   ADD_FAILURE() << "no family " << name;
   static MetricFamily empty;
   return empty;
+}
+
+bool HasFamily(const std::vector<MetricFamily>& fs, const std::string& name) {
+  for (const auto& f : fs) {
+    if (f.name == name) return true;
+  }
+  return false;
 }
 
 std::string Label(const ClientMetric& m, const std::string& name) {
@@ -229,6 +237,42 @@ TEST(StatsCollector, StoreGaugesFromTheCallback) {
       Find(FindFamily(fs, "iscsigw_store_allocated_bytes"), "iqn.2026-11.io.iscsigw:c", "1", "")
           ->gauge.value,
       4096);
+}
+
+TEST(StatsCollector, LunDirSizeAndFreeFromStatvfsAtScrape) {
+  runtime::Stats stats;
+  EXPECT_FALSE(HasFamily(StatsCollector(&stats).Collect(), "iscsigw_lun_dir_size_bytes"));
+  StatsCollector::Options o;
+  o.lun_dir = ::testing::TempDir();
+  const auto fs = StatsCollector(&stats, {}, {}, o).Collect();
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(o.lun_dir.c_str(), &st), 0);
+  EXPECT_EQ(FindFamily(fs, "iscsigw_lun_dir_size_bytes").metric.at(0).gauge.value,
+            static_cast<double>(st.f_blocks) * static_cast<double>(st.f_frsize));
+  // Free space moves with every other writer on the file system: within 64 MiB.
+  EXPECT_NEAR(FindFamily(fs, "iscsigw_lun_dir_free_bytes").metric.at(0).gauge.value,
+              static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize), 64 << 20);
+  // A directory that is gone: no sample rather than a wrong one.
+  o.lun_dir = "/nonexistent/iscsigw-lun-dir";
+  EXPECT_FALSE(
+      HasFamily(StatsCollector(&stats, {}, {}, o).Collect(), "iscsigw_lun_dir_free_bytes"));
+}
+
+TEST(StatsCollector, IoUringEnabledAndFallbacks) {
+  runtime::Stats stats;
+  StatsCollector::Options o;
+  int enabled = -1;
+  o.io_uring_enabled = [&] { return enabled; };
+  o.io_uring_fallbacks = [] { return uint64_t{3}; };
+  StatsCollector c(&stats, {}, {}, o);
+  EXPECT_FALSE(HasFamily(c.Collect(), "iscsigw_io_uring_enabled"));  // not probed yet
+  enabled = 0;
+  auto fs = c.Collect();
+  EXPECT_EQ(FindFamily(fs, "iscsigw_io_uring_enabled").metric.at(0).gauge.value, 0);
+  EXPECT_EQ(FindFamily(fs, "iscsigw_io_uring_fallbacks_total").metric.at(0).counter.value, 3);
+  enabled = 1;
+  fs = c.Collect();
+  EXPECT_EQ(FindFamily(fs, "iscsigw_io_uring_enabled").metric.at(0).gauge.value, 1);
 }
 
 TEST(StatsCollector, ReactorBusySecondsFromTheThreadCpuClock) {
