@@ -314,6 +314,17 @@ int Run(int argc, char** argv) {
     }
     return out;
   };
+  mopts.control_state = [&store] {
+    metrics::StateCollector::Values v;
+    v.state_dir_writable = store.dir_writable();
+    const auto shared = store.shared_health();
+    v.shared_enabled = shared.enabled;
+    v.shared_loaded = shared.loaded;
+    v.shared_version = shared.version;
+    v.shared_last_load_seconds =
+        std::chrono::duration<double>(shared.last_read.time_since_epoch()).count();
+    return v;
+  };
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", metrics_server.status().message().c_str());

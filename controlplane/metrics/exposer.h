@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "controlplane/metrics/collectors.h"
+#include "controlplane/metrics/state_collector.h"
 
 namespace prometheus {
 class Exposer;
@@ -21,6 +22,7 @@ struct MetricsOptions {
   std::string commit;
   StatsCollector::SessionCounter sessions;
   StatsCollector::StoreCounter stores;
+  StateCollector::Reader control_state;  // the state directory and shared configuration gauges
 };
 
 class MetricsServer {
@@ -37,6 +39,7 @@ class MetricsServer {
   std::shared_ptr<StatsCollector> stats_;
   std::shared_ptr<ProcessCollector> process_;
   std::shared_ptr<BuildInfoCollector> build_;
+  std::shared_ptr<StateCollector> control_state_;
   std::string address_;
 };
 
