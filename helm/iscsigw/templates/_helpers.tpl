@@ -57,7 +57,9 @@ app.kubernetes.io/part-of: iscsigw
 {{- dict "targets" .Values.bootstrap.targets | toPrettyJson }}
 {{- end }}
 
-{{/* A probe: gRPC health check, or a TCP check when the port speaks TLS. */}}
+{{/* A probe, from (dict "root" . "service" NAME "probe" SETTINGS): the gRPC health check of
+the service NAME (iscsigw.liveness or iscsigw.readiness, docs/kubernetes.md "Probes"), or a TCP
+check of the port when it speaks TLS: the kubelet's gRPC probe has no TLS client. */}}
 {{- define "iscsigw.probe" -}}
 {{- if .root.Values.tls.enabled -}}
 tcpSocket:
@@ -65,6 +67,7 @@ tcpSocket:
 {{- else -}}
 grpc:
   port: {{ .root.Values.service.grpc.port }}
+  service: {{ .service }}
 {{- end }}
 {{- with .probe }}
 {{ toYaml . }}
