@@ -38,7 +38,7 @@ ALLOWED = {
     ("server/flags.cc", "ParseFlags"):
         (174, "the daemon's command-line options, one per flag: a list, not logic"),
     ("server/iscsigwd.cc", "Run"):
-        (264, "the daemon's start-up in its order, each step's failure ending it"),
+        (265, "the daemon's start-up in its order, each step's failure ending it"),
 }
 
 
