@@ -141,10 +141,11 @@ class StateStore {
     Status status;
   };
   SharedHealth shared_health() const;
-  // A watch the cluster has not confirmed for this long counts as failing: an OSD drops a watch
-  // it has not heard from within osd_client_watch_timeout (30 s by default), and changes made
-  // through other gateways may be missed from then on.
-  static constexpr std::chrono::seconds kWatchStaleAfter{30};
+  // A watch the cluster has not confirmed for this long counts as failing: the client pings it
+  // every objecter_tick_interval (5 s), so three pings went unanswered, and an OSD drops a watch
+  // it has not heard from within osd_client_watch_timeout (30 s by default), after which changes
+  // made through other gateways are missed. Readiness turns before that happens.
+  static constexpr std::chrono::seconds kWatchStaleAfter{20};
   // Writes, fsyncs and removes a probe file in the directory, so that a directory that can no
   // longer be written (read-only, full, gone) shows in health() before a change fails on it.
   // Blocking: call it from a control-plane thread.

@@ -331,9 +331,11 @@ TEST(SharedConfig, AWatchTheClusterStoppedConfirmingIsUnhealthy) {
 }
 
 TEST(SharedConfig, WatchStatusRule) {
+  const int stale_ms =
+      static_cast<int>(std::chrono::milliseconds(StateStore::kWatchStaleAfter).count());
   EXPECT_TRUE(WatchStatus("rbd/x", false, 0).ok());
-  EXPECT_TRUE(WatchStatus("rbd/x", false, 30000).ok());
-  EXPECT_FALSE(WatchStatus("rbd/x", false, 30001).ok());
+  EXPECT_TRUE(WatchStatus("rbd/x", false, stale_ms).ok());
+  EXPECT_FALSE(WatchStatus("rbd/x", false, stale_ms + 1).ok());
   EXPECT_FALSE(WatchStatus("rbd/x", false, -ENOTCONN).ok());
   EXPECT_FALSE(WatchStatus("rbd/x", true, 0).ok());
   EXPECT_NE(WatchStatus("rbd/x", true, 0).message().find("rbd/x"), std::string::npos);
