@@ -110,8 +110,9 @@ int ParseFlags(int argc, char** argv, Flags* f) {
       ->envname("ISCSIGW_RBD_KEYRING")
       ->delimiter(',');
   app.add_option("--health-interval-ms", f->health_interval_ms,
-                 "How often the state directory is probed; gRPC health is NOT_SERVING while it "
-                 "cannot be written")
+                 "How often the health probes run: gRPC health iscsigw.readiness is NOT_SERVING "
+                 "while the state directory cannot be written or the shared configuration "
+                 "cannot be read, iscsigw.liveness while a reactor does not answer")
       ->envname("ISCSIGW_HEALTH_INTERVAL_MS")
       ->check(CLI::Range(100u, 3600000u));
   app.add_option("--bootstrap", f->bootstrap,

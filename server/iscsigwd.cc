@@ -74,6 +74,19 @@ void TuneAllocator() {
   (void)::mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
+// What the metrics say of the state directory and the shared configuration (never waits).
+metrics::StateCollector::Values ControlStateOf(const state::StateStore& store) {
+  metrics::StateCollector::Values v;
+  v.state_dir_writable = store.dir_writable();
+  const auto shared = store.shared_health();
+  v.shared_enabled = shared.enabled;
+  v.shared_loaded = shared.loaded;
+  v.shared_version = shared.version;
+  v.shared_last_load_seconds =
+      std::chrono::duration<double>(shared.last_read.time_since_epoch()).count();
+  return v;
+}
+
 int Run(int argc, char** argv) {
   Flags flags;
   if (int rc = ParseFlags(argc, argv, &flags); rc >= 0) return rc;
@@ -317,6 +330,7 @@ int Run(int argc, char** argv) {
   };
   mopts.detail = metrics::ParseDetail(flags.metrics_detail).value_or(metrics::Detail::kLun);
   mopts.lun_dir = flags.lun_dir;
+  mopts.control_state = [&store] { return ControlStateOf(store); };
   auto metrics_server = metrics::MetricsServer::Start(mopts);
   if (!metrics_server.ok()) {
     std::fprintf(stderr, "iscsigwd: %s\n", metrics_server.status().message().c_str());

@@ -33,6 +33,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsOptions
   s->exposer_->RegisterCollectable(s->stats_);
   s->exposer_->RegisterCollectable(s->process_);
   s->exposer_->RegisterCollectable(s->build_);
+  if (options.control_state) {
+    s->control_state_ = std::make_shared<StateCollector>(options.control_state);
+    s->exposer_->RegisterCollectable(s->control_state_);
+  }
   const auto ports = s->exposer_->GetListeningPorts();
   s->address_ = options.listen.substr(0, colon) + ":" +
                 (ports.empty() ? options.listen.substr(colon + 1) : std::to_string(ports[0]));

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "controlplane/metrics/collectors.h"
+#include "controlplane/metrics/state_collector.h"
 
 namespace prometheus {
 class Exposer;
@@ -21,8 +22,9 @@ struct MetricsOptions {
   std::string commit;
   StatsCollector::SessionCounter sessions;
   StatsCollector::StoreCounter stores;
-  Detail detail = Detail::kLun;  // --metrics-detail
-  std::string lun_dir;           // --lun-dir, measured at scrape; empty: none
+  Detail detail = Detail::kLun;          // --metrics-detail
+  std::string lun_dir;                   // --lun-dir, measured at scrape; empty: none
+  StateCollector::Reader control_state;  // the state directory and shared configuration gauges
 };
 
 class MetricsServer {
@@ -39,6 +41,7 @@ class MetricsServer {
   std::shared_ptr<StatsCollector> stats_;
   std::shared_ptr<ProcessCollector> process_;
   std::shared_ptr<BuildInfoCollector> build_;
+  std::shared_ptr<StateCollector> control_state_;
   std::string address_;
 };
 

@@ -44,8 +44,8 @@ struct ServiceOptions {
   // answered RESOURCE_EXHAUSTED at once.
   size_t max_queued_changes = kDefaultMaxQueuedChanges;
   size_t max_queued_bytes = kDefaultMaxQueuedBytes;
-  // How often the state directory is probed; grpc.health.v1 answers NOT_SERVING while it cannot
-  // be written.
+  // How often the health probes run (controlplane/service/health.h): the state directory, the
+  // shared configuration and the reactors.
   std::chrono::milliseconds health_interval{5000};
   // --lun-dir: LUN files named by a relative path, and snapshots, live here (created by the
   // caller); empty: neither is available.
@@ -66,6 +66,14 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
 
   // Probes the state directory (StateStore::ProbeDir); Ok when it can be written. Blocking.
   Status CheckStateDir() { return store_->ProbeDir(); }
+  // The shared configuration's health (StateStore::shared_health). Never waits.
+  state::StateStore::SharedHealth SharedHealth() const { return store_->shared_health(); }
+  // The reactors that did not run a posted no-op within `within` (Dataplane::
+  // UnresponsiveReactors); none without a data plane. Never waits.
+  std::vector<unsigned> UnresponsiveReactors(std::chrono::milliseconds within) {
+    return dataplane_ != nullptr ? dataplane_->UnresponsiveReactors(within)
+                                 : std::vector<unsigned>{};
+  }
   std::chrono::milliseconds health_interval() const { return options_.health_interval; }
 
   using Ctx = grpc::CallbackServerContext;

@@ -9,11 +9,17 @@
 
 #include <chrono>
 
+#include "base/log.h"
+#include "controlplane/service/health.h"
 #include "rpc/grpc_util.h"
 
 namespace iscsigw::service {
 
 namespace {
+
+// The names that answer readiness: its own, and those every gateway answered before it existed
+// (the server, "", and the service), kept for the clients that ask them.
+constexpr const char* kReadyServices[] = {kReadinessService, "", "iscsigw.v1.GatewayService"};
 
 // gRPC answers a request it cannot parse (a proto3 string field that is not UTF-8, a truncated
 // field) with UNIMPLEMENTED and no message: the callback API's stand-in for a handler it could
@@ -108,26 +114,53 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
     const auto colon = listen.rfind(':');
     cs->address_ = listen.substr(0, colon) + ":" + std::to_string(port);
   }
-  cs->server_->GetHealthCheckService()->SetServingStatus(
-      iscsigw::v1::GatewayService::service_full_name(), true);
+  auto* health = cs->server_->GetHealthCheckService();
+  for (const char* name : kReadyServices) health->SetServingStatus(name, true);
+  health->SetServingStatus(kLivenessService, true);
   ControlServer* raw = cs.get();
-  raw->health_thread_ = std::thread([raw] { raw->HealthLoop(); });
+  // The first answer is known before a client can ask (a gateway whose shared configuration is
+  // not loaded yet starts not ready).
+  raw->CheckReadiness(/*started=*/false);
+  raw->readiness_thread_ = std::thread([raw] { raw->ProbeLoop([raw] { raw->CheckReadiness(); }); });
+  raw->liveness_thread_ = std::thread([raw] { raw->ProbeLoop([raw] { raw->CheckLiveness(); }); });
   return cs;
 }
 
-void ControlServer::HealthLoop() {
-  auto* health = server_->GetHealthCheckService();
-  bool serving = true;
+void ControlServer::ProbeLoop(const std::function<void()>& probe) {
   std::unique_lock lock(health_mu_);
   while (!health_stop_) {
     lock.unlock();
-    const bool ok = service_->CheckStateDir().ok();
-    if (ok != serving) {
-      serving = ok;
-      health->SetServingStatus(ok);
-    }
+    probe();
     lock.lock();
     health_cv_.wait_for(lock, service_->health_interval(), [this] { return health_stop_; });
+  }
+}
+
+void ControlServer::CheckReadiness(bool started) {
+  const Status ready = Readiness(service_->CheckStateDir(), service_->SharedHealth());
+  if (ready.ok() == ready_) return;
+  ready_ = ready.ok();
+  auto* health = server_->GetHealthCheckService();
+  for (const char* name : kReadyServices) health->SetServingStatus(name, ready_);
+  if (ready_) {
+    log::Ctl().info("health: {} SERVING", kReadinessService);
+  } else if (!started) {
+    // A start before the shared configuration is read: expected, not an error yet.
+    log::Ctl().info("health: {} NOT_SERVING at start: {}", kReadinessService, ready.message());
+  } else {
+    log::Ctl().error("health: {} NOT_SERVING: {}", kReadinessService, ready.message());
+  }
+}
+
+void ControlServer::CheckLiveness() {
+  const Status live = Liveness(service_->UnresponsiveReactors(kReactorAnswerWithin));
+  if (live.ok() == live_) return;
+  live_ = live.ok();
+  server_->GetHealthCheckService()->SetServingStatus(kLivenessService, live_);
+  if (live_) {
+    log::Ctl().info("health: {} SERVING", kLivenessService);
+  } else {
+    log::Ctl().error("health: {} NOT_SERVING: {}", kLivenessService, live.message());
   }
 }
 
@@ -144,7 +177,8 @@ void ControlServer::Shutdown() {
     health_stop_ = true;
   }
   health_cv_.notify_all();
-  if (health_thread_.joinable()) health_thread_.join();
+  if (readiness_thread_.joinable()) readiness_thread_.join();
+  if (liveness_thread_.joinable()) liveness_thread_.join();
   service_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_.reset();

@@ -2,16 +2,18 @@
 // one listening address, plaintext (loopback by default) or TLS / mutual TLS from PEM files.
 // Built and owned by iscsigwd; Shutdown() before the data plane stops.
 //
-// Health: a thread of this object probes the state directory every health_interval; while it
-// cannot be written, Health/Check answers NOT_SERVING for the server ("") and for
-// iscsigw.v1.GatewayService, so that a kubelet probe or a load balancer sees a gateway that can
-// no longer keep a change.
+// Health (controlplane/service/health.h says what each service name means): two threads of this
+// object probe every health_interval, one the reactors (Health/Check "iscsigw.liveness"), the
+// other the state directory and the shared configuration ("iscsigw.readiness", "" and
+// iscsigw.v1.GatewayService), so that a probe of the storage that hangs never holds up liveness.
+// Each change of an answer is logged once, with its reason.
 #pragma once
 
 #include <grpcpp/channel.h>
 #include <grpcpp/server.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,7 +56,11 @@ class ControlServer {
 
  private:
   ControlServer() = default;
-  void HealthLoop();
+  // Runs `probe` every health_interval until Shutdown.
+  void ProbeLoop(const std::function<void()>& probe);
+  // started: false for the first check, before the server is handed out.
+  void CheckReadiness(bool started = true);
+  void CheckLiveness();
 
   std::unique_ptr<GatewayServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -62,7 +68,10 @@ class ControlServer {
   std::mutex health_mu_;
   std::condition_variable health_cv_;
   bool health_stop_ = false;  // guarded by health_mu_
-  std::thread health_thread_;
+  bool ready_ = true;         // the readiness thread's (after Start)
+  bool live_ = true;          // the liveness thread's
+  std::thread readiness_thread_;
+  std::thread liveness_thread_;
 };
 
 }  // namespace iscsigw::service

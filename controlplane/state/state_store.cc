@@ -287,9 +287,13 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     std::string data;
     uint64_t version = 0;
     if (int r = shared_obj_->Read(&data, &version); r < 0) {
-      return Status(StatusCode::kUnavailable, "reading the shared configuration in " +
+      Status failed(StatusCode::kUnavailable, "reading the shared configuration in " +
                                                   shared_where_ + ": " + std::strerror(-r));
+      NoteSharedRead(failed);
+      shared_obj_->Reload();  // retried each second: readiness follows the first read that works
+      return failed;
     }
+    NoteSharedRead(Status::Ok());
     if (version != shared_version_) {  // another gateway changed it: edit that
       if (Status s = Adopt(data, version); !s.ok()) return s;
       continue;
@@ -334,6 +338,7 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
     }
     shared_copy_ = std::move(shared);
     shared_version_ = written;
+    NoteSharedVersion();
     Merged fin = MergeShared(local, shared_copy_);
     shared_names_ = std::move(fin.shared);
     if (!SameState(local, local_)) {  // a target moved into the shared configuration
@@ -395,6 +400,7 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
     if (w == 0) {
       shared_version_ = written;
       notify_version_ = written;
+      NoteSharedVersion();
       return Status::Ok();
     }
     // Another gateway wrote it again first (its notify follows), or the write failed: either way
@@ -432,6 +438,7 @@ Status StateStore::Adopt(const std::string& data, uint64_t version) {
   shared_version_ = version;
   shared_names_ = std::move(m.shared);
   Publish(std::move(m.state));
+  NoteSharedVersion();
   PruneLocal();
   // While attaching, health turns good once Attach has also moved this gateway's targets in.
   if (!attaching_) SetSharedStatus(Status::Ok());
@@ -496,9 +503,12 @@ void StateStore::RereadShared() {
   if (int r = shared_obj_->Read(&data, &version); r < 0) {
     log::Ctl().warn("rereading the shared configuration in {}: {}; retrying", shared_where_,
                     std::strerror(-r));
+    NoteSharedRead(Status(StatusCode::kUnavailable, "rereading the shared configuration in " +
+                                                        shared_where_ + ": " + std::strerror(-r)));
     shared_obj_->Reload();  // retried each second; its read comes back here
     return;
   }
+  NoteSharedRead(Status::Ok());
   // A failed adoption is tried again at the next reread, even of the same version.
   bool healthy = false;
   {
@@ -586,23 +596,38 @@ Status StateStore::Attach(std::shared_ptr<api::SharedObject> obj) {
   attaching_ = true;
   // Listening first, so that no change made after the read below is missed. A notify queues a
   // reread on the object's thread, which waits for this to finish.
+  // The listener runs once the watch is back (a reread) or when it brings a change: either way
+  // the watch works; until then, after lost(), changes may be missed (shared_health()).
   api::SharedObject* raw = obj.get();
-  const uint64_t token =
-      obj->SetListener([this, raw](uint64_t, std::string_view, std::string_view,
-                                   std::shared_ptr<void>) { raw->Post([this] { Refresh(); }); },
-                       [] {});
+  const uint64_t token = obj->SetListener(
+      [this, raw](uint64_t, std::string_view, std::string_view, std::shared_ptr<void>) {
+        {
+          std::lock_guard lock(mu_);
+          watch_lost_ = false;
+        }
+        raw->Post([this] { Refresh(); });
+      },
+      [this] {
+        std::lock_guard lock(mu_);
+        watch_lost_ = true;
+      });
   std::string data;
   uint64_t version = 0;
   Status s = Status::Ok();
   if (int r = obj->Read(&data, &version); r < 0) {
     s = Status(StatusCode::kUnavailable, std::string("reading it: ") + std::strerror(-r));
   } else {
+    NoteSharedRead(Status::Ok());
     s = Adopt(data, version);
   }
   if (!s.ok()) {
     obj->ClearListener(token);
     attaching_ = false;
     return s;
+  }
+  {
+    std::lock_guard lock(mu_);
+    watched_ = obj;
   }
   shared_obj_ = std::move(obj);
   listener_token_ = token;
@@ -644,6 +669,66 @@ void StateStore::SetSharedStatus(Status s) {
   shared_status_ = std::move(s);
 }
 
+void StateStore::NoteSharedRead(const Status& read) {
+  std::lock_guard lock(mu_);
+  if (read.ok()) shared_last_read_ = std::chrono::system_clock::now();
+  shared_read_ = read;
+}
+
+void StateStore::NoteSharedVersion() {
+  std::lock_guard lock(mu_);
+  shared_loaded_ = true;
+  shared_served_version_ = shared_version_;
+}
+
+Status WatchStatus(const std::string& where, bool lost, int check) {
+  if (lost) {
+    return Status(StatusCode::kUnavailable,
+                  "the watch on the shared configuration in " + where +
+                      " was lost: changes made through other gateways may be missed");
+  }
+  if (check < 0) {
+    return Status(StatusCode::kUnavailable, "the watch on the shared configuration in " + where +
+                                                " is broken: " + std::strerror(-check));
+  }
+  if (std::chrono::milliseconds(check) > StateStore::kWatchStaleAfter) {
+    return Status(StatusCode::kUnavailable,
+                  "the cluster has not confirmed the watch on the shared configuration in " +
+                      where + " for " + std::to_string(check / 1000) + " s");
+  }
+  return Status::Ok();
+}
+
+StateStore::SharedHealth StateStore::shared_health() const {
+  SharedHealth h;
+  std::shared_ptr<api::SharedObject> watched;
+  bool lost = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!sharing_) return h;
+    h.enabled = true;
+    h.loaded = shared_loaded_;
+    h.version = shared_served_version_;
+    h.last_read = shared_last_read_;
+    if (!shared_loaded_) {
+      h.status = shared_status_.ok()
+                     ? Status(StatusCode::kUnavailable,
+                              "the shared configuration in " + shared_where_ + " is not read yet")
+                     : shared_status_;
+      return h;
+    }
+    if (!shared_read_.ok()) {
+      h.status = shared_read_;
+      return h;
+    }
+    lost = watch_lost_;
+    watched = watched_;
+  }
+  // Outside mu_: the object answers from what its client knows, without asking the cluster.
+  h.status = WatchStatus(shared_where_, lost, watched != nullptr ? watched->WatchCheck() : 0);
+  return h;
+}
+
 void StateStore::StopShared() {
   {
     std::lock_guard lock(stop_mu_);
@@ -657,6 +742,10 @@ void StateStore::StopShared() {
     std::lock_guard update(update_mu_);
     obj = std::move(shared_obj_);
     token = listener_token_;
+  }
+  {
+    std::lock_guard lock(mu_);
+    watched_.reset();
   }
   if (obj == nullptr) return;
   { std::lock_guard notifying(notify_mu_); }  // a notify under way has let go of the object
@@ -692,6 +781,11 @@ Status StateStore::ProbeDir() {
   // written again, the store is whole again.
   if (s.ok()) health_ = s;
   return s;
+}
+
+bool StateStore::dir_writable() const {
+  std::lock_guard lock(mu_);
+  return probe_.ok();
 }
 
 Status StateStore::health() const {

@@ -76,6 +76,11 @@ std::string StateToJson(const iscsigw::v1::State& state);
 // it).
 Result<iscsigw::v1::State> LoadStateDir(const std::string& dir);
 
+// Whether the watch on the shared configuration in `where` fails: `lost` (the object said so
+// and has not re-established it yet), broken (`check` is -errno, SharedObject::WatchCheck) or not
+// confirmed by the cluster for longer than StateStore::kWatchStaleAfter (`check` in ms).
+Status WatchStatus(const std::string& where, bool lost, int check);
+
 class StateStore {
  public:
   // `dataplane` may be null (tests of persistence alone). The state must already be normalised
@@ -120,6 +125,27 @@ class StateStore {
   // Ok when the last write of the state succeeded (or none was needed) and the last probe of the
   // directory did; otherwise why not.
   Status health() const;
+  // Whether the last ProbeDir succeeded (true before the first).
+  bool dir_writable() const;
+
+  // The shared configuration as readiness and the metrics see it (docs/operations.md, "Health
+  // and probes"). Never waits for the cluster, nor for a change under way.
+  struct SharedHealth {
+    bool enabled = false;  // EnableShared was called (--shared-config)
+    bool loaded = false;   // the object was read and applied at least once since the start
+    uint64_t version = 0;  // the object's version this gateway serves (0 before it is loaded)
+    // The last time the object was read (a reread that found no change counts); the epoch
+    // before the first read.
+    std::chrono::system_clock::time_point last_read;
+    // Ok while loaded and neither the last read nor the watch fails; otherwise why not.
+    Status status;
+  };
+  SharedHealth shared_health() const;
+  // A watch the cluster has not confirmed for this long counts as failing: the client pings it
+  // every objecter_tick_interval (5 s), so three pings went unanswered, and an OSD drops a watch
+  // it has not heard from within osd_client_watch_timeout (30 s by default), after which changes
+  // made through other gateways are missed. Readiness turns before that happens.
+  static constexpr std::chrono::seconds kWatchStaleAfter{20};
   // Writes, fsyncs and removes a probe file in the directory, so that a directory that can no
   // longer be written (read-only, full, gone) shows in health() before a change fails on it.
   // Blocking: call it from a control-plane thread.
@@ -157,6 +183,10 @@ class StateStore {
   void LogOutOfRemovedTargets(const iscsigw::v1::State& next);
   Status SharedError(Status s);  // logged and made the shared status
   void SetSharedStatus(Status s);
+  // A read of the object at `version` (Ok) or its failure, for shared_health(); with update_mu_.
+  void NoteSharedRead(const Status& read);
+  // The version this gateway serves now (shared_version_), for shared_health(); with update_mu_.
+  void NoteSharedVersion();
 
   const std::string dir_;
   api::Dataplane* const dataplane_;
@@ -184,6 +214,13 @@ class StateStore {
   iscsigw::v1::State redeclared_;        // changed declarations not yet in the object
   std::mutex notify_mu_;                 // held by NotifyOthers while it holds the object
   std::set<std::string> shared_served_;  // guarded by mu_: shared_names_ as published
+  // What shared_health() reports, guarded by mu_ (it never takes update_mu_):
+  bool shared_loaded_ = false;
+  uint64_t shared_served_version_ = 0;
+  std::chrono::system_clock::time_point shared_last_read_;
+  Status shared_read_;       // the last read of the object, once loaded
+  bool watch_lost_ = false;  // from the object's lost() until its listener runs again
+  std::shared_ptr<api::SharedObject> watched_;  // shared_obj_, for its WatchCheck
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

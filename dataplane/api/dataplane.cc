@@ -528,6 +528,10 @@ struct Dataplane::Impl {
   log::RateLimiter accept_log_limiter;  // used by the accept loops only, all on reactor 0
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::atomic<bool> stopping{false};
+  // UnresponsiveReactors: per reactor, when the no-op posted to it was posted (steady clock, ns),
+  // 0 when none waits. Set by the prober, cleared by the reactor.
+  std::unique_ptr<std::atomic<int64_t>[]> ping_posted =
+      std::make_unique<std::atomic<int64_t>[]>(pool.size());
   std::atomic<uint64_t> next_conn_id{0};
   mutable std::mutex conns_mu;
   std::vector<std::pair<unsigned, std::weak_ptr<iscsi::Connection>>> conns;  // guarded
@@ -603,6 +607,30 @@ Dataplane::Dataplane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Dataplane::~Dataplane() { Stop(); }
 
 unsigned Dataplane::reactors() const { return impl_->pool.size(); }
+
+std::vector<unsigned> Dataplane::UnresponsiveReactors(std::chrono::milliseconds within) {
+  std::vector<unsigned> stalled;
+  if (impl_->stopping.load()) return stalled;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  for (unsigned i = 0; i < impl_->pool.size(); ++i) {
+    std::atomic<int64_t>& posted = impl_->ping_posted[i];
+    const int64_t since = posted.load(std::memory_order_acquire);
+    if (since != 0) {
+      // One no-op at a time: a stalled reactor's queue does not grow with each probe.
+      if (now - since > std::chrono::nanoseconds(within).count()) stalled.push_back(i);
+      continue;
+    }
+    posted.store(now, std::memory_order_release);
+    asio::post(impl_->pool.context(i), [&posted] { posted.store(0, std::memory_order_release); });
+  }
+  return stalled;
+}
+
+void Dataplane::PostForTest(unsigned reactor, std::function<void()> fn) {
+  asio::post(impl_->pool.context(reactor), std::move(fn));
+}
 
 const std::vector<std::string>& Dataplane::advertised() const {
   return impl_->gateway.options().advertise;

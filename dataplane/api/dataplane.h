@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -130,6 +131,15 @@ class Dataplane {
   // What SendTargets returns instead (Options::gateway.advertise); empty: the bound address.
   const std::vector<std::string>& advertised() const;
   unsigned reactors() const;
+  // The liveness of the reactors (grpc.health.v1 "iscsigw.liveness", docs/operations.md): posts a
+  // no-op to each reactor that has none waiting, and returns the index of each reactor whose
+  // no-op has waited longer than `within` (a reactor blocked in a call, or spinning). Never waits:
+  // the first call after a stall returns it at the earliest `within` after the stall began. Takes
+  // no lock, and a reactor takes none to answer. From one control-plane thread at a time, every
+  // few seconds.
+  std::vector<unsigned> UnresponsiveReactors(std::chrono::milliseconds within);
+  // Runs `fn` on reactor `reactor` (tests: a reactor made to block).
+  void PostForTest(unsigned reactor, std::function<void()> fn);
 
   // Validates and applies a whole configuration. LUNs whose spec is unchanged keep their store
   // and state; new ones are created (files opened); removed ones go once no session uses them.

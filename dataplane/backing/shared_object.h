@@ -61,6 +61,10 @@ class SharedObject {
   // both if they are still the ones set with that token, and returns once no call of them runs.
   virtual uint64_t SetListener(Listener listener, std::function<void()> lost) = 0;
   virtual void ClearListener(uint64_t token) = 0;
+  // How long ago the cluster last confirmed this gateway's watch on the object, in ms, or -errno
+  // while the watch is broken (lost, and not watched again yet). Answers from what the client
+  // knows, never waits for the cluster. 0 from an object that cannot tell.
+  virtual int WatchCheck() { return 0; }
 };
 
 }  // namespace iscsigw::backing

@@ -150,6 +150,13 @@ class FakeObject final : public backing::SharedObject {
   void LoseWatch() {
     if (lost_) lost_();
   }
+  // A notify from another gateway reaches this one's listener (without a change made).
+  void Notified() {
+    if (listener_) listener_(c_.version, c_.data, "", nullptr);
+  }
+  // What WatchCheck answers: ms since the cluster confirmed the watch, or -errno.
+  int watch_check = 0;
+  int WatchCheck() override { return watch_check; }
   void ClearListener(uint64_t token) override {
     if (token == token_) listener_ = nullptr;
   }

@@ -1,6 +1,9 @@
-"""grpc.health.v1 follows the state directory: NOT_SERVING while it cannot be written (here a
-tmpfs remounted read-only, which stops root too), SERVING again once it can, with the gateway's
-own view (GetGatewayInfo) and refused changes in step."""
+"""grpc.health.v1 as the probes ask it (docs/operations.md, "Health and probes"):
+iscsigw.readiness (and "" and iscsigw.v1.GatewayService) follows the state directory, NOT_SERVING
+while it cannot be written (a tmpfs remounted read-only, which stops root too, or filled up) and
+SERVING again once it can, with the gateway's own view (GetGatewayInfo), refused changes and
+iscsigw_state_dir_writable in step; iscsigw.liveness stays SERVING throughout, and the LUNs go on
+serving I/O, to a session from before and to a new login."""
 import os
 import shutil
 import subprocess
@@ -8,31 +11,21 @@ import sys
 import tempfile
 import unittest
 
-import grpc
+from iscsigw_test.harness import IQN_PREFIX, Daemon, wait_for
+from iscsigw_test.health import LIVENESS as LIVE, NOT_SERVING, SERVING, health
+from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
-from iscsigw_test.harness import Daemon, wait_for
-
-SERVING, NOT_SERVING = 1, 2
 UNAVAILABLE = 14
-
-
-def health(address, service=""):
-    """Health/Check's status; the messages are encoded by hand (field 1 in both)."""
-    name = service.encode()
-    request = (b"\x0a" + bytes([len(name)]) + name) if name else b""
-    with grpc.insecure_channel(address) as channel:
-        check = channel.unary_unary("/grpc.health.v1.Health/Check",
-                                    request_serializer=lambda m: m,
-                                    response_deserializer=lambda m: m)
-        response = check(request, timeout=5)
-    return response[1] if response[:1] == b"\x08" and len(response) > 1 else 0
+READY = ["iscsigw.readiness", "", "iscsigw.v1.GatewayService"]
 
 
 class HealthTest(unittest.TestCase):
-    def test_not_serving_while_the_state_directory_cannot_be_written(self):
+    def start(self, size="16m"):
+        """A gateway whose state directory is a tmpfs of SIZE, with a file LUN outside it."""
         mnt = tempfile.mkdtemp(prefix="iscsigw-statefs-")
         self.addCleanup(shutil.rmtree, mnt, True)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", mnt]).returncode:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                           mnt]).returncode:
             self.skipTest("cannot mount a tmpfs here")
         self.addCleanup(subprocess.run, ["umount", "-l", mnt])
         luns = tempfile.mkdtemp(prefix="iscsigw-luns-")
@@ -44,32 +37,102 @@ class HealthTest(unittest.TestCase):
         d.log_path = os.path.join(logs, "iscsigwd.log")
         d.start()
         self.addCleanup(d.cleanup)
-        for service in ["", "iscsigw.v1.GatewayService"]:
-            self.assertEqual(health(d.grpc, service), SERVING)
-        d.ctl("target", "create", "before")
+        for service in READY + [LIVE]:
+            self.assertEqual(health(d.grpc, service), SERVING, service)
+        self.assertEqual(d.metric("iscsigw_state_dir_writable"), 1)
+        d.ctl("target", "create", "before", "--allow-any-initiator")
+        d.ctl("lun", "create", "before", "0", "--backing", "file", "--path", "l0.img", "--create",
+              "--size", "1M")
+        return d, mnt, luns
 
-        subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
-        wait_for(lambda: health(d.grpc) == NOT_SERVING, timeout=20, what="NOT_SERVING")
-        self.assertEqual(health(d.grpc, "iscsigw.v1.GatewayService"), NOT_SERVING)
+    def login(self, d):
+        c = Initiator(d.portal, "iqn.2026-12.io.test:health")
+        self.addCleanup(c.close)
+        c.login(IQN_PREFIX + "before")
+        c.test_unit_ready(0)  # the new session's unit attention
+        return c
+
+    def assert_io(self, c, fill):
+        # A refused LUN change is applied and rolled back: REPORTED LUNS DATA HAS CHANGED, once.
+        for _ in range(3):
+            status, sense = c.test_unit_ready(0)
+            if status == 0:
+                break
+            self.assertEqual(sense_key_asc(sense)[0], 0x6, sense.hex())
+        data = bytes([fill]) * 4096
+        status, sense = c.write(0, 8, data)
+        self.assertEqual(status, 0, sense.hex())
+        status, got, sense = c.read(0, 8, 8)
+        self.assertEqual(status, 0, sense.hex())
+        self.assertEqual(got, data)
+
+    def assert_unwritable(self, d, luns, reason):
+        wait_for(lambda: health(d.grpc, "iscsigw.readiness") == NOT_SERVING, timeout=20,
+                 what="readiness NOT_SERVING")
+        for service in READY:
+            self.assertEqual(health(d.grpc, service), NOT_SERVING, service)
+        # A restart would not make the directory writable: the process stays live.
+        self.assertEqual(health(d.grpc, LIVE), SERVING)
+        self.assertEqual(d.metric("iscsigw_state_dir_writable"), 0)
         info = d.ctl_json("gateway", "info")
         self.assertFalse(info["state_dir_healthy"])
-        self.assertIn("Read-only file system", info["state_dir_error"])
+        self.assertIn(reason, info["state_dir_error"])
         refused = d.ctl("target", "create", "during", check=False)
         self.assertEqual(refused.returncode, UNAVAILABLE, refused.stderr)
         # A LUN whose change could not be saved leaves no file behind.
-        refused = d.ctl("lun", "create", "before", "0", "--backing", "file", "--path", "l.img",
+        refused = d.ctl("lun", "create", "before", "1", "--backing", "file", "--path", "l1.img",
                         "--create", "--size", "1M", check=False)
         self.assertEqual(refused.returncode, UNAVAILABLE, refused.stderr)
-        self.assertEqual(sorted(os.listdir(luns)), ["snapshots"])
-        self.assertIn("cannot be written", d.read_log())
+        self.assertEqual(sorted(os.listdir(luns)), ["l0.img", "snapshots"])
+        log = d.read_log()
+        self.assertIn("cannot be written", log)
+        self.assertEqual(log.count("health: iscsigw.readiness NOT_SERVING"), 1, log[-3000:])
+        self.assertIn(reason, log.split("health: iscsigw.readiness NOT_SERVING", 1)[1])
 
-        subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)
-        wait_for(lambda: health(d.grpc) == SERVING, timeout=20, what="SERVING again")
+    def assert_writable_again(self, d, mnt):
+        wait_for(lambda: health(d.grpc, "iscsigw.readiness") == SERVING, timeout=20,
+                 what="readiness SERVING again")
+        for service in READY + [LIVE]:
+            self.assertEqual(health(d.grpc, service), SERVING, service)
+        self.assertEqual(d.metric("iscsigw_state_dir_writable"), 1)
+        self.assertRegex(d.read_log(), r"(?m)health: iscsigw\.readiness SERVING$")
+        self.assertNotIn("health: iscsigw.liveness", d.read_log())
         self.assertTrue(d.ctl_json("gateway", "info")["state_dir_healthy"])
         d.ctl("target", "create", "after")
         names = [t["name"].split(":")[-1] for t in d.ctl_json("target", "list")["targets"]]
         self.assertEqual(sorted(names), ["after", "before"])
         self.assertFalse(os.path.exists(os.path.join(mnt, ".health-probe")))
+
+    def test_not_ready_but_live_while_the_state_directory_is_read_only(self):
+        d, mnt, luns = self.start()
+        before = self.login(d)
+        self.assert_io(before, 0x11)
+
+        subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
+        self.assert_unwritable(d, luns, "Read-only file system")
+        self.assert_io(before, 0x22)
+        self.assert_io(self.login(d), 0x33)
+
+        subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)
+        self.assert_writable_again(d, mnt)
+        self.assert_io(before, 0x44)
+
+    def test_not_ready_but_live_while_the_state_directory_is_full(self):
+        d, mnt, luns = self.start(size="1m")
+        before = self.login(d)
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        self.assert_unwritable(d, luns, "No space left on device")
+        self.assert_io(before, 0x55)
+        self.assert_io(self.login(d), 0x66)
+
+        os.unlink(filler)
+        self.assert_writable_again(d, mnt)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,12 @@ check "gateway.advertise values pass through, \$(NODE_IP) left for Kubernetes" s
 check "full values render the ServiceMonitor and TLS probes" sh -c \
   "grep -q 'kind: ServiceMonitor' '$out/helm-full.yaml' && grep -q 'tcpSocket' '$out/helm-full.yaml'"
 check "default values render gRPC probes" grep -q '^ *grpc:$' "$out/helm-default.yaml"
+check "chart: each gRPC probe names its health service" "$here/check_probes.py" "$out/helm-default.yaml"
+check "chart: with TLS every probe is a TCP check" "$here/check_probes.py" --tls "$out/helm-full.yaml"
+check "kustomize: each gRPC probe names its health service" \
+  "$here/check_probes.py" "$out/kustomize-base.yaml"
+check "kustomize grpc-tls: every probe is a TCP check" \
+  "$here/check_probes.py" --tls "$out/kustomize-overlays-grpc-tls.yaml"
 check "chart: grpc.insecure says ISCSIGW_GRPC_INSECURE" \
   sh -c "grep -A1 -x ' *- name: ISCSIGW_GRPC_INSECURE' '$out/helm-default.yaml' | grep -qx ' *value: \"true\"'"
 check "chart: mutual TLS renders no ISCSIGW_GRPC_INSECURE" \

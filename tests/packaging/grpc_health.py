@@ -1,5 +1,6 @@
-"""What the kubelet's gRPC probe does: grpc.health.v1.Health/Check for the server as a whole
-(service ""), over plaintext. Exit 0 when the answer is SERVING.
+"""What the kubelet's gRPC probe does: grpc.health.v1.Health/Check for SERVICE (the chart's
+probes ask iscsigw.liveness and iscsigw.readiness; "", the server as a whole, when omitted), over
+plaintext. Exit 0 when the answer is SERVING.
 
   /usr/bin/python3 grpc_health.py HOST:PORT [SERVICE]
 

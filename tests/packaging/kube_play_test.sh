@@ -51,9 +51,11 @@ pm exec "$container" iscsigwctl --server "127.0.0.1:$grpc_port" gateway info >&2
   || die "iscsigwctl gateway info failed"
 pm exec "$container" iscsigwctl --server "127.0.0.1:$grpc_port" target list >&2
 log "gRPC answers (iscsigwctl inside the pod)"
-/usr/bin/python3 "$(dirname "$0")/grpc_health.py" "127.0.0.1:$grpc_port" >&2 \
-  || die "the pod's gRPC probe target is not SERVING"
-log "gRPC health (the probes' check): SERVING"
+for service in iscsigw.liveness iscsigw.readiness; do
+  /usr/bin/python3 "$(dirname "$0")/grpc_health.py" "127.0.0.1:$grpc_port" "$service" >&2 \
+    || die "the pod's gRPC probe target $service is not SERVING"
+done
+log "gRPC health (the probes' checks, iscsigw.liveness and iscsigw.readiness): SERVING"
 [ "$(pm exec "$container" id -u)" = 10001 ] || die "pod does not run as uid 10001"
 if pm exec "$container" sh -c 'touch /usr/local/bin/x' 2>/dev/null; then
   die "root file system is writable"

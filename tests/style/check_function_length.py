@@ -36,9 +36,9 @@ ALLOWED = {
     ("dataplane/scsi/mode_pages.cc", "ModeSelect"):
         (173, "SPC-4 6.9/6.10: the CDB and each page's fields checked in the standard's order"),
     ("server/flags.cc", "ParseFlags"):
-        (157, "the daemon's command-line options, one per flag: a list, not logic"),
+        (158, "the daemon's command-line options, one per flag: a list, not logic"),
     ("server/iscsigwd.cc", "Run"):
-        (266, "the daemon's start-up in its order, each step's failure ending it"),
+        (267, "the daemon's start-up in its order, each step's failure ending it"),
 }
 
 

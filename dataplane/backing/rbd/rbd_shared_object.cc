@@ -358,6 +358,14 @@ void RbdSharedObject::ClearListener(uint64_t token) {
   }
 }
 
+int RbdSharedObject::WatchCheck() {
+  // Under watch_mu_: Resync unwatches a cookie only after taking it from cookie_ under the same
+  // mutex, so the one checked here is still registered.
+  std::lock_guard lock(watch_mu_);
+  if (cookie_ == 0 || watch_lost_) return -ENOTCONN;
+  return rados_watch_check(io_, cookie_);
+}
+
 void RbdSharedObject::OnNotify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t notifier,
                                void* data, size_t len) {
   auto* self = static_cast<RbdSharedObject*>(arg);

@@ -81,6 +81,9 @@ class RbdSharedObject final : public SharedObject {
   void Reload() override;
   uint64_t SetListener(Listener listener, std::function<void()> lost) override;
   void ClearListener(uint64_t token) override;
+  // rados_watch_check of the current watch: the objecter pings it every objecter_tick_interval
+  // (5 s), and the answer is how long ago the OSD last acknowledged one.
+  int WatchCheck() override;
 
   // The largest data Read returns (a longer object reads as -EFBIG) and WriteIfVersion takes.
   static constexpr size_t kMaxData = 1 << 20;

@@ -86,7 +86,9 @@ renders with the old chart's values, which lack the whole section.
 {{- printf "%s-seccomp" (include "iscsigw.fullname" .) }}
 {{- end }}
 
-{{/* A probe: gRPC health check, or a TCP check when the port speaks TLS. */}}
+{{/* A probe, from (dict "root" . "service" NAME "probe" SETTINGS): the gRPC health check of
+the service NAME (iscsigw.liveness or iscsigw.readiness, docs/kubernetes.md "Probes"), or a TCP
+check of the port when it speaks TLS: the kubelet's gRPC probe has no TLS client. */}}
 {{- define "iscsigw.probe" -}}
 {{- if .root.Values.tls.enabled -}}
 tcpSocket:
@@ -94,6 +96,7 @@ tcpSocket:
 {{- else -}}
 grpc:
   port: {{ .root.Values.service.grpc.port }}
+  service: {{ .service }}
 {{- end }}
 {{- with .probe }}
 {{ toYaml . }}

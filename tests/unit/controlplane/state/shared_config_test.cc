@@ -242,6 +242,105 @@ TEST(SharedConfig, UnreachableObjectServesLocalTargetsAndRefusesSharedChanges) {
   EXPECT_EQ(a.Served(), (std::vector<std::string>{"mine", "mine2"}));
 }
 
+TEST(SharedConfig, HealthSaysLoadedWithTheVersionServedAndWhenItWasRead) {
+  FakeCluster cluster;
+  const auto before = std::chrono::system_clock::now();
+  Gateway a(cluster);
+  StateStore::SharedHealth h = a.store->shared_health();
+  EXPECT_TRUE(h.enabled);
+  EXPECT_TRUE(h.loaded);
+  EXPECT_TRUE(h.status.ok()) << h.status.message();
+  EXPECT_EQ(h.version, cluster.version);
+  EXPECT_GE(h.last_read, before);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  h = a.store->shared_health();
+  EXPECT_EQ(h.version, cluster.version);  // its own write
+  // Another gateway's change is served, and its version said.
+  Gateway b(cluster);
+  ASSERT_TRUE(b.AddTarget(RbdTarget("two", "img2")).ok());
+  EXPECT_EQ(a.store->shared_health().version, cluster.version);
+}
+
+TEST(SharedConfig, HealthBeforeTheObjectIsReadSaysNotLoaded) {
+  FakeCluster cluster;
+  Gateway a(cluster, {}, {}, /*reachable=*/false);
+  StateStore::SharedHealth h = a.store->shared_health();
+  EXPECT_TRUE(h.enabled);
+  EXPECT_FALSE(h.loaded);
+  EXPECT_EQ(h.version, 0u);
+  EXPECT_EQ(h.status.code(), StatusCode::kUnavailable);
+}
+
+TEST(SharedConfig, HealthWithoutASharedConfigurationIsNotEnabled) {
+  char tmpl[] = "/tmp/iscsigw-shared-test-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  {
+    StateStore store(dir, v1::State(), nullptr);
+    ASSERT_TRUE(store.Start().ok());
+    EXPECT_FALSE(store.shared_health().enabled);
+    EXPECT_TRUE(store.shared_health().status.ok());
+  }
+  fs::remove_all(dir);
+}
+
+TEST(SharedConfig, AFailedRereadIsUnhealthyUntilARereadSucceeds) {
+  FakeCluster cluster;
+  Gateway a(cluster);
+  const auto loaded_at = a.store->shared_health().last_read;
+  cluster.read_err = ETIMEDOUT;
+  a.object->Notified();  // the reread it queues fails
+  StateStore::SharedHealth h = a.store->shared_health();
+  EXPECT_TRUE(h.loaded);  // it was, and it serves what it had
+  EXPECT_EQ(h.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(h.status.message().find("rereading"), std::string::npos) << h.status.message();
+  EXPECT_EQ(h.last_read, loaded_at);
+  EXPECT_GE(a.object->reloads, 1);  // and it keeps trying
+  cluster.read_err = 0;
+  a.object->Resync();
+  h = a.store->shared_health();
+  EXPECT_TRUE(h.status.ok()) << h.status.message();
+  EXPECT_GE(h.last_read, loaded_at);
+}
+
+TEST(SharedConfig, ALostWatchIsUnhealthyUntilTheObjectIsWatchedAndReadAgain) {
+  FakeCluster cluster;
+  Gateway a(cluster);
+  a.object->LoseWatch();
+  Status s = a.store->shared_health().status;
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("lost"), std::string::npos) << s.message();
+  a.object->Resync();  // watched again, the object reread
+  EXPECT_TRUE(a.store->shared_health().status.ok());
+}
+
+TEST(SharedConfig, AWatchTheClusterStoppedConfirmingIsUnhealthy) {
+  FakeCluster cluster;
+  Gateway a(cluster);
+  const int stale_ms =
+      static_cast<int>(std::chrono::milliseconds(StateStore::kWatchStaleAfter).count());
+  a.object->watch_check = stale_ms - 1;
+  EXPECT_TRUE(a.store->shared_health().status.ok());
+  a.object->watch_check = stale_ms + 1000;
+  Status s = a.store->shared_health().status;
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("has not confirmed the watch"), std::string::npos) << s.message();
+  a.object->watch_check = -ENOTCONN;
+  EXPECT_EQ(a.store->shared_health().status.code(), StatusCode::kUnavailable);
+  a.object->watch_check = 5;
+  EXPECT_TRUE(a.store->shared_health().status.ok());
+}
+
+TEST(SharedConfig, WatchStatusRule) {
+  const int stale_ms =
+      static_cast<int>(std::chrono::milliseconds(StateStore::kWatchStaleAfter).count());
+  EXPECT_TRUE(WatchStatus("rbd/x", false, 0).ok());
+  EXPECT_TRUE(WatchStatus("rbd/x", false, stale_ms).ok());
+  EXPECT_FALSE(WatchStatus("rbd/x", false, stale_ms + 1).ok());
+  EXPECT_FALSE(WatchStatus("rbd/x", false, -ENOTCONN).ok());
+  EXPECT_FALSE(WatchStatus("rbd/x", true, 0).ok());
+  EXPECT_NE(WatchStatus("rbd/x", true, 0).message().find("rbd/x"), std::string::npos);
+}
+
 TEST(SharedConfig, RbdTargetsOfTheStateFileMoveIntoTheObject) {
   FakeCluster cluster;
   {
