@@ -298,6 +298,25 @@ refuses "seccomp: a rendering without the profile is refused as one that install
 sed '/^ *- name: seccomp-profile$/,/^ *- ALL$/{/^ *drop:$/d;/^ *- ALL$/d}' "$out/helm-default.yaml" > "$out/seccomp-init-caps.yaml"
 refuses "seccomp: an init container that keeps its capabilities is refused" \
   seccomp pod "$out/seccomp-init-caps.yaml" --type Localhost --install
+# A namespace that enforces Pod Security baseline or restricted would refuse the installing init
+# container only after the running gateway was deleted: the chart refuses to render instead
+# (lookup sees the namespace at helm install/upgrade; helmrender -cluster stands for it).
+for level in baseline restricted privileged; do
+  printf -- '- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: iscsigw\n    labels:\n      pod-security.kubernetes.io/enforce: %s\n' \
+    "$level" > "$out/ns-$level.yaml"
+done
+for level in baseline restricted; do
+  check "seccomp: a namespace enforcing $level refuses the install, naming what to set" sh -c \
+    "! '$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -namespace iscsigw \
+       -cluster '$out/ns-$level.yaml' > /dev/null 2> '$out/ns-$level.err' \
+     && grep -q 'enforces Pod Security \"$level\".*seccompProfile.install=false' '$out/ns-$level.err'"
+  check "seccomp: ... and renders with the profile put on the nodes beforehand (install: false)" sh -c \
+    "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' \
+       -f '$out/seccomp-localhost-no-install.yaml' -namespace iscsigw -cluster '$out/ns-$level.yaml' > /dev/null"
+done
+check "seccomp: a privileged namespace installs the profile" sh -c \
+  "'$out/helmrender' -chart $chart -strict -f '$out/insecure.yaml' -namespace iscsigw \
+     -cluster '$out/ns-privileged.yaml' | grep -q 'name: seccomp-profile'"
 printf 'seccompProfile:\n  type: localhost\n' > "$out/bad-seccomp-type.yaml"
 printf 'seccompProfile:\n  nodeDirectory: var/lib/kubelet/seccomp\n' > "$out/bad-seccomp-nodedir.yaml"
 printf 'seccompProfile:\n  localhostProfile: /etc/gw.json\n' > "$out/bad-seccomp-abs.yaml"

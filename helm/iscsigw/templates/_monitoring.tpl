@@ -103,15 +103,18 @@ in the annotations are written {{`{{ ... }}`}} so that Helm leaves them alone.
         summary: "Initiators stop answering pings on {{`{{ $labels.instance }}`}}"
         description: "{{`{{ $value | humanize }}`}} connections dropped in 10 minutes because a NOP-In went unanswered: a network path or an initiator host is failing."
     - alert: IscsigwSessionsDropped
-      expr: iscsigw_iscsi_sessions < {{ $t.sessionsDropRatio }} * max_over_time(iscsigw_iscsi_sessions[30m])
+      # Per gateway, not per target: with one target per volume a pod moving away takes its
+      # target from 1 session to 0, which is no loss of a path. A gateway that had at least 2.
+      expr: sum by (instance) (iscsigw_iscsi_sessions) < {{ $t.sessionsDropRatio }} * max_over_time(sum by (instance) (iscsigw_iscsi_sessions)[30m:1m]) and on (instance) max_over_time(sum by (instance) (iscsigw_iscsi_sessions)[30m:1m]) >= 2
       for: 5m
       labels:
         severity: warning
       annotations:
-        summary: "Sessions of {{`{{ $labels.target }}`}} fell to {{`{{ $value }}`}} on {{`{{ $labels.instance }}`}}"
-        description: "Fewer than {{ mulf $t.sessionsDropRatio 100 }}% of the sessions of the last 30 minutes are logged in: initiators lost this path (expected during a node drain)."
+        summary: "Sessions on {{`{{ $labels.instance }}`}} fell to {{`{{ $value }}`}}"
+        description: "Fewer than {{ mulf $t.sessionsDropRatio 100 }}% of the gateway's sessions of the last 30 minutes are logged in: initiators lost this path (expected during a node drain)."
     - alert: IscsigwIoUringFallback
-      expr: iscsigw_io_uring_enabled == 0
+      # Only where a file LUN runs on the fallback: a gateway of rbd LUNs has nothing to lose.
+      expr: iscsigw_io_uring_enabled == 0 and on (instance) iscsigw_io_uring_fallbacks_total > 0
       for: {{ $t.ioUringFallbackFor }}
       labels:
         severity: info

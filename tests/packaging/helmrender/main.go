@@ -9,11 +9,12 @@
 // against values.schema.json, .Release (Name, Namespace, Service, IsInstall, IsUpgrade,
 // Revision), .Capabilities (KubeVersion, APIVersions.Has), .Template (Name, BasePath), .Files.Get,
 // sprig's functions without env/expandenv, and Helm's toYaml, fromYaml, toJson, fromJson,
-// include, tpl, required and lookup (empty, as in helm template). Templates named _* are partials;
+// include, tpl, required and lookup (empty, as in helm template; with -cluster FILE, the objects
+// of that YAML list, as `helm install` sees a live cluster's). Templates named _* are partials;
 // NOTES.txt is rendered to -notes. -strict makes a missing value an error (helm lint --strict).
 //
 //	go run main.go -chart helm/iscsigw [-f values.yaml ...] [-name R] [-namespace N] [-strict]
-//	               [-notes FILE] > rendered.yaml
+//	               [-notes FILE] [-cluster objects.yaml] > rendered.yaml
 package main
 
 import (
@@ -159,8 +160,26 @@ func fromJSON(s string) map[string]interface{} {
 }
 
 type renderer struct {
-	tmpl   *template.Template
-	strict bool
+	tmpl    *template.Template
+	strict  bool
+	cluster []map[string]interface{} // what lookup finds (-cluster)
+}
+
+// lookup answers as Helm's does for one named object: the object, or an empty map when the
+// cluster has none of that apiVersion, kind, namespace and name. A list (name "") is not covered.
+func (r *renderer) lookup(apiVersion, kind, namespace, name string) (map[string]interface{}, error) {
+	if name == "" {
+		return nil, errors.New("lookup of a list is not covered by helmrender")
+	}
+	for _, o := range r.cluster {
+		meta, _ := o["metadata"].(map[string]interface{})
+		ns, _ := meta["namespace"].(string)
+		if o["apiVersion"] == apiVersion && o["kind"] == kind && meta["name"] == name &&
+			ns == namespace {
+			return o, nil
+		}
+	}
+	return map[string]interface{}{}, nil
 }
 
 func (r *renderer) funcs() template.FuncMap {
@@ -181,9 +200,7 @@ func (r *renderer) funcs() template.FuncMap {
 		}
 		return v, nil
 	}
-	f["lookup"] = func(string, string, string, string) (map[string]interface{}, error) {
-		return map[string]interface{}{}, nil
-	}
+	f["lookup"] = r.lookup
 	f["include"] = func(name string, data interface{}) (string, error) {
 		var buf bytes.Buffer
 		if err := r.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
@@ -241,6 +258,7 @@ func run() error {
 	apis := flag.String("api-versions", "", "extra API versions for .Capabilities.APIVersions")
 	strict := flag.Bool("strict", false, "a missing value is an error")
 	notes := flag.String("notes", "", "write the rendered NOTES.txt here")
+	clusterFile := flag.String("cluster", "", "YAML list of the objects lookup finds")
 	flag.Var(&files, "f", "values file (repeatable; later files win)")
 	flag.Parse()
 	if *chartDir == "" {
@@ -287,6 +305,15 @@ func run() error {
 
 	// Every file of templates/ is one named template "<chart>/templates/<file>", as in Helm.
 	r := &renderer{strict: *strict}
+	if *clusterFile != "" {
+		data, err := os.ReadFile(*clusterFile)
+		if err != nil {
+			return err
+		}
+		if err := yaml.Unmarshal(data, &r.cluster); err != nil {
+			return fmt.Errorf("-cluster %s: %w", *clusterFile, err)
+		}
+	}
 	r.tmpl = template.New(chart.Name)
 	if *strict {
 		r.tmpl.Option("missingkey=error")
