@@ -39,7 +39,8 @@ def http_get(url, timeout=5.0):
 
 
 def free_port():
-    # Prometheus cannot report a port it picked itself; ask the kernel for one just before.
+    # Prometheus cannot report a port it picked itself; ask the kernel for one just before (and
+    # retry with another when someone took it meanwhile: start_prometheus).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -86,20 +87,37 @@ class MetricsTest(unittest.TestCase):
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: iscsigw\n"
                     f"    static_configs:\n      - targets: ['{self.metrics}']\n")
-        port = free_port()
-        log = open(os.path.join(self.prom_dir, "prometheus.log"), "w")
-        self.addCleanup(log.close)
-        type(self).prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.prom_dir}/data",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        self.prom_url = f"http://127.0.0.1:{port}"
+        log_path = os.path.join(self.prom_dir, "prometheus.log")
+        # The port is free when picked, but another process may bind it before Prometheus does:
+        # then Prometheus exits naming the bind, and is started again on another port.
+        attempts = 5
+        for _ in range(attempts):
+            port = free_port()
+            with open(log_path, "w") as log:
+                type(self).prom = subprocess.Popen(
+                    [PROMETHEUS, f"--config.file={cfg}",
+                     f"--storage.tsdb.path={self.prom_dir}/data",
+                     f"--web.listen-address=127.0.0.1:{port}"],
+                    stdout=log, stderr=subprocess.STDOUT)
+            self.prom_url = f"http://127.0.0.1:{port}"
 
-        def ready():
-            try:
-                return http_get(self.prom_url + "/-/ready", timeout=1).strip() != ""
-            except OSError:
-                return False
-        wait_for(ready, 60, what="prometheus ready")
+            def ready():
+                if self.prom.poll() is not None:
+                    return "exited"
+                try:
+                    # Its own answer, not that of whoever else may hold the port.
+                    return "ready" if "Ready" in http_get(self.prom_url + "/-/ready",
+                                                          timeout=1) else False
+                except OSError:
+                    return False
+            if wait_for(ready, 60, what="prometheus ready") == "ready":
+                return
+            with open(log_path, errors="replace") as f:
+                text = f.read()
+            type(self).prom = None
+            if "address already in use" not in text:
+                self.fail(f"prometheus exited {text[-3000:]}")
+        self.fail(f"prometheus found no free port in {attempts} attempts: {text[-3000:]}")
 
     def query(self, promql):
         url = self.prom_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
