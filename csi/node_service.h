@@ -41,8 +41,13 @@
 //                      session of it logged out and every node record of it deleted (they hold
 //                      its CHAP secrets), but for the portals another recorded volume on the
 //                      target uses. Nothing there: OK. An id that names no target of the volume
-//                      model (no plain volume name): NOT_FOUND, the CSI spec's "volume does not
-//                      exist", after the staging path is unmounted.
+//                      model (no plain volume name, as a static volume's handle may be): OK with
+//                      a warning, after the staging path is unmounted; nothing of open-iscsi is
+//                      touched (the CSI spec: OK when the volume is not staged on the node, so a
+//                      kubelet retry after an unstage that worked does not fail for ever). Only
+//                      the record covers such a volume, and a plain id whose stage used a
+//                      volume_context targetIqn other than kGatewayIqnPrefix + volume_id: neither
+//                      can be rebuilt without its record.
 //   NodePublishVolume  bind mount the staging path (mount) or the device (block: onto a file
 //                      created at target_path) to target_path; ro honoured. Already mounted
 //                      there: OK if it is that (the staging mount's source, or the device's

@@ -347,15 +347,19 @@ Status NodeService::Unstage(const ::csi::v1::NodeUnstageVolumeRequest& req) {
 
 Status NodeService::UnstageUnrecorded(const std::string& volume_id) {
   // Unstaged already, never staged here, or staged by a plugin whose records are gone: only
-  // open-iscsi can tell, and only for a target whose name the volume id gives.
-  if (!IsPlainVolumeName(volume_id)) {
-    return NotFound("volume " + volume_id +
-                    " has no record on this node, and its id names no target of this driver");
-  }
+  // open-iscsi can tell, and only for a target whose name the volume id gives. An id that gives
+  // none (a static volume's handle) is OK all the same: NodeUnstageVolume is idempotent, and a
+  // kubelet retry after an unstage that worked must not fail for ever and stall a drain.
   const std::string iqn = std::string(kGatewayIqnPrefix) + volume_id;
-  // The checks a stage's targetIqn passes, before the name reaches iscsiadm.
-  if (Status s = CheckTargetIqn(iqn); !s.ok()) {
-    return NotFound("volume " + volume_id + ": " + s.message());
+  // A plain name, then the checks a stage's targetIqn passes, before the name reaches iscsiadm.
+  const Status names = IsPlainVolumeName(volume_id)
+                           ? CheckTargetIqn(iqn)
+                           : InvalidArgument("not a plain volume name of [a-z0-9.-]");
+  if (!names.ok()) {
+    log::Ctl().warn(
+        "volume {}: no record and the id names no target of this driver: nothing to clean ({})",
+        volume_id, names.message());
+    return Status::Ok();
   }
   TargetLock lock(*this, iqn);
   auto sessions = host_->SessionPortals(iqn);

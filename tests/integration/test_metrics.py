@@ -39,7 +39,8 @@ def http_get(url, timeout=5.0):
 
 
 def free_port():
-    # Prometheus cannot report a port it picked itself; ask the kernel for one just before.
+    # Prometheus cannot report a port it picked itself; ask the kernel for one just before (and
+    # retry with another when someone took it meanwhile: start_prometheus).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -86,20 +87,37 @@ class MetricsTest(unittest.TestCase):
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: iscsigw\n"
                     f"    static_configs:\n      - targets: ['{self.metrics}']\n")
-        port = free_port()
-        log = open(os.path.join(self.prom_dir, "prometheus.log"), "w")
-        self.addCleanup(log.close)
-        type(self).prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.prom_dir}/data",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        self.prom_url = f"http://127.0.0.1:{port}"
+        log_path = os.path.join(self.prom_dir, "prometheus.log")
+        # The port is free when picked, but another process may bind it before Prometheus does:
+        # then Prometheus exits naming the bind, and is started again on another port.
+        attempts = 5
+        for _ in range(attempts):
+            port = free_port()
+            with open(log_path, "w") as log:
+                type(self).prom = subprocess.Popen(
+                    [PROMETHEUS, f"--config.file={cfg}",
+                     f"--storage.tsdb.path={self.prom_dir}/data",
+                     f"--web.listen-address=127.0.0.1:{port}"],
+                    stdout=log, stderr=subprocess.STDOUT)
+            self.prom_url = f"http://127.0.0.1:{port}"
 
-        def ready():
-            try:
-                return http_get(self.prom_url + "/-/ready", timeout=1).strip() != ""
-            except OSError:
-                return False
-        wait_for(ready, 60, what="prometheus ready")
+            def ready():
+                if self.prom.poll() is not None:
+                    return "exited"
+                try:
+                    # Its own answer, not that of whoever else may hold the port.
+                    return "ready" if "Ready" in http_get(self.prom_url + "/-/ready",
+                                                          timeout=1) else False
+                except OSError:
+                    return False
+            if wait_for(ready, 60, what="prometheus ready") == "ready":
+                return
+            with open(log_path, errors="replace") as f:
+                text = f.read()
+            type(self).prom = None
+            if "address already in use" not in text:
+                self.fail(f"prometheus exited {text[-3000:]}")
+        self.fail(f"prometheus found no free port in {attempts} attempts: {text[-3000:]}")
 
     def query(self, promql):
         url = self.prom_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
@@ -364,14 +382,29 @@ LUNSTATE = IQN_PREFIX + "lunstate"
 
 class LunStateMetricsTest(unittest.TestCase):
     """iscsigw_lun_online and iscsigw_lun_alua_state per LUN, the LUN directory's size and free
-    space, and io_uring in use: a ram LUN, a file LUN in --lun-dir and an rbd LUN whose cluster
+    space (--lun-dir on a private tmpfs, so both are exact), and io_uring in use where the host
+    allows it: a ram LUN, a file LUN in --lun-dir and an rbd LUN whose cluster
     cannot be reached (a monitor address nobody listens on), which starts offline as
     docs/multi-gateway.md says and stays so."""
 
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="iscsigw-lunstate-")
+        cls.addClassCleanup(shutil.rmtree, cls.dir, True)
         cls.lun_dir = os.path.join(cls.dir, "luns")
+        os.makedirs(cls.lun_dir)
+        # The LUN directory on a tmpfs of its own, which nothing but this gateway and this test
+        # writes, so that its statvfs is exact; unmounted even when a later step fails.
+        cls.no_tmpfs = None
+        if os.geteuid() != 0:
+            cls.no_tmpfs = "mounting a private tmpfs for --lun-dir needs root"
+        else:
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs",
+                                cls.lun_dir], capture_output=True, text=True)
+            if r.returncode != 0:
+                cls.no_tmpfs = "cannot mount a tmpfs for --lun-dir: " + r.stderr.strip()
+            else:
+                cls.addClassCleanup(subprocess.run, ["umount", "-l", cls.lun_dir], check=False)
         dead = os.path.join(cls.dir, "dead.conf")
         with open(dead, "w") as f:
             f.write("[global]\nmon host = [v2:127.0.0.1:9]\nauth client required = none\n"
@@ -391,7 +424,6 @@ class LunStateMetricsTest(unittest.TestCase):
         rc = cls.daemon.stop()
         log = cls.daemon.read_log()
         cls.daemon.cleanup()
-        shutil.rmtree(cls.dir, ignore_errors=True)
         if rc != 0:
             raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
 
@@ -428,25 +460,42 @@ class LunStateMetricsTest(unittest.TestCase):
             ini.close()
 
     def test_lun_dir_size_and_free_match_statvfs(self):
-        text = self.scrape()
+        if self.no_tmpfs:
+            self.skipTest(self.no_tmpfs)
+        # Nobody else writes the tmpfs: the scrape and statvfs agree to the byte.
         st = os.statvfs(self.lun_dir)
+        text = self.scrape()
         self.assertEqual(sample(text, "iscsigw_lun_dir_size_bytes"), st.f_blocks * st.f_frsize)
-        # Free space moves with every other writer of the file system between the two reads.
-        self.assertAlmostEqual(sample(text, "iscsigw_lun_dir_free_bytes"),
-                               st.f_bavail * st.f_frsize, delta=64 * MIB)
-        # Writing 8 MiB into a file there shows in the next scrape.
-        with open(os.path.join(self.lun_dir, "filler"), "wb") as f:
-            f.write(b"\x01" * (8 * MIB))
-            f.flush()
-            os.fsync(f.fileno())
+        free = sample(text, "iscsigw_lun_dir_free_bytes")
+        self.assertEqual(free, st.f_bavail * st.f_frsize)
+        # 8 MiB written into the file LUN (sparse until then) and flushed: the next scrape has
+        # exactly 8 MiB less free (a tmpfs allocates whole pages, and 8 MiB is a multiple).
+        ini = Initiator(self.daemon.portal, "iqn.2026-11.io.test:lundir")
+        ini.login(LUNSTATE)
         try:
-            after = sample(self.scrape(), "iscsigw_lun_dir_free_bytes")
-            st = os.statvfs(self.lun_dir)
-            self.assertAlmostEqual(after, st.f_bavail * st.f_frsize, delta=4 * MIB)
+            status, sense = ini.test_unit_ready(1)
+            while status == 2 and sense_key_asc(sense)[0] == 6:  # POWER ON, spent
+                status, sense = ini.test_unit_ready(1)
+            self.assertEqual(status, 0)
+            chunk = 8192
+            for offset in range(0, 8 * MIB, chunk):
+                status, _ = ini.write(1, offset // 512, b"\x01" * chunk)
+                self.assertEqual(status, 0, f"WRITE at {offset}")
+            status, _, _ = ini._command(1, struct.pack(">B9x", 0x35))  # SYNCHRONIZE CACHE(10)
+            self.assertEqual(status, 0)
         finally:
-            os.unlink(os.path.join(self.lun_dir, "filler"))
+            ini.close()
+        after = sample(self.scrape(), "iscsigw_lun_dir_free_bytes")
+        self.assertEqual(after, free - 8 * MIB)
+        st = os.statvfs(self.lun_dir)
+        self.assertEqual(after, st.f_bavail * st.f_frsize)
 
     def test_io_uring_enabled_on_this_host(self):
+        # Where io_uring is refused (a container runtime's seccomp profile,
+        # kernel.io_uring_disabled) the gateway rightly falls back; NoIoUringTest covers that.
+        refused = no_io_uring.refusal()
+        if refused:
+            self.skipTest(f"io_uring is refused on this host ({refused})")
         text = self.scrape()
         self.assertEqual(sample(text, "iscsigw_io_uring_enabled"), 1)
         self.assertEqual(sample(text, "iscsigw_io_uring_fallbacks_total"), 0)

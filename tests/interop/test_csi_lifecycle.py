@@ -11,11 +11,19 @@ system is staged a second time to show that its data survives and that mkfs does
 and the node plugin is restarted between publish and expand of the block volume (its records
 carry the volume over).
 
-A second test restarts the node plugin between NodeStageVolume and NodeUnstageVolume, once with
-its state directory kept (a container restart or DaemonSet upgrade with the chart's hostPath: the
-records say what to end) and once with its records gone (what open-iscsi lists of the volume's
-target says it): either way no session and no node record of the volume is left in the guest,
-and another volume's session stays.
+A second test restarts the node plugin between NodeStageVolume and NodeUnstageVolume, twice. In
+the guest the plugin is a plain process and its --state-dir a directory of the guest's own file
+system, never inside a container, so each case shows only this:
+- records kept: a new plugin process given the same --state-dir unstages from the record the
+  previous process wrote (the log has no "no record on this node"), so the records are all a
+  restart needs. That the chart puts that directory on a hostPath which outlives a container
+  restart or a DaemonSet upgrade is not shown here but by tests/packaging/check_csi_state_dir.py
+  (on the rendered chart).
+- records gone (the volumes directory removed while the plugin is stopped): the unstage is worked
+  out from what open-iscsi lists of the target the volume id names, and leaves another volume's
+  session to the same gateway alone.
+Either way no session, node record (nor its CHAP secret) or mount of the volume is left in the
+guest, and the gateway has no session of it.
 
 Every controller step is made twice as well, through the CSI Controller. The gateway's LUN
 directory is a loop-mounted XFS with reflink, so that the snapshot and the clone of the staged
@@ -429,14 +437,15 @@ class CsiLifecycleTest(g.InteropTestCase):
         self.start_node_plugin()
         node_id = self.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=60).node_id
 
-        # The state directory kept across the restart: the record says what to end.
+        # The state directory kept across a restart of the process (the same guest directory):
+        # the record the previous process wrote says what to end.
         kept = self.stage_with_chap(volumes, node_id)
         self.stop_node_plugin()
         self.start_node_plugin()
         self.unstage_and_check(volumes, node_id, kept, rebuilt=False)
 
-        # The records gone (a plugin whose state was in its container): open-iscsi says it, for
-        # the unstaged volume's target only.
+        # The records gone (as for a plugin whose state was in its container): open-iscsi says
+        # it, for the unstaged volume's target only.
         lost = self.stage_with_chap(volumes, node_id)
         other = self.stage_with_chap(volumes, node_id)
         self.stop_node_plugin()

@@ -35,6 +35,24 @@ def supported():
     return platform.machine() in _ARCHES
 
 
+def refusal():
+    """Why this process may not use io_uring (a plain io_uring_setup(1, {}) fails: ENOSYS, EPERM
+    from a seccomp filter, kernel.io_uring_disabled), or None when it may or the architecture is
+    one whose system call number is not known here."""
+    if not supported():
+        return None
+    nr = _ARCHES[platform.machine()][1]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    fd = libc.syscall(ctypes.c_long(nr), ctypes.c_uint(1), params)
+    if fd < 0:
+        err = ctypes.get_errno()
+        return f"io_uring_setup: {os.strerror(err)} ({errno.errorcode.get(err, err)})"
+    os.close(fd)
+    return None
+
+
 def command(argv):
     """The launcher line that runs ARGV under the filter."""
     if not supported():
