@@ -83,7 +83,7 @@ metrics::StateCollector::Values ControlStateOf(const state::StateStore& store) {
   v.shared_loaded = shared.loaded;
   v.shared_version = shared.version;
   v.shared_last_load_seconds =
-      std::chrono::duration<double>(shared.last_read.time_since_epoch()).count();
+      std::chrono::duration<double>(shared.last_load.time_since_epoch()).count();
   return v;
 }
 

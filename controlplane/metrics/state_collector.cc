@@ -33,9 +33,10 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   out.push_back(Family("iscsigw_shared_config_version",
                        "Version of the shared configuration this gateway serves",
                        static_cast<double>(v.shared_version)));
-  out.push_back(Family("iscsigw_shared_config_last_load_timestamp_seconds",
-                       "Unix time of the last successful read of the shared configuration",
-                       v.shared_last_load_seconds));
+  out.push_back(
+      Family("iscsigw_shared_config_last_load_timestamp_seconds",
+             "Unix time of the last successful load (read and applied) of the shared configuration",
+             v.shared_last_load_seconds));
   return out;
 }
 

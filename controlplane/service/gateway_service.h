@@ -53,6 +53,8 @@ struct ServiceOptions {
   // What LUN backings may use (the data plane's own policy, api::BackingPolicy): files are
   // created, copied and removed only through its allowed paths; default: nothing.
   api::BackingPolicy backing;
+  // Tests: runs before each probe of the state directory (one that hangs, as on a hung mount).
+  std::function<void()> before_dir_probe_for_test;
 };
 
 class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackService {
@@ -65,7 +67,10 @@ class GatewayServiceImpl final : public iscsigw::v1::GatewayService::CallbackSer
   void Stop();
 
   // Probes the state directory (StateStore::ProbeDir); Ok when it can be written. Blocking.
-  Status CheckStateDir() { return store_->ProbeDir(); }
+  Status CheckStateDir() {
+    if (options_.before_dir_probe_for_test) options_.before_dir_probe_for_test();
+    return store_->ProbeDir();
+  }
   // The shared configuration's health (StateStore::shared_health). Never waits.
   state::StateStore::SharedHealth SharedHealth() const { return store_->shared_health(); }
   // The reactors that did not run a posted no-op within `within` (Dataplane::

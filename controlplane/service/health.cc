@@ -1,5 +1,7 @@
 #include "controlplane/service/health.h"
 
+#include <algorithm>
+
 namespace iscsigw::service {
 
 Status Liveness(const std::vector<unsigned>& unresponsive_reactors) {
@@ -17,6 +19,19 @@ Status Readiness(const Status& state_dir, const state::StateStore::SharedHealth&
   if (!state_dir.ok()) return state_dir;
   if (shared.enabled && !shared.status.ok()) return shared.status;
   return Status::Ok();
+}
+
+std::chrono::milliseconds ReadinessProbeLimit(std::chrono::milliseconds health_interval) {
+  return std::max<std::chrono::milliseconds>(kReadinessProbeHungAfter, 3 * health_interval);
+}
+
+Status ReadinessProbe(std::chrono::steady_clock::duration running,
+                      std::chrono::milliseconds health_interval) {
+  if (running <= ReadinessProbeLimit(health_interval)) return Status::Ok();
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(running).count();
+  return Status(StatusCode::kUnavailable,
+                "the probe of the state directory (a write and fsync) has not finished for " +
+                    std::to_string(secs) + " s");
 }
 
 }  // namespace iscsigw::service

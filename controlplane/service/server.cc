@@ -8,6 +8,7 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
+#include <utility>
 
 #include "base/log.h"
 #include "controlplane/service/health.h"
@@ -115,14 +116,16 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
     cs->address_ = listen.substr(0, colon) + ":" + std::to_string(port);
   }
   auto* health = cs->server_->GetHealthCheckService();
-  for (const char* name : kReadyServices) health->SetServingStatus(name, true);
+  // Not ready until the first check says so (a gateway whose shared configuration is not loaded
+  // yet, or whose state directory cannot be written, never answers SERVING on the way).
+  for (const char* name : kReadyServices) health->SetServingStatus(name, false);
   health->SetServingStatus(kLivenessService, true);
   ControlServer* raw = cs.get();
-  // The first answer is known before a client can ask (a gateway whose shared configuration is
-  // not loaded yet starts not ready).
+  // Liveness first: it watches the first readiness probe too. That probe runs here, so the
+  // answer is decided by the time the server is handed out.
+  raw->liveness_thread_ = std::thread([raw] { raw->ProbeLoop([raw] { raw->CheckLiveness(); }); });
   raw->CheckReadiness(/*started=*/false);
   raw->readiness_thread_ = std::thread([raw] { raw->ProbeLoop([raw] { raw->CheckReadiness(); }); });
-  raw->liveness_thread_ = std::thread([raw] { raw->ProbeLoop([raw] { raw->CheckLiveness(); }); });
   return cs;
 }
 
@@ -137,13 +140,20 @@ void ControlServer::ProbeLoop(const std::function<void()>& probe) {
 }
 
 void ControlServer::CheckReadiness(bool started) {
+  // Never 0 (that means no probe under way): the clock's epoch is long past.
+  readiness_probe_since_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   const Status ready = Readiness(service_->CheckStateDir(), service_->SharedHealth());
-  if (ready.ok() == ready_) return;
+  std::lock_guard lock(ready_mu_);
+  readiness_probe_since_.store(0);
+  // After a hung probe, its answer replaces the NOT_SERVING the liveness thread set.
+  const bool was_hung = std::exchange(probe_hung_, false);
+  if (started && !was_hung && ready.ok() == ready_) return;
   ready_ = ready.ok();
   auto* health = server_->GetHealthCheckService();
   for (const char* name : kReadyServices) health->SetServingStatus(name, ready_);
   if (ready_) {
-    log::Ctl().info("health: {} SERVING", kReadinessService);
+    // A start that is ready at once is the usual case, not a change worth a line.
+    if (started) log::Ctl().info("health: {} SERVING", kReadinessService);
   } else if (!started) {
     // A start before the shared configuration is read: expected, not an error yet.
     log::Ctl().info("health: {} NOT_SERVING at start: {}", kReadinessService, ready.message());
@@ -152,7 +162,27 @@ void ControlServer::CheckReadiness(bool started) {
   }
 }
 
+void ControlServer::CheckReadinessProbe() {
+  const int64_t since = readiness_probe_since_.load();
+  if (since == 0) return;
+  const auto running = std::chrono::steady_clock::now().time_since_epoch() -
+                       std::chrono::steady_clock::duration(since);
+  const Status probe = ReadinessProbe(running, service_->health_interval());
+  if (probe.ok()) return;
+  std::lock_guard lock(ready_mu_);
+  // The same probe still under way (it may have ended meanwhile), and not turned yet.
+  if (readiness_probe_since_.load() != since || probe_hung_) return;
+  probe_hung_ = true;
+  ready_ = false;
+  auto* health = server_->GetHealthCheckService();
+  for (const char* name : kReadyServices) health->SetServingStatus(name, false);
+  // Liveness stays: a restart does not unhang a state volume (docs/operations.md, "Health and
+  // probes").
+  log::Ctl().error("health: {} NOT_SERVING: {}", kReadinessService, probe.message());
+}
+
 void ControlServer::CheckLiveness() {
+  CheckReadinessProbe();
   const Status live = Liveness(service_->UnresponsiveReactors(kReactorAnswerWithin));
   if (live.ok() == live_) return;
   live_ = live.ok();

@@ -6,13 +6,17 @@
 // object probe every health_interval, one the reactors (Health/Check "iscsigw.liveness"), the
 // other the state directory and the shared configuration ("iscsigw.readiness", "" and
 // iscsigw.v1.GatewayService), so that a probe of the storage that hangs never holds up liveness.
+// The readiness names answer NOT_SERVING until the first readiness check decides, and the
+// liveness thread turns them NOT_SERVING when a readiness probe hangs (ReadinessProbeLimit).
 // Each change of an answer is logged once, with its reason.
 #pragma once
 
 #include <grpcpp/channel.h>
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,7 +64,9 @@ class ControlServer {
   void ProbeLoop(const std::function<void()>& probe);
   // started: false for the first check, before the server is handed out.
   void CheckReadiness(bool started = true);
+  // Also turns readiness NOT_SERVING when its probe hangs.
   void CheckLiveness();
+  void CheckReadinessProbe();
 
   std::unique_ptr<GatewayServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -68,8 +74,13 @@ class ControlServer {
   std::mutex health_mu_;
   std::condition_variable health_cv_;
   bool health_stop_ = false;  // guarded by health_mu_
-  bool ready_ = true;         // the readiness thread's (after Start)
-  bool live_ = true;          // the liveness thread's
+  // steady_clock ticks when the readiness probe under way started, 0 when none is: set by the
+  // readiness thread, read by the liveness thread.
+  std::atomic<int64_t> readiness_probe_since_{0};
+  std::mutex ready_mu_;      // orders the two threads' readiness answers
+  bool ready_ = false;       // guarded by ready_mu_: what the readiness names answer
+  bool probe_hung_ = false;  // guarded by ready_mu_: the liveness thread turned them
+  bool live_ = true;         // the liveness thread's
   std::thread readiness_thread_;
   std::thread liveness_thread_;
 };

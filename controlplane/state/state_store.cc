@@ -298,6 +298,7 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
       if (Status s = Adopt(data, version); !s.ok()) return s;
       continue;
     }
+    NoteSharedLoad();
     auto cfg = ToConfig(next);
     if (!cfg.ok()) return cfg.status();
     if (dataplane_ != nullptr) {
@@ -515,7 +516,10 @@ void StateStore::RereadShared() {
     std::lock_guard lock(mu_);
     healthy = shared_status_.ok();
   }
-  if (version == shared_version_ && healthy && !outcome_unknown_) return;
+  if (version == shared_version_ && healthy && !outcome_unknown_) {
+    NoteSharedLoad();  // what this gateway applied is still the object's content
+    return;
+  }
   const bool was_unknown = std::exchange(outcome_unknown_, false);
   if (Status s = Adopt(data, version); s.ok() && was_unknown) {
     notify_version_ = shared_version_;  // the write may have happened: the others reread too
@@ -671,7 +675,6 @@ void StateStore::SetSharedStatus(Status s) {
 
 void StateStore::NoteSharedRead(const Status& read) {
   std::lock_guard lock(mu_);
-  if (read.ok()) shared_last_read_ = std::chrono::system_clock::now();
   shared_read_ = read;
 }
 
@@ -679,6 +682,12 @@ void StateStore::NoteSharedVersion() {
   std::lock_guard lock(mu_);
   shared_loaded_ = true;
   shared_served_version_ = shared_version_;
+  shared_last_load_ = std::chrono::system_clock::now();
+}
+
+void StateStore::NoteSharedLoad() {
+  std::lock_guard lock(mu_);
+  shared_last_load_ = std::chrono::system_clock::now();
 }
 
 Status WatchStatus(const std::string& where, bool lost, int check) {
@@ -709,7 +718,7 @@ StateStore::SharedHealth StateStore::shared_health() const {
     h.enabled = true;
     h.loaded = shared_loaded_;
     h.version = shared_served_version_;
-    h.last_read = shared_last_read_;
+    h.last_load = shared_last_load_;
     if (!shared_loaded_) {
       h.status = shared_status_.ok()
                      ? Status(StatusCode::kUnavailable,
@@ -719,6 +728,12 @@ StateStore::SharedHealth StateStore::shared_health() const {
     }
     if (!shared_read_.ok()) {
       h.status = shared_read_;
+      return h;
+    }
+    // A version that was read but could not be taken in (it does not parse, validate or apply):
+    // this gateway serves an older one until a later version applies.
+    if (!shared_status_.ok()) {
+      h.status = shared_status_;
       return h;
     }
     lost = watch_lost_;

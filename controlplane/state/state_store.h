@@ -134,10 +134,12 @@ class StateStore {
     bool enabled = false;  // EnableShared was called (--shared-config)
     bool loaded = false;   // the object was read and applied at least once since the start
     uint64_t version = 0;  // the object's version this gateway serves (0 before it is loaded)
-    // The last time the object was read (a reread that found no change counts); the epoch
-    // before the first read.
-    std::chrono::system_clock::time_point last_read;
-    // Ok while loaded and neither the last read nor the watch fails; otherwise why not.
+    // The last time the object was loaded: read and applied, or reread and found at the version
+    // already applied. A read whose content fails to apply does not count. The epoch before the
+    // first load.
+    std::chrono::system_clock::time_point last_load;
+    // Ok while loaded and neither the last read, its adoption nor the watch fails; otherwise why
+    // not.
     Status status;
   };
   SharedHealth shared_health() const;
@@ -183,10 +185,13 @@ class StateStore {
   void LogOutOfRemovedTargets(const iscsigw::v1::State& next);
   Status SharedError(Status s);  // logged and made the shared status
   void SetSharedStatus(Status s);
-  // A read of the object at `version` (Ok) or its failure, for shared_health(); with update_mu_.
+  // A read of the object (Ok) or its failure, for shared_health(); with update_mu_.
   void NoteSharedRead(const Status& read);
-  // The version this gateway serves now (shared_version_), for shared_health(); with update_mu_.
+  // The version this gateway serves now (shared_version_), for shared_health(): a load; with
+  // update_mu_.
   void NoteSharedVersion();
+  // The object was found at the version this gateway serves, applied (a load); with update_mu_.
+  void NoteSharedLoad();
 
   const std::string dir_;
   api::Dataplane* const dataplane_;
@@ -217,7 +222,7 @@ class StateStore {
   // What shared_health() reports, guarded by mu_ (it never takes update_mu_):
   bool shared_loaded_ = false;
   uint64_t shared_served_version_ = 0;
-  std::chrono::system_clock::time_point shared_last_read_;
+  std::chrono::system_clock::time_point shared_last_load_;
   Status shared_read_;       // the last read of the object, once loaded
   bool watch_lost_ = false;  // from the object's lost() until its listener runs again
   std::shared_ptr<api::SharedObject> watched_;  // shared_obj_, for its WatchCheck

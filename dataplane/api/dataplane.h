@@ -135,8 +135,9 @@ class Dataplane {
   // no-op to each reactor that has none waiting, and returns the index of each reactor whose
   // no-op has waited longer than `within` (a reactor blocked in a call, or spinning). Never waits:
   // the first call after a stall returns it at the earliest `within` after the stall began. Takes
-  // no lock, and a reactor takes none to answer. From one control-plane thread at a time, every
-  // few seconds.
+  // no lock of ours; each post, as any asio::post, allocates its handler and takes the
+  // io_context's own queue mutex, once per reactor every few seconds, off the per-I/O path. From
+  // one control-plane thread at a time, every few seconds.
   std::vector<unsigned> UnresponsiveReactors(std::chrono::milliseconds within);
   // Runs `fn` on reactor `reactor` (tests: a reactor made to block).
   void PostForTest(unsigned reactor, std::function<void()> fn);

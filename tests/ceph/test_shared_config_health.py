@@ -1,6 +1,6 @@
 """Readiness follows the shared configuration (docs/operations.md, "Health and probes"): a gateway
 with --shared-config whose cluster answers is ready, with iscsigw_shared_config_loaded 1 and the
-object's version and last read in the metrics; with the cluster's only OSD stopped (SIGSTOP), its
+object's version and last load in the metrics; with the cluster's only OSD stopped (SIGSTOP), its
 watch goes unconfirmed and readiness turns NOT_SERVING within StateStore::kWatchStaleAfter (20 s)
 and a few probes, while liveness stays SERVING and the local RAM target serves I/O. That it turns
 SERVING again once the object can be read and watched is held by the unit tests

@@ -9,12 +9,16 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "base/log.h"
+#include "controlplane/service/health.h"
 #include "controlplane/service/server.h"
 #include "controlplane/service/status_map.h"
 #include "controlplane/state/state_store.h"
@@ -675,6 +679,82 @@ TEST_P(ServiceTest, HealthServiceReportsServing) {
   std::string bytes;
   for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+// A probe of the state directory that hangs (as on a hung mount): the liveness thread turns
+// readiness NOT_SERVING once it has run past ReadinessProbeLimit, liveness stays SERVING, and the
+// probe's own answer comes back when it ends.
+class HungDirProbeTest : public ServiceTest {
+ protected:
+  void Configure(state::Limits*, ServiceOptions* so) override {
+    so->health_interval = std::chrono::milliseconds(50);
+    so->before_dir_probe_for_test = [this] {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return !hang_; });
+    };
+  }
+  void TearDown() override {
+    Hang(false);  // a failed test must not leave the readiness thread hung
+    ServiceTest::TearDown();
+  }
+  void Hang(bool on) {
+    {
+      std::lock_guard lock(mu_);
+      hang_ = on;
+    }
+    cv_.notify_all();
+  }
+  // The status grpc.health.v1 answers for `service` (1 SERVING, 2 NOT_SERVING), -1 on failure.
+  int HealthOf(const std::string& service) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const std::string req = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+    grpc::Slice slice(req);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status st) { done.set_value(st); });
+    if (!done.get_future().get().ok()) return -1;
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return -1;
+    std::string bytes;
+    for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : -1;
+  }
+  bool Becomes(const std::string& service, int want, std::chrono::seconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (HealthOf(service) == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hang_ = false;  // guarded by mu_
+};
+
+INSTANTIATE_TEST_SUITE_P(Channels, HungDirProbeTest, ::testing::Values(true),
+                         [](const auto&) { return "InProcess"; });
+
+TEST_P(HungDirProbeTest, ReadinessTurnsNotServingWhileTheProbeHangsAndLivenessStays) {
+  constexpr int kServing = 1, kNotServing = 2;
+  ASSERT_EQ(HealthOf("iscsigw.readiness"), kServing);
+  const auto hung_at = std::chrono::steady_clock::now();
+  Hang(true);
+  // 10 s (ReadinessProbeLimit of a 50 ms interval), and room for a loaded machine.
+  ASSERT_TRUE(Becomes("iscsigw.readiness", kNotServing, std::chrono::seconds(40)));
+  EXPECT_GE(std::chrono::steady_clock::now() - hung_at,
+            ReadinessProbeLimit(std::chrono::milliseconds(50)));
+  EXPECT_EQ(HealthOf(""), kNotServing);
+  EXPECT_EQ(HealthOf("iscsigw.v1.GatewayService"), kNotServing);
+  EXPECT_EQ(HealthOf("iscsigw.liveness"), kServing);
+  Hang(false);
+  EXPECT_TRUE(Becomes("iscsigw.readiness", kServing, std::chrono::seconds(20)));
+  EXPECT_EQ(HealthOf(""), kServing);
 }
 
 class SmallLimitsTest : public ServiceTest {

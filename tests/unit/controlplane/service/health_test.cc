@@ -43,5 +43,19 @@ TEST(Health, ReadinessNeedsTheSharedConfigurationOnlyWhenEnabled) {
   EXPECT_EQ(s.message(), "state directory");
 }
 
+TEST(Health, AReadinessProbeIsHungAfterTenSecondsOrThreeIntervals) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  EXPECT_EQ(ReadinessProbeLimit(milliseconds(1000)), seconds(10));
+  EXPECT_EQ(ReadinessProbeLimit(milliseconds(5000)), seconds(15));
+  EXPECT_TRUE(ReadinessProbe(seconds(0), milliseconds(1000)).ok());  // none under way
+  EXPECT_TRUE(ReadinessProbe(seconds(10), milliseconds(1000)).ok());
+  Status s = ReadinessProbe(seconds(11), milliseconds(1000));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("has not finished for 11 s"), std::string::npos) << s.message();
+  EXPECT_TRUE(ReadinessProbe(seconds(14), milliseconds(5000)).ok());  // 3 intervals: 15 s
+  EXPECT_FALSE(ReadinessProbe(seconds(16), milliseconds(5000)).ok());
+}
+
 }  // namespace
 }  // namespace iscsigw::service

@@ -251,7 +251,7 @@ TEST(SharedConfig, HealthSaysLoadedWithTheVersionServedAndWhenItWasRead) {
   EXPECT_TRUE(h.loaded);
   EXPECT_TRUE(h.status.ok()) << h.status.message();
   EXPECT_EQ(h.version, cluster.version);
-  EXPECT_GE(h.last_read, before);
+  EXPECT_GE(h.last_load, before);
   ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
   h = a.store->shared_health();
   EXPECT_EQ(h.version, cluster.version);  // its own write
@@ -286,20 +286,54 @@ TEST(SharedConfig, HealthWithoutASharedConfigurationIsNotEnabled) {
 TEST(SharedConfig, AFailedRereadIsUnhealthyUntilARereadSucceeds) {
   FakeCluster cluster;
   Gateway a(cluster);
-  const auto loaded_at = a.store->shared_health().last_read;
+  const auto loaded_at = a.store->shared_health().last_load;
   cluster.read_err = ETIMEDOUT;
   a.object->Notified();  // the reread it queues fails
   StateStore::SharedHealth h = a.store->shared_health();
   EXPECT_TRUE(h.loaded);  // it was, and it serves what it had
   EXPECT_EQ(h.status.code(), StatusCode::kUnavailable);
   EXPECT_NE(h.status.message().find("rereading"), std::string::npos) << h.status.message();
-  EXPECT_EQ(h.last_read, loaded_at);
+  EXPECT_EQ(h.last_load, loaded_at);
   EXPECT_GE(a.object->reloads, 1);  // and it keeps trying
   cluster.read_err = 0;
   a.object->Resync();
   h = a.store->shared_health();
   EXPECT_TRUE(h.status.ok()) << h.status.message();
-  EXPECT_GE(h.last_read, loaded_at);
+  EXPECT_GE(h.last_load, loaded_at);
+}
+
+TEST(SharedConfig, AVersionThatFailsToApplyIsUnhealthyAndNotALoadUntilOneApplies) {
+  FakeCluster cluster;
+  Gateway a(cluster), b(cluster);
+  ASSERT_TRUE(a.AddTarget(RbdTarget("one", "img1")).ok());
+  const uint64_t served = cluster.version;
+  StateStore::SharedHealth h = b.store->shared_health();
+  ASSERT_TRUE(h.status.ok()) << h.status.message();
+  ASSERT_EQ(h.version, served);
+  const auto loaded_at = h.last_load;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a later load has a later time
+  cluster.data = "{\"targets\": [{\"name\": \"one\", \"nonsense\": 1}]}";
+  ++cluster.version;
+  b.object->Notified();  // read, but not taken in
+  h = b.store->shared_health();
+  EXPECT_TRUE(h.loaded);
+  EXPECT_EQ(h.version, served);  // it serves what it had
+  EXPECT_EQ(h.status.code(), StatusCode::kFailedPrecondition) << h.status.message();
+  EXPECT_NE(h.status.message().find("nonsense"), std::string::npos) << h.status.message();
+  EXPECT_EQ(h.last_load, loaded_at);
+  b.object->Notified();  // read again, still not taken in: still no load
+  EXPECT_EQ(b.store->shared_health().last_load, loaded_at);
+  v1::State st;
+  *st.add_targets() = RbdTarget("one", "img1");
+  *st.add_targets() = RbdTarget("two", "img2");
+  cluster.data = SharedToData(st);
+  ++cluster.version;
+  b.object->Notified();
+  h = b.store->shared_health();
+  EXPECT_TRUE(h.status.ok()) << h.status.message();
+  EXPECT_EQ(h.version, cluster.version);
+  EXPECT_GT(h.last_load, loaded_at);
+  EXPECT_EQ(b.Served(), (std::vector<std::string>{"one", "two"}));
 }
 
 TEST(SharedConfig, ALostWatchIsUnhealthyUntilTheObjectIsWatchedAndReadAgain) {

@@ -25,9 +25,9 @@ std::unique_ptr<Dataplane> Start(unsigned reactors) {
   return r.ok() ? std::move(r.value()) : nullptr;
 }
 
-// Polls until the answer is `want` (a no-op takes a moment to run).
+// Polls until the answer is `want` (a no-op takes a moment to run, longer on a loaded machine).
 bool Becomes(Dataplane& dp, milliseconds within, const std::vector<unsigned>& want) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     if (dp.UnresponsiveReactors(within) == want) return true;
     std::this_thread::sleep_for(milliseconds(5));
@@ -58,8 +58,8 @@ TEST(ReactorLiveness, ABlockedReactorIsNamedUntilItRunsAgain) {
   blocked.get_future().wait();
   // The first call posts the no-ops; reactor 1's waits past the bound, reactor 0's runs.
   EXPECT_TRUE(dp->UnresponsiveReactors(milliseconds(50)).empty());
-  std::this_thread::sleep_for(milliseconds(100));
-  EXPECT_EQ(dp->UnresponsiveReactors(milliseconds(50)), std::vector<unsigned>{1});
+  // Polled, not slept: on a loaded machine reactor 0 may take a while to run its no-op.
+  EXPECT_TRUE(Becomes(*dp, milliseconds(50), {1}));
   // Within a longer bound it is not yet late.
   EXPECT_TRUE(dp->UnresponsiveReactors(milliseconds(60000)).empty());
   release.set_value();
