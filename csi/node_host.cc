@@ -59,20 +59,32 @@ Result<ExecResult> NodeService::Host::Check(const std::vector<std::string>& argv
   return r;
 }
 
-Result<std::set<std::string>> NodeService::Host::SessionPortals(const std::string& iqn) {
-  auto r = Check({"iscsiadm", "-m", "session"}, {0, kIscsiErrNoObjsFound});
-  if (!r.ok()) return r.status();
+namespace {
+
+// The portals (HOST:PORT, the ",TPGT" cut) of the lines of an iscsiadm listing whose target is
+// `iqn`: the portal is word `skip` of the line (counted from 0), the target the word after it.
+std::set<std::string> ListedPortals(const std::string& listing, const std::string& iqn, int skip) {
   std::set<std::string> portals;
-  // "tcp: [1] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:pvc-1 (non-flash)"
-  std::istringstream lines(r->exit_code == 0 ? r->stdout_data : "");
+  std::istringstream lines(listing);
   std::string line;
   while (std::getline(lines, line)) {
     std::istringstream words(line);
-    std::string transport, sid, portal, target;
-    if (!(words >> transport >> sid >> portal >> target) || target != iqn) continue;
+    std::string word, portal, target;
+    int i = 0;
+    while (i < skip && words >> word) ++i;
+    if (i < skip || !(words >> portal >> target) || target != iqn) continue;
     portals.insert(portal.substr(0, portal.find(',')));
   }
   return portals;
+}
+
+}  // namespace
+
+Result<std::set<std::string>> NodeService::Host::SessionPortals(const std::string& iqn) {
+  auto r = Check({"iscsiadm", "-m", "session"}, {0, kIscsiErrNoObjsFound});
+  if (!r.ok()) return r.status();
+  // "tcp: [1] 10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:pvc-1 (non-flash)"
+  return ListedPortals(r->exit_code == 0 ? r->stdout_data : "", iqn, 2);
 }
 
 Result<bool> NodeService::Host::NodeRecordExists(const std::string& iqn,
@@ -86,18 +98,9 @@ Result<bool> NodeService::Host::NodeRecordExists(const std::string& iqn,
 Result<std::set<std::string>> NodeService::Host::NodeRecordPortals(const std::string& iqn) {
   auto r = Check({"iscsiadm", "-m", "node"}, {0, kIscsiErrNoObjsFound});
   if (!r.ok()) return r.status();
-  std::set<std::string> portals;
   // "10.0.2.2:3260,1 iqn.2026-11.io.iscsigw:pvc-1", "[fd00::2]:3260,1 iqn...": one per record
   // (and per interface: the same line again).
-  std::istringstream lines(r->exit_code == 0 ? r->stdout_data : "");
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream words(line);
-    std::string portal, target;
-    if (!(words >> portal >> target) || target != iqn) continue;
-    portals.insert(portal.substr(0, portal.find(',')));
-  }
-  return portals;
+  return ListedPortals(r->exit_code == 0 ? r->stdout_data : "", iqn, 0);
 }
 
 Status NodeService::Host::Login(const std::string& iqn, const std::string& portal,

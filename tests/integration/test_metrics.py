@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 
 from iscsigw_test import no_io_uring
-from iscsigw_test.harness import Daemon, IQN_PREFIX, simple_state, wait_for
+from iscsigw_test.harness import Daemon, IQN_PREFIX, simple_state, stop_and_clean, wait_for
 from iscsigw_test.iscsi_client import Initiator, sense_key_asc
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -72,11 +72,7 @@ class MetricsTest(unittest.TestCase):
                 cls.prom.kill()
                 cls.prom.wait()
         shutil.rmtree(cls.prom_dir, ignore_errors=True)
-        rc = cls.daemon.stop()
-        log = cls.daemon.read_log()
-        cls.daemon.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+        stop_and_clean(cls.daemon)
 
     def scrape(self):
         return http_get(f"http://{self.metrics}/metrics")
@@ -421,11 +417,7 @@ class LunStateMetricsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        rc = cls.daemon.stop()
-        log = cls.daemon.read_log()
-        cls.daemon.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc}:\n{log[-4000:]}")
+        stop_and_clean(cls.daemon)
 
     def scrape(self):
         return http_get(f"http://{self.daemon.ports['metrics']}/metrics")

@@ -9,7 +9,7 @@ import unittest
 import urllib.request
 
 from iscsigw_test.build_info import expected_commit, project_version
-from iscsigw_test.harness import Daemon, binary, run, simple_state
+from iscsigw_test.harness import Daemon, binary, run, simple_state, stop_and_clean
 
 PROGRAMS = ("iscsigwd", "iscsigwctl", "iscsigw-csi")
 BUILD_INFO = re.compile(r'^iscsigw_build_info\{commit="([^"]*)",version="([^"]*)"\} 1$', re.M)
@@ -39,11 +39,7 @@ class RunningGatewayTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        rc = cls.daemon.stop()
-        log = cls.daemon.read_log()
-        cls.daemon.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+        stop_and_clean(cls.daemon)
 
     def test_build_info_metric_gateway_info_and_log_agree_with_version_flag(self):
         line = run([binary("iscsigwd"), "--version"], timeout=30).stdout.strip()

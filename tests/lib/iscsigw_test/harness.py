@@ -248,6 +248,16 @@ def simple_state(name="t0", luns=None, allow_any=True, initiators=()):
                          "initiators": list(initiators), "luns": luns}]}
 
 
+def stop_and_clean(daemon):
+    """Stops `daemon` (SIGTERM), removes its directory, and fails naming its exit code and the
+    end of its log when it did not exit 0."""
+    rc = daemon.stop()
+    log = daemon.read_log()
+    daemon.cleanup()
+    if rc != 0:
+        raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+
+
 class DaemonTestCase(unittest.TestCase):
     """Starts one daemon per test class from STATE (a bootstrap dict)."""
 
@@ -260,11 +270,7 @@ class DaemonTestCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        rc = cls.daemon.stop()
-        log = cls.daemon.read_log()
-        cls.daemon.cleanup()
-        if rc != 0:
-            raise AssertionError(f"iscsigwd exited {rc} at shutdown:\n{log[-4000:]}")
+        stop_and_clean(cls.daemon)
 
 
 def loop_xfs(test, size=512 << 20):
