@@ -17,17 +17,8 @@ repo=$(cd "$here/../.." && pwd)
 cd "$repo"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-log() { printf '%s [monitoring] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-failures=0
-check() {  # check NAME CMD...: runs CMD, counts a failure
-  local name=$1; shift
-  if "$@"; then log "ok   $name"; else log "FAIL $name"; failures=$((failures + 1)); fi
-}
-refuses() {  # refuses NAME CMD...: CMD must fail
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then log "FAIL $name (accepted)"; failures=$((failures + 1));
-  else log "ok   $name"; fi
-}
+log_tag=monitoring
+source "$repo/tests/packaging/lib.sh"
 command -v promtool >/dev/null || { log "FAIL: promtool is not installed (package prometheus)"; exit 1; }
 validate=tests/packaging/validate
 if [ ! -d "$validate/node_modules/ajv" ]; then

@@ -17,16 +17,6 @@ else
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
 fi
-failures=0
-check() {  # check NAME CMD...: runs CMD, counts a failure
-  local name=$1; shift
-  if "$@"; then log "ok   $name"; else log "FAIL $name"; failures=$((failures + 1)); fi
-}
-refuses() {  # refuses NAME CMD...: CMD must fail
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then log "FAIL $name (accepted)"; failures=$((failures + 1));
-  else log "ok   $name"; fi
-}
 
 # npm packages for the schema validation (package-lock.json pins them).
 if [ ! -d "$here/validate/node_modules/kubernetes-models" ]; then

@@ -23,8 +23,21 @@ pm() {
     --storage-driver vfs --runtime runc --cgroup-manager cgroupfs --events-backend file "$@"
 }
 
-log() { printf '%s [packaging] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# log_tag, set before sourcing, names the check in each line.
+log() { printf '%s [%s] %s\n' "$(date +%H:%M:%S)" "${log_tag:-packaging}" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
+
+# Checks that go on after a failure and count it in $failures.
+failures=0
+check() {  # check NAME CMD...: runs CMD, counts a failure
+  local name=$1; shift
+  if "$@"; then log "ok   $name"; else log "FAIL $name"; failures=$((failures + 1)); fi
+}
+refuses() {  # refuses NAME CMD...: CMD must fail
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then log "FAIL $name (accepted)"; failures=$((failures + 1));
+  else log "ok   $name"; fi
+}
 
 # A free TCP port on 127.0.0.1 (the kernel picks; there is a tiny window before our bind).
 free_port() {

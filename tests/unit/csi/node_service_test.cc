@@ -234,6 +234,18 @@ class NodeServiceTest : public ::testing::Test {
     return req;
   }
 
+  // pvc-2: a block volume at LUN 1 of pvc-1's target, its device `dev` (/dev/sdX).
+  ::csi::v1::NodeStageVolumeRequest SecondVolumeOnTarget(const std::string& dev) {
+    auto req = StageRequest(Block());
+    req.set_volume_id("pvc-2");
+    req.set_staging_target_path("/stage/pvc-2");
+    (*req.mutable_volume_context())["lun"] = "1";
+    fake_->Answer(
+        std::string("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-") + kIqn + "-lun-1",
+        Exit(0, dev + "\n"));
+    return req;
+  }
+
   grpc::Status Stage(const ::csi::v1::NodeStageVolumeRequest& req) {
     grpc::ClientContext ctx;
     ::csi::v1::NodeStageVolumeResponse resp;
@@ -623,13 +635,7 @@ TEST_F(NodeServiceTest, ANodeRecordThatWasThereBeforeOutlivesOurSession) {
 }
 
 TEST_F(NodeServiceTest, TwoVolumesOnOneTargetShareItsSessionUntilTheLastUnstages) {
-  auto second = StageRequest(Block());
-  second.set_volume_id("pvc-2");
-  second.set_staging_target_path("/stage/pvc-2");
-  (*second.mutable_volume_context())["lun"] = "1";
-  fake_->Answer(
-      std::string("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-") + kIqn + "-lun-1",
-      Exit(0, "/dev/sdc\n"));
+  auto second = SecondVolumeOnTarget("/dev/sdc");
   ASSERT_TRUE(Stage(StageRequest(Block())).ok());
   // pvc-1's login made the session pvc-2 finds.
   fake_->Answer("iscsiadm -m session",
@@ -764,13 +770,7 @@ TEST_F(NodeServiceTest, UnstageWithoutARecordEndsWhatOpenIscsiHasOfTheVolumesTar
 
 TEST_F(NodeServiceTest, UnstageWithoutARecordLeavesAPortalAnotherRecordedVolumeUses) {
   // pvc-2, LUN 1 of pvc-1's target, staged and recorded at the first portal.
-  auto second = StageRequest(Block());
-  second.set_volume_id("pvc-2");
-  second.set_staging_target_path("/stage/pvc-2");
-  (*second.mutable_volume_context())["lun"] = "1";
-  fake_->Answer(
-      std::string("readlink -e /dev/disk/by-path/ip-10.0.2.2:3260-iscsi-") + kIqn + "-lun-1",
-      Exit(0, "/dev/sdd\n"));
+  auto second = SecondVolumeOnTarget("/dev/sdd");
   ASSERT_TRUE(Stage(second).ok());
   HostWithUnrecordedVolume(*fake_);
   fake_->Take();
