@@ -100,6 +100,7 @@ bool Connection::HandleScsiCommand(const pdu::Frame& f) {
   st.data_out_len = 0;
   st.slot = reactor_;
   t->start_ns = Counters() ? runtime::NowNs() : 0;
+  if constexpr (runtime::io_trace::kEnabled) t->trace = {.received = rx_ns_};
 
   if (edtl > 0) {
     t->buf = gw_.pool().buffers(reactor_).Get(edtl, &t->buf_cap);
@@ -317,6 +318,10 @@ void Connection::OnScsiComplete(scsi::Task* st, void* ctx) {
   // Its store I/O has ended: a drain waiting for it (Session::DrainTasks) need not wait for the
   // response to go out too.
   t->drain.reset();
+  if constexpr (runtime::io_trace::kEnabled) {
+    t->trace.submitted = runtime::io_trace::current_ring.submitted;
+    t->trace.reaped = runtime::io_trace::current_ring.reaped;
+  }
   c->CountCommand(t);
   c->QueueTaskResponse(t);
   // Completions from the store arrive in batches (a ring's reap): one send for all of them.
@@ -362,6 +367,7 @@ void Connection::QueueTaskResponse(Task* t) {
   t->tx_seg = 0;
   t->tx_seg_off = 0;
   if (tx_data_digest_ && t->tx_len > 0) CopyDataInForDigest(t);
+  if constexpr (runtime::io_trace::kEnabled) t->trace.queued = runtime::NowNs();
   Queue(t);
 }
 

@@ -406,6 +406,7 @@ void Connection::OnWritable(const boost::system::error_code& ec) {
 
 bool Connection::FinishBatch(int err) {
   bool close = close_after_write_;
+  const uint64_t sent_ns = runtime::io_trace::kEnabled ? runtime::NowNs() : 0;
   for (TxItem* item : sent_) {
     if (item->kind == TxItem::Kind::kControl) {
       auto* c = static_cast<ControlPdu*>(item);
@@ -415,6 +416,9 @@ bool Connection::FinishBatch(int err) {
       auto* t = static_cast<Task*>(item);
       // A task whose R2Ts went out stays alive for its Data-Out; a finished one is released.
       if (t->state == Task::State::kResponding && t->status_sent && !t->tx_queued) {
+        if constexpr (runtime::io_trace::kEnabled) {
+          if (err == 0) runtime::io_trace::ForThisThread().Record(t->trace, sent_ns);
+        }
         ReleaseTask(t);
       }
     }

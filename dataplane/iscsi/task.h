@@ -12,6 +12,7 @@
 
 #include "dataplane/iscsi/task_drain.h"
 #include "dataplane/iscsi/tx_item.h"
+#include "dataplane/runtime/io_trace.h"
 #include "dataplane/scsi/task.h"
 
 namespace iscsigw::iscsi {
@@ -54,7 +55,8 @@ struct Task : TxItem {
   uint32_t cmd_sn = 0;
   uint64_t lun_raw = 0;
   uint32_t edtl = 0;
-  uint64_t start_ns = 0;  // runtime::NowNs() at arrival; 0 when not counted
+  uint64_t start_ns = 0;            // runtime::NowNs() at arrival; 0 when not counted
+  runtime::io_trace::Stamps trace;  // a tracing build's stamps (runtime/io_trace.h)
   bool read = false;
   bool write = false;
 

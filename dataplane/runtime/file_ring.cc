@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "dataplane/runtime/event_fd.h"
+#include "dataplane/runtime/stats.h"
 
 namespace iscsigw::runtime {
 
@@ -219,6 +220,9 @@ io_uring_sqe* FileRing::Prepare(Op* op) {
   io_uring_sqe_set_data(sqe, op);
   ++unsubmitted_;
   ++prepared_;
+  if constexpr (io_trace::kEnabled) {
+    if (trace_n_ < trace_unsubmitted_.size()) trace_unsubmitted_[trace_n_++] = op;
+  }
   if (!armed_) Arm();
   ScheduleSubmit();
   return sqe;
@@ -243,6 +247,15 @@ void FileRing::Submit() {
   if (rc >= 0) {
     submitted_ += static_cast<unsigned>(rc);
     unsubmitted_ -= std::min<unsigned>(unsubmitted_, static_cast<unsigned>(rc));
+    if constexpr (io_trace::kEnabled) {
+      // The kernel takes entries in order: the first rc prepared went.
+      const uint64_t now = NowNs();
+      const unsigned k = std::min(trace_n_, static_cast<unsigned>(rc));
+      for (unsigned i = 0; i < k; ++i) trace_unsubmitted_[i]->submitted_ns = now;
+      std::copy(trace_unsubmitted_.begin() + k, trace_unsubmitted_.begin() + trace_n_,
+                trace_unsubmitted_.begin());
+      trace_n_ -= k;
+    }
   }
   // EAGAIN/EBUSY (the kernel is short of memory for requests or overflow): try again next turn.
   if (unsubmitted_ > 0) ScheduleSubmit();
@@ -277,7 +290,9 @@ void FileRing::Reap() {
     io_uring_cqe_seen(&ring_, cqe);
     ++completed_;
     ++n;
+    if constexpr (io_trace::kEnabled) io_trace::current_ring = {op->submitted_ns, NowNs()};
     op->complete(op, res);
+    if constexpr (io_trace::kEnabled) io_trace::current_ring = {};
   }
   // More waiting: they signalled before the eventfd was read, so no wake-up will come for them.
   if (n == kReapBatch) {

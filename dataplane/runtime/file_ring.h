@@ -37,12 +37,15 @@
 
 #include <liburing.h>
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+
+#include "dataplane/runtime/io_trace.h"
 
 namespace iscsigw::runtime {
 
@@ -54,6 +57,7 @@ class FileRing final : public boost::asio::execution_context::service {
   struct Op {
     // Runs on the reactor thread with the completion's result: >= 0, or a negative errno value.
     void (*complete)(Op* op, int32_t res) = nullptr;
+    uint64_t submitted_ns = 0;  // a tracing build's stamp (io_trace.h)
   };
 
   // io_uring takes at most 1 GiB per registered buffer: a larger region is registered in pieces,
@@ -153,6 +157,9 @@ class FileRing final : public boost::asio::execution_context::service {
   Fixed fixed_[kMaxFixedBuffers];  // written while the ring is set up, before any I/O
   unsigned fixed_count_ = 0;
   std::string fixed_error_;
+  // A tracing build: the Ops prepared and not yet submitted, to be stamped as they go.
+  std::array<Op*, io_trace::kEnabled ? kEntries : 1> trace_unsubmitted_{};
+  unsigned trace_n_ = 0;
 };
 
 }  // namespace iscsigw::runtime

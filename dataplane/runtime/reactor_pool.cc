@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dataplane/runtime/file_ring.h"
+#include "dataplane/runtime/io_trace.h"
 #include "dataplane/runtime/stats.h"
 
 namespace iscsigw::runtime {
@@ -60,8 +61,16 @@ void ReactorPool::Start() {
 
 void ReactorPool::Stop() {
   for (auto& r : reactors_) r->guard.reset();
+  bool joined = false;
   for (auto& r : reactors_) {
-    if (r->thread.joinable()) r->thread.join();
+    if (r->thread.joinable()) {
+      r->thread.join();
+      joined = true;
+    }
+  }
+  // A tracing build prints where its commands' time went once the reactors have stopped.
+  if constexpr (io_trace::kEnabled) {
+    if (joined) io_trace::ReportAtExit();
   }
 }
 

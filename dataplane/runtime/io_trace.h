@@ -1,0 +1,96 @@
+// IoTrace: where a command's time goes between the socket and the device, for a tracing build
+// (cmake -DISCSIGW_IO_TRACE=ON; docs/performance.md "Where a command's time goes").
+//
+// A command is stamped at five points on its reactor: received (the socket read that brought its
+// PDU returned), submitted (the ring's io_uring_enter that handed its I/O to the kernel
+// returned), reaped (the reactor took its completion from the ring), queued (its response was
+// queued for the writer) and sent (the sendmsg that carried its status returned). The four legs
+// between them go into log-linear histograms per reactor, with no allocation and no lock (each
+// reactor writes only its own), and the process prints them at exit (to the file named by
+// ISCSIGW_IO_TRACE_FILE, or stderr). Commands that never touched a ring (RAM, null, rbd) record
+// received -> queued -> sent only.
+//
+// The hooks are `if constexpr (io_trace::kEnabled)` blocks: compiled (so kept building) in every
+// build and discarded unless ISCSIGW_IO_TRACE is set; the stamps' fields stay (32 bytes a task).
+// The histogram itself is plain code, unit tested in every build.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#ifndef ISCSIGW_IO_TRACE
+#define ISCSIGW_IO_TRACE 0
+#endif
+
+namespace iscsigw::runtime::io_trace {
+
+inline constexpr bool kEnabled = ISCSIGW_IO_TRACE != 0;
+
+// Log-linear buckets: 8 per power of two from 1 µs (12.5% wide), values in nanoseconds.
+class Histogram {
+ public:
+  static constexpr unsigned kSubBuckets = 8;
+  static constexpr unsigned kOctaves = 20;  // up to 2^20 µs (~1 s); larger values land in the last
+  static constexpr unsigned kBuckets = kSubBuckets * kOctaves + 1;  // [0] is below 1 µs
+
+  void Add(uint64_t ns);
+  void Merge(const Histogram& other);
+  uint64_t count() const { return count_; }
+  double mean_us() const { return count_ ? static_cast<double>(sum_ns_) / count_ / 1e3 : 0.0; }
+  // The upper edge (µs) of the bucket holding the q-th quantile (0 < q <= 1); 0 when empty.
+  double QuantileUs(double q) const;
+  static unsigned BucketOf(uint64_t ns);
+  static double UpperEdgeUs(unsigned bucket);
+
+ private:
+  std::array<uint64_t, kBuckets> counts_{};
+  uint64_t count_ = 0;
+  uint64_t sum_ns_ = 0;
+};
+
+// The stamps of one command (0: that point was not reached or not traced).
+struct Stamps {
+  uint64_t received = 0;
+  uint64_t submitted = 0;
+  uint64_t reaped = 0;
+  uint64_t queued = 0;
+};
+
+enum Leg : unsigned {
+  kReceivedToSubmitted,
+  kSubmittedToReaped,
+  kReapedToQueued,
+  kQueuedToSent,
+  kReceivedToQueued,  // commands without a ring I/O, and the whole stay of those with one
+  kReceivedToSent,
+  kLegs
+};
+const char* LegName(unsigned leg);
+
+// One reactor's legs.
+struct Legs {
+  std::array<Histogram, kLegs> legs;
+  void Record(const Stamps& s, uint64_t sent_ns);
+  void Merge(const Legs& other) {
+    for (unsigned i = 0; i < kLegs; ++i) legs[i].Merge(other.legs[i]);
+  }
+  // One line per leg: count, mean, p50, p90, p99, p99.9 (µs).
+  std::string Report() const;
+};
+
+// The running reactor's legs (a fixed table indexed by reactor; threads that are not reactors
+// share the last row). Records only; Report merges at exit.
+Legs& ForThisThread();
+// Prints the merged legs (at exit of a tracing build).
+void ReportAtExit();
+
+// The ring's stamps for the completion the reactor is handing on right now (set around each
+// Op's complete call, read by the command's completion on the same thread).
+struct RingStamps {
+  uint64_t submitted = 0;
+  uint64_t reaped = 0;
+};
+inline thread_local RingStamps current_ring{};
+
+}  // namespace iscsigw::runtime::io_trace
