@@ -57,7 +57,8 @@ def main():
                               "luns": [{"id": 0, "file": {"path": path, "direct": direct},
                                         "sizeBytes": str(args.size_gib << 30),
                                         "blockSize": 512}]}]}
-        gw = harness.Daemon(state=state, extra_args=["--log-level", "warn"]).start()
+        gw = harness.Daemon(state=state, extra_args=["--log-level", "warn"],
+                            backing_allow=(os.path.dirname(path),)).start()
         try:
             measure("iscsigwd" + (" direct" if direct else " page cache"), gw.url("bench", 0),
                     gw.proc.pid, args, rows)

@@ -83,7 +83,8 @@ def main():
                               "luns": [{"id": 0, "file": {"path": path, "direct": direct},
                                         "sizeBytes": str(args.size_gib << 30),
                                         "blockSize": 512}]}]}
-        gw = harness.Daemon(state=state, extra_args=["--log-level", "warn"])
+        gw = harness.Daemon(state=state, extra_args=["--log-level", "warn"],
+                            backing_allow=(os.path.dirname(path),))
         gw.args[0] = b
         gw.start()
         try:
