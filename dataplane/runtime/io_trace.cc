@@ -3,8 +3,9 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
-
-#include "dataplane/runtime/reactor_pool.h"
+#include <memory>
+#include <mutex>
+#include <vector>
 
 namespace iscsigw::runtime::io_trace {
 
@@ -103,19 +104,29 @@ std::string Legs::Report() const {
 }
 
 namespace {
-// Rows for the first kRows reactors; the rest, and threads that are not reactors, share the last.
-constexpr unsigned kRows = 16;
-Legs table[kRows + 1];
+// Every thread's legs, kept to the end of the process (a thread's own may end before the report).
+std::mutex threads_mu;
+std::vector<std::unique_ptr<Legs>>& Threads() {
+  static auto* all = new std::vector<std::unique_ptr<Legs>>();
+  return *all;
+}
 }  // namespace
 
 Legs& ForThisThread() {
-  const int i = ReactorPool::CurrentIndex();
-  return table[i >= 0 && static_cast<unsigned>(i) < kRows ? static_cast<unsigned>(i) : kRows];
+  thread_local Legs* mine = [] {
+    std::lock_guard lock(threads_mu);
+    Threads().push_back(std::make_unique<Legs>());
+    return Threads().back().get();
+  }();
+  return *mine;
 }
 
 void ReportAtExit() {
   Legs all;
-  for (const Legs& row : table) all.Merge(row);
+  {
+    std::lock_guard lock(threads_mu);
+    for (const auto& legs : Threads()) all.Merge(*legs);
+  }
   const std::string text = all.Report();
   const char* path = std::getenv("ISCSIGW_IO_TRACE_FILE");
   FILE* f = path && *path ? std::fopen(path, "w") : nullptr;

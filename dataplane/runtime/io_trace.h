@@ -2,17 +2,25 @@
 // (cmake -DISCSIGW_IO_TRACE=ON; docs/performance.md "Where a command's time goes").
 //
 // A command is stamped at five points on its reactor: received (the socket read that brought its
-// PDU returned), submitted (the ring's io_uring_enter that handed its I/O to the kernel
+// command PDU returned), submitted (the ring's io_uring_enter that handed its I/O to the kernel
 // returned), reaped (the reactor took its completion from the ring), queued (its response was
 // queued for the writer) and sent (the sendmsg that carried its status returned). The four legs
-// between them go into log-linear histograms per reactor, with no allocation and no lock (each
-// reactor writes only its own), and the process prints them at exit (to the file named by
-// ISCSIGW_IO_TRACE_FILE, or stderr). Commands that never touched a ring (RAM, null, rbd) record
-// received -> queued -> sent only.
+// between them go into log-linear histograms, one set per reactor thread (allocated once, when the
+// thread records its first command; no lock after that), and the process prints count, mean and
+// quantiles of each when its reactors stop (to the file named by ISCSIGW_IO_TRACE_FILE, or
+// stderr). Quantiles are the upper edges of their buckets (up to 12.5% high; "1" is below 1 µs).
+// What the stamps are for commands that are not one 4 KiB read:
+//   - commands that never touched a ring (RAM, null, rbd) record received -> queued -> sent only;
+//   - a command whose I/O took several ring operations (a short read resubmitted, a FUA write's
+//     write then sync, a group fdatasync shared by several commands) carries the last one's
+//     submitted and reaped stamps: earlier ring time counts in received -> submitted;
+//   - a write's received is its command PDU's arrival: received -> submitted includes its R2Ts
+//     and Data-Out.
 //
 // The hooks are `if constexpr (io_trace::kEnabled)` blocks: compiled (so kept building) in every
-// build and discarded unless ISCSIGW_IO_TRACE is set; the stamps' fields stay (32 bytes a task).
-// The histogram itself is plain code, unit tested in every build.
+// build and discarded unless ISCSIGW_IO_TRACE is set. The fields they fill stay in every build:
+// 32 bytes a task, 8 bytes a ring operation and a connection. The histogram itself is plain code,
+// unit tested in every build.
 #pragma once
 
 #include <array>
@@ -79,10 +87,10 @@ struct Legs {
   std::string Report() const;
 };
 
-// The running reactor's legs (a fixed table indexed by reactor; threads that are not reactors
-// share the last row). Records only; Report merges at exit.
+// The calling thread's legs (made on its first call, kept to the end of the process). A reactor
+// records into its own; ReportAtExit merges them once the reactors have stopped.
 Legs& ForThisThread();
-// Prints the merged legs (at exit of a tracing build).
+// Prints the merged legs of every thread so far (a tracing build, as its reactors stop).
 void ReportAtExit();
 
 // The ring's stamps for the completion the reactor is handing on right now (set around each

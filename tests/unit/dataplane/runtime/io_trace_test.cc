@@ -1,9 +1,14 @@
 #include "dataplane/runtime/io_trace.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
 namespace iscsigw::runtime::io_trace {
 namespace io_trace_test {
@@ -82,6 +87,47 @@ TEST(IoTraceLegs, EachLegIsTheDifferenceOfItsStamps) {
 
   const std::string report = legs.Report();
   EXPECT_NE(report.find("submitted -> completion reaped"), std::string::npos) << report;
+}
+
+// Each thread records into its own legs; the report merges every thread's, also those that ended.
+TEST(IoTraceLegs, TheReportMergesEveryThread) {
+  char path[] = "/tmp/io-trace-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  ::setenv("ISCSIGW_IO_TRACE_FILE", path, 1);
+  auto record = [](uint64_t received) {
+    Stamps s;
+    s.received = received;
+    s.queued = received + 5 * kUs;
+    ForThisThread().Record(s, received + 7 * kUs);
+  };
+  Legs* first = nullptr;
+  std::thread a([&] {
+    first = &ForThisThread();
+    record(1'000'000'000);
+    record(1'000'100'000);
+  });
+  a.join();
+  std::thread b([&] {
+    EXPECT_NE(&ForThisThread(), first);  // its own
+    record(2'000'000'000);
+  });
+  b.join();
+  EXPECT_EQ(first->legs[kReceivedToSent].count(), 2u);  // thread a's own legs: its two
+  ReportAtExit();
+  ::unsetenv("ISCSIGW_IO_TRACE_FILE");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::unlink(path);
+  const std::string report = text.str();
+  const size_t at = report.find("received -> sent");
+  ASSERT_NE(at, std::string::npos) << report;
+  std::istringstream line(report.substr(at + std::string("received -> sent").size()));
+  uint64_t count = 0;
+  line >> count;
+  EXPECT_EQ(count, 3u) << report;  // both threads', after both ended
 }
 
 }  // namespace io_trace_test
