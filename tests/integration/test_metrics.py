@@ -583,7 +583,14 @@ class MetricsDetailTest(unittest.TestCase):
                 self.assertEqual(ini.read(1, i, 2)[0], 0)
             self.assertEqual(ini.logout(), 0)
             ini.close()
-        return http_get(f"http://{daemon.ports['metrics']}/metrics")
+
+        # The gateway ends a session just after its Logout Response goes out: a scrape at once
+        # may still count it.
+        def closed():
+            text = http_get(f"http://{daemon.ports['metrics']}/metrics")
+            return text if sum_of(text, "iscsigw_iscsi_sessions") == 0 else None
+
+        return wait_for(closed, 10, interval=0.1, what="the sessions closed after logout")
 
     def per_lun_series(self, text):
         """Samples that carry a target label, divided by the LUNs configured."""
