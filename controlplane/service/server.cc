@@ -22,6 +22,10 @@ namespace {
 // (the server, "", and the service), kept for the clients that ask them.
 constexpr const char* kReadyServices[] = {kReadinessService, "", "iscsigw.v1.GatewayService"};
 
+void SetReady(grpc::HealthCheckServiceInterface* health, bool serving) {
+  for (const char* name : kReadyServices) health->SetServingStatus(name, serving);
+}
+
 // gRPC answers a request it cannot parse (a proto3 string field that is not UTF-8, a truncated
 // field) with UNIMPLEMENTED and no message: the callback API's stand-in for a handler it could
 // not run. Every GatewayService method is implemented, so on them that status can only mean a bad
@@ -118,7 +122,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(
   auto* health = cs->server_->GetHealthCheckService();
   // Not ready until the first check says so (a gateway whose shared configuration is not loaded
   // yet, or whose state directory cannot be written, never answers SERVING on the way).
-  for (const char* name : kReadyServices) health->SetServingStatus(name, false);
+  SetReady(health, false);
   health->SetServingStatus(kLivenessService, true);
   ControlServer* raw = cs.get();
   // Liveness first: it watches the first readiness probe too. That probe runs here, so the
@@ -150,7 +154,7 @@ void ControlServer::CheckReadiness(bool started) {
   if (started && !was_hung && ready.ok() == ready_) return;
   ready_ = ready.ok();
   auto* health = server_->GetHealthCheckService();
-  for (const char* name : kReadyServices) health->SetServingStatus(name, ready_);
+  SetReady(health, ready_);
   if (ready_) {
     // A start that is ready at once is the usual case, not a change worth a line.
     if (started) log::Ctl().info("health: {} SERVING", kReadinessService);
@@ -175,7 +179,7 @@ void ControlServer::CheckReadinessProbe() {
   probe_hung_ = true;
   ready_ = false;
   auto* health = server_->GetHealthCheckService();
-  for (const char* name : kReadyServices) health->SetServingStatus(name, false);
+  SetReady(health, false);
   // Liveness stays: a restart does not unhang a state volume (docs/operations.md, "Health and
   // probes").
   log::Ctl().error("health: {} NOT_SERVING: {}", kReadinessService, probe.message());

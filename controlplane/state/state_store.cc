@@ -290,7 +290,7 @@ Status StateStore::UpdateShared(const std::function<Status(iscsigw::v1::State*)>
       Status failed(StatusCode::kUnavailable, "reading the shared configuration in " +
                                                   shared_where_ + ": " + std::strerror(-r));
       NoteSharedRead(failed);
-      shared_obj_->Reload();  // retried each second: readiness follows the first read that works
+      shared_obj_->Reload();  // one reread at a time: readiness follows the first that works
       return failed;
     }
     NoteSharedRead(Status::Ok());

@@ -54,7 +54,8 @@ class SharedObject {
   // Runs fn on the object's thread. Jobs queued when the object goes do not run.
   virtual void Post(std::function<void()> fn) = 0;
   // Rereads the data on the object's thread and hands it to the listener (events empty); retried
-  // each second until a read succeeds. For a reader that could not read it.
+  // each second until a read succeeds. For a reader that could not read it. Calls made while a
+  // reread waits to run add none.
   virtual void Reload() = 0;
   // Sets the listener (one at a time), and `lost`, called when changes may be missed from now
   // until the listener gets the reread data (the watch was lost). ClearListener(token) removes

@@ -174,7 +174,6 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (ec || closed_) break;
     rx_end_ += n;
     last_rx_ = std::chrono::steady_clock::now();
-    if constexpr (runtime::io_trace::kEnabled) rx_ns_ = runtime::NowNs();
 
     bool ok = ParseBuffered();
     Flush();

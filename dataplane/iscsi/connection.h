@@ -263,7 +263,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t rx_end_ = 0;
   pdu::FrameLimits rx_limits_;
   std::chrono::steady_clock::time_point last_rx_;
-  uint64_t rx_ns_ = 0;  // a tracing build: when the last socket read returned (io_trace.h)
   // The last Text request (or the login) of a discovery session: NOP-Outs do not keep one open.
   std::chrono::steady_clock::time_point last_request_;
   bool paused_ = false;  // reader waits for control PDUs to drain

@@ -100,7 +100,7 @@ bool Connection::HandleScsiCommand(const pdu::Frame& f) {
   st.data_out_len = 0;
   st.slot = reactor_;
   t->start_ns = Counters() ? runtime::NowNs() : 0;
-  if constexpr (runtime::io_trace::kEnabled) t->trace = {.received = rx_ns_};
+  if constexpr (runtime::io_trace::kEnabled) t->trace = {.received = runtime::SteadyNs(last_rx_)};
 
   if (edtl > 0) {
     t->buf = gw_.pool().buffers(reactor_).Get(edtl, &t->buf_cap);

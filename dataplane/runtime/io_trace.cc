@@ -1,6 +1,5 @@
 #include "dataplane/runtime/io_trace.h"
 
-#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -8,47 +7,6 @@
 #include <vector>
 
 namespace iscsigw::runtime::io_trace {
-
-unsigned Histogram::BucketOf(uint64_t ns) {
-  const uint64_t us8 = ns / (1000 / kSubBuckets);  // eighths of a microsecond; no overflow
-  if (us8 < kSubBuckets) return 0;
-  // The octave is the power of two at or below the value in µs; the sub-bucket the next three
-  // bits below its leading one.
-  const unsigned octave = static_cast<unsigned>(std::bit_width(us8)) - 4;  // 1 µs: width 4
-  if (octave >= kOctaves) return kBuckets - 1;
-  const unsigned sub = static_cast<unsigned>((us8 >> octave) & (kSubBuckets - 1));
-  return 1 + octave * kSubBuckets + sub;
-}
-
-double Histogram::UpperEdgeUs(unsigned bucket) {
-  if (bucket == 0) return 1.0;
-  const unsigned octave = (bucket - 1) / kSubBuckets;
-  const unsigned sub = (bucket - 1) % kSubBuckets;
-  return static_cast<double>(uint64_t{1} << octave) * (1.0 + (sub + 1.0) / kSubBuckets);
-}
-
-void Histogram::Add(uint64_t ns) {
-  ++counts_[BucketOf(ns)];
-  ++count_;
-  sum_ns_ += ns;
-}
-
-void Histogram::Merge(const Histogram& other) {
-  for (unsigned i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
-  count_ += other.count_;
-  sum_ns_ += other.sum_ns_;
-}
-
-double Histogram::QuantileUs(double q) const {
-  if (count_ == 0) return 0.0;
-  const double want = q * static_cast<double>(count_);
-  uint64_t seen = 0;
-  for (unsigned i = 0; i < kBuckets; ++i) {
-    seen += counts_[i];
-    if (static_cast<double>(seen) >= want && counts_[i] > 0) return UpperEdgeUs(i);
-  }
-  return UpperEdgeUs(kBuckets - 1);
-}
 
 const char* LegName(unsigned leg) {
   switch (leg) {
@@ -71,8 +29,8 @@ const char* LegName(unsigned leg) {
 
 namespace {
 // A leg whose two stamps were both taken, in order.
-void AddLeg(Histogram& h, uint64_t from, uint64_t to) {
-  if (from != 0 && to >= from) h.Add(to - from);
+void AddLeg(LatencyHistogram& h, uint64_t from, uint64_t to) {
+  if (from != 0 && to >= from) h.Record(to - from);
 }
 }  // namespace
 
@@ -94,10 +52,10 @@ std::string Legs::Report() const {
       "       p99     p99.9  (µs)\n";
   char line[256];
   for (unsigned i = 0; i < kLegs; ++i) {
-    const Histogram& h = legs[i];
+    const LatencyHistogram& h = legs[i];
     std::snprintf(line, sizeof line, "%-36s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f\n", LegName(i),
-                  static_cast<unsigned long long>(h.count()), h.mean_us(), h.QuantileUs(0.5),
-                  h.QuantileUs(0.9), h.QuantileUs(0.99), h.QuantileUs(0.999));
+                  static_cast<unsigned long long>(h.count()), h.MeanUs(), h.PercentileUs(0.5),
+                  h.PercentileUs(0.9), h.PercentileUs(0.99), h.PercentileUs(0.999));
     out += line;
   }
   return out;
@@ -122,12 +80,12 @@ Legs& ForThisThread() {
 }
 
 void ReportAtExit() {
-  Legs all;
+  auto all = std::make_unique<Legs>();  // 350 KiB: not on the stack
   {
     std::lock_guard lock(threads_mu);
-    for (const auto& legs : Threads()) all.Merge(*legs);
+    for (const auto& legs : Threads()) all->Merge(*legs);
   }
-  const std::string text = all.Report();
+  const std::string text = all->Report();
   const char* path = std::getenv("ISCSIGW_IO_TRACE_FILE");
   FILE* f = path && *path ? std::fopen(path, "w") : nullptr;
   std::fputs(text.c_str(), f ? f : stderr);

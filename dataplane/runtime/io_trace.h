@@ -8,7 +8,7 @@
 // between them go into log-linear histograms, one set per reactor thread (allocated once, when the
 // thread records its first command; no lock after that), and the process prints count, mean and
 // quantiles of each when its reactors stop (to the file named by ISCSIGW_IO_TRACE_FILE, or
-// stderr). Quantiles are the upper edges of their buckets (up to 12.5% high; "1" is below 1 µs).
+// stderr), in the benchmark client's histogram (base/latency_histogram.h: within 1%).
 // What the stamps are for commands that are not one 4 KiB read:
 //   - commands that never touched a ring (RAM, null, rbd) record received -> queued -> sent only;
 //   - a command whose I/O took several ring operations (a short read resubmitted, a FUA write's
@@ -19,13 +19,15 @@
 //
 // The hooks are `if constexpr (io_trace::kEnabled)` blocks: compiled (so kept building) in every
 // build and discarded unless ISCSIGW_IO_TRACE is set. The fields they fill stay in every build:
-// 32 bytes a task, 8 bytes a ring operation and a connection. The histogram itself is plain code,
-// unit tested in every build.
+// 32 bytes a task and 8 a ring operation. The legs' arithmetic and the report are unit tested in
+// every build.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+
+#include "base/latency_histogram.h"
 
 #ifndef ISCSIGW_IO_TRACE
 #define ISCSIGW_IO_TRACE 0
@@ -34,28 +36,6 @@
 namespace iscsigw::runtime::io_trace {
 
 inline constexpr bool kEnabled = ISCSIGW_IO_TRACE != 0;
-
-// Log-linear buckets: 8 per power of two from 1 µs (12.5% wide), values in nanoseconds.
-class Histogram {
- public:
-  static constexpr unsigned kSubBuckets = 8;
-  static constexpr unsigned kOctaves = 20;  // up to 2^20 µs (~1 s); larger values land in the last
-  static constexpr unsigned kBuckets = kSubBuckets * kOctaves + 1;  // [0] is below 1 µs
-
-  void Add(uint64_t ns);
-  void Merge(const Histogram& other);
-  uint64_t count() const { return count_; }
-  double mean_us() const { return count_ ? static_cast<double>(sum_ns_) / count_ / 1e3 : 0.0; }
-  // The upper edge (µs) of the bucket holding the q-th quantile (0 < q <= 1); 0 when empty.
-  double QuantileUs(double q) const;
-  static unsigned BucketOf(uint64_t ns);
-  static double UpperEdgeUs(unsigned bucket);
-
- private:
-  std::array<uint64_t, kBuckets> counts_{};
-  uint64_t count_ = 0;
-  uint64_t sum_ns_ = 0;
-};
 
 // The stamps of one command (0: that point was not reached or not traced).
 struct Stamps {
@@ -78,7 +58,7 @@ const char* LegName(unsigned leg);
 
 // One reactor's legs.
 struct Legs {
-  std::array<Histogram, kLegs> legs;
+  std::array<LatencyHistogram, kLegs> legs;
   void Record(const Stamps& s, uint64_t sent_ns);
   void Merge(const Legs& other) {
     for (unsigned i = 0; i < kLegs; ++i) legs[i].Merge(other.legs[i]);

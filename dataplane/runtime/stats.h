@@ -318,11 +318,13 @@ class Stats {
   std::atomic<bool> enabled_{true};
 };
 
-// Monotonic nanoseconds for latency measurement (steady_clock: vDSO, no system call).
-inline uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+// A steady_clock time as NowNs counts it.
+inline uint64_t SteadyNs(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
+
+// Monotonic nanoseconds for latency measurement (steady_clock: vDSO, no system call).
+inline uint64_t NowNs() { return SteadyNs(std::chrono::steady_clock::now()); }
 
 }  // namespace iscsigw::runtime

@@ -139,7 +139,20 @@ void RbdSharedObject::Post(std::function<void()> fn) {
 }
 
 void RbdSharedObject::Reload() {
-  Post([this] { Resync(); });
+  {
+    // One reread queued at a time: callers that fail against a cluster that is down (every
+    // change request, for one) must not stack up blocking reads on the object's thread.
+    std::lock_guard lock(jobs_mu_);
+    if (reload_queued_) return;
+    reload_queued_ = true;
+  }
+  Post([this] {
+    {
+      std::lock_guard lock(jobs_mu_);
+      reload_queued_ = false;
+    }
+    Resync();
+  });
 }
 
 void RbdSharedObject::ResyncLater() {

@@ -139,6 +139,7 @@ class RbdSharedObject final : public SharedObject {
   bool stop_ = false;                       // guarded by jobs_mu_
   // guarded by jobs_mu_: when a Resync that failed runs again (at most one pending)
   std::optional<std::chrono::steady_clock::time_point> retry_due_;
+  bool reload_queued_ = false;  // guarded by jobs_mu_: a Reload's Resync waits to run
   std::thread thread_;
 };
 
